@@ -1,0 +1,74 @@
+"""Rendering helpers for the CLI: consoles, JSON output and a rich Progress adapter."""
+
+from __future__ import annotations
+
+import json
+import sys
+from types import TracebackType
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+from patchctl.errors import PatchctlError
+
+# soft_wrap: never insert line breaks, so one-line messages stay one line in logs.
+out = Console(soft_wrap=True, highlight=False)
+err = Console(stderr=True, soft_wrap=True, highlight=False)
+
+
+def print_json(data: object) -> None:
+    """Write `data` as one JSON document on stdout (sorted keys off: order is meaningful)."""
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def error_line(exc: PatchctlError) -> str:
+    """The one-line `error: ...` text for an error."""
+    return f"error: {exc.one_line()}"
+
+
+def print_error(exc: PatchctlError) -> None:
+    """Write the one-line error to stderr, without rich markup interpretation."""
+    sys.stderr.write(error_line(exc) + "\n")
+    sys.stderr.flush()
+
+
+class RichProgress:
+    """A `patchctl.progress.Progress` that draws rich progress bars on stderr."""
+
+    def __init__(self, *, enabled: bool | None = None) -> None:
+        show = err.is_terminal if enabled is None else enabled
+        self._bar = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total}"),
+            TimeElapsedColumn(),
+            console=err,
+            transient=True,
+            disable=not show,
+        )
+        self._tasks: dict[str, TaskID] = {}
+
+    def __enter__(self) -> RichProgress:
+        self._bar.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._bar.stop()
+
+    def start(self, task: str, total: int | None) -> None:
+        self._tasks[task] = self._bar.add_task(task, total=total)
+
+    def advance(self, task: str, n: int = 1) -> None:
+        if task in self._tasks:
+            self._bar.advance(self._tasks[task], n)
+
+    def done(self, task: str) -> None:
+        task_id = self._tasks.pop(task, None)
+        if task_id is not None:
+            self._bar.remove_task(task_id)

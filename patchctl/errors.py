@@ -1,0 +1,202 @@
+"""The one error hierarchy of patchctl: each class carries the process exit code.
+
+The core raises these and never prints or exits; `cli.py` is the only place that turns
+them into a one-line message on stderr and an exit status (see docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import ClassVar
+
+EXIT_OK = 0
+EXIT_USAGE = 2  # raised by typer/click itself
+EXIT_INTERNAL = 4  # a bug: the handler prints a traceback under --debug
+EXIT_INTERRUPTED = 130
+
+
+class PatchctlError(Exception):
+    """A failure the user can act on: `message` says what happened, `hint` what to do."""
+
+    exit_code: ClassVar[int] = 1
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message
+
+    def one_line(self) -> str:
+        """The message and hint on one line (newlines folded), for stderr."""
+        text = self.message if self.hint is None else f"{self.message} (hint: {self.hint})"
+        return " ".join(text.split())
+
+    def details(self) -> dict[str, object]:
+        """Extra structured fields for `--json` output; subclasses add theirs."""
+        return {}
+
+    def to_json(self) -> dict[str, object]:
+        """The error as a JSON-ready mapping with a stable `error` kind and exit code."""
+        return {
+            "error": type(self).__name__,
+            "exit_code": self.exit_code,
+            "message": self.message,
+            "hint": self.hint,
+            **self.details(),
+        }
+
+
+class PatchDoesNotApply(PatchctlError):
+    """A patch conflicts with the tree it is applied to."""
+
+    exit_code = 3
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        patch: str | None = None,
+        file: str | None = None,
+        hunk: int | None = None,
+        why: str | None = None,
+        stderr: bytes = b"",
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.patch = patch
+        self.file = file
+        self.hunk = hunk
+        self.why = why
+        self.stderr = stderr
+
+    def details(self) -> dict[str, object]:
+        return {"patch": self.patch, "file": self.file, "hunk": self.hunk, "why": self.why}
+
+
+class ConfigError(PatchctlError):
+    """series.yaml (or another config file) is invalid; names the file and the key."""
+
+    exit_code = 5
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: Path | None = None,
+        key: str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        where = "" if path is None else f"{path}: "
+        where += "" if key is None else f"{key}: "
+        super().__init__(where + message, hint=hint)
+        self.path = path
+        self.key = key
+
+    def details(self) -> dict[str, object]:
+        return {"path": None if self.path is None else str(self.path), "key": self.key}
+
+
+class ChecksumMismatch(PatchctlError):
+    """A downloaded or archived upstream does not have the pinned sha256."""
+
+    exit_code = 6
+
+
+class UnsafeArchive(PatchctlError):
+    """An archive member would escape the extraction directory or is a device/fifo."""
+
+    exit_code = 7
+
+
+class DirtyTree(PatchctlError):
+    """Refusing to touch a tree with unsaved work."""
+
+    exit_code = 8
+
+
+class GitFailed(PatchctlError):
+    """A git command failed unexpectedly."""
+
+    exit_code = 9
+
+    def __init__(
+        self,
+        cmd: Sequence[str],
+        returncode: int,
+        stderr: bytes,
+        *,
+        hint: str | None = None,
+    ) -> None:
+        first = stderr.decode("utf-8", "backslashreplace").strip().splitlines()
+        reason = first[0] if first else "no error output"
+        shown = " ".join(cmd)
+        super().__init__(f"`{shown}` failed with exit code {returncode}: {reason}", hint=hint)
+        self.cmd = tuple(cmd)
+        self.returncode = returncode
+        self.stderr = stderr
+
+    def details(self) -> dict[str, object]:
+        return {"cmd": list(self.cmd), "returncode": self.returncode}
+
+
+class PatchDrift(PatchDoesNotApply):
+    """A hunk would need an offset or fuzz: the base is not the one the patch was made on."""
+
+    exit_code = 10
+
+
+class AlreadyApplied(PatchDoesNotApply):
+    """The patch is already present in the tree (its reverse applies cleanly)."""
+
+    exit_code = 11
+
+
+class VerifyFailed(PatchctlError):
+    """Round-trip verification found a difference."""
+
+    exit_code = 12
+
+
+class BuildFailed(PatchctlError):
+    """The compiler or build system failed."""
+
+    exit_code = 13
+
+
+class ToolchainMissing(PatchctlError):
+    """A required tool (cosmocc, nvcc, cmake, ...) is not installed."""
+
+    exit_code = 14
+
+
+class NotFound(PatchctlError):
+    """A file, patch, clean room or id that must exist does not."""
+
+    exit_code = 15
+
+
+class StaleDocs(PatchctlError):
+    """Generated docs are out of date."""
+
+    exit_code = 16
+
+
+ALL_ERRORS: tuple[type[PatchctlError], ...] = (
+    PatchctlError,
+    PatchDoesNotApply,
+    ConfigError,
+    ChecksumMismatch,
+    UnsafeArchive,
+    DirtyTree,
+    GitFailed,
+    PatchDrift,
+    AlreadyApplied,
+    VerifyFailed,
+    BuildFailed,
+    ToolchainMissing,
+    NotFound,
+    StaleDocs,
+)

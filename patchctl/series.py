@@ -1,0 +1,489 @@
+"""The series file (patches/<series>/series.yaml): frozen dataclasses, validated once on load.
+
+Errors name the file, the key and the fix (ConfigError, exit 5); a patch file that is listed
+but missing is NotFound (exit 15). `save_series` writes the file back in the documented key
+order (keys a hand-edited file had keep their position), so it stays readable and diffable.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import yaml
+
+from patchctl.errors import ConfigError, NotFound
+
+SERIES_FILE = "series.yaml"
+SCHEMA_VERSION = 1
+UPSTREAM_KINDS = ("pypi-sdist", "git", "archive")
+HEX40 = re.compile(r"[0-9a-f]{40}")
+HEX64 = re.compile(r"[0-9a-f]{64}")
+# NNNN-slug with the slug capped at 63 characters (gbp pq's limit).
+PATCH_ID = re.compile(r"[0-9]{4}-[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+
+UPSTREAM_KEYS = ("kind", "package", "version", "sha256", "subdir", "tree", "commit", "url", "path")
+PATCH_KEYS = (
+    "id",
+    "file",
+    "title",
+    "upstream_status",
+    "origin",
+    "markers",
+    "pre_tree",
+    "post_tree",
+    "imported",
+)
+SERIES_KEYS = ("version", "upstream", "root", "patches")
+# Which upstream keys each kind requires / allows.
+KIND_REQUIRED: dict[str, tuple[str, ...]] = {
+    "pypi-sdist": ("package", "version", "sha256"),
+    "git": ("url", "commit"),
+    "archive": ("path", "sha256"),
+}
+KIND_ALLOWED: dict[str, tuple[str, ...]] = {
+    "pypi-sdist": ("kind", "package", "version", "sha256", "subdir", "tree", "commit"),
+    "git": ("kind", "url", "commit", "subdir", "tree"),
+    "archive": ("kind", "path", "sha256", "subdir", "tree", "commit"),
+}
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """The pinned upstream tree the series applies to."""
+
+    kind: str
+    package: str | None = None
+    version: str | None = None
+    sha256: str | None = None
+    subdir: str | None = None
+    tree: str | None = None
+    commit: str | None = None
+    url: str | None = None
+    path: str | None = None
+    key_order: tuple[str, ...] = field(default=(), compare=False, repr=False)
+
+    def describe(self) -> str:
+        """A short human description, e.g. `pypi-sdist llama-cpp-python==0.3.36`."""
+        if self.kind == "pypi-sdist":
+            what = f"{self.package}=={self.version}"
+        elif self.kind == "git":
+            what = f"{self.url}@{(self.commit or '')[:12]}"
+        else:
+            what = str(self.path)
+        sub = f" [{self.subdir}]" if self.subdir else ""
+        return f"{self.kind} {what}{sub}"
+
+
+@dataclass(frozen=True)
+class Patch:
+    """One entry of the series."""
+
+    id: str
+    file: str
+    title: str = ""
+    upstream_status: str | None = None
+    origin: str | None = None
+    markers: tuple[str, ...] = ()
+    pre_tree: str | None = None
+    post_tree: str | None = None
+    imported: bool = False
+    key_order: tuple[str, ...] = field(default=(), compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Series:
+    """A validated series: where it lives, its upstream pin, its ordered patches."""
+
+    path: Path
+    upstream: Upstream
+    patches: tuple[Patch, ...] = ()
+    root: str = "."
+    version: int = SCHEMA_VERSION
+    key_order: tuple[str, ...] = field(default=(), compare=False, repr=False)
+    # The leading comment block of the file, kept on save (other comments are not).
+    header: str = field(default="", compare=False, repr=False)
+
+    @property
+    def dir(self) -> Path:
+        """The series directory (patch files are relative to it)."""
+        return self.path.parent
+
+    @property
+    def name(self) -> str:
+        """The series name: its directory's name (e.g. `llamafile`)."""
+        return self.dir.name
+
+    def ids(self) -> tuple[str, ...]:
+        """The patch ids in order."""
+        return tuple(p.id for p in self.patches)
+
+    def index(self, patch_id: str) -> int:
+        """The position of `patch_id` in the series (NotFound if absent)."""
+        for i, patch in enumerate(self.patches):
+            if patch.id == patch_id:
+                return i
+        raise NotFound(
+            f"no patch with id {patch_id!r} in {self.path}",
+            hint=f"known ids: {', '.join(self.ids()) or '(none)'}",
+        )
+
+    def patch(self, patch_id: str) -> Patch:
+        """The patch with id `patch_id` (NotFound if absent)."""
+        return self.patches[self.index(patch_id)]
+
+    def patch_path(self, patch: Patch | str) -> Path:
+        """The patch file on disk."""
+        entry = self.patch(patch) if isinstance(patch, str) else patch
+        return self.dir / entry.file
+
+    def upto(self, patch_id: str | None) -> tuple[Patch, ...]:
+        """The patches up to and including `patch_id` (all when None)."""
+        if patch_id is None:
+            return self.patches
+        return self.patches[: self.index(patch_id) + 1]
+
+    def with_patch(self, patch: Patch) -> Series:
+        """A copy with `patch` replacing the entry of the same id, or appended."""
+        if patch.id in self.ids():
+            patches = tuple(patch if p.id == patch.id else p for p in self.patches)
+        else:
+            patches = (*self.patches, patch)
+        return replace(self, patches=patches)
+
+    def without_patch(self, patch_id: str) -> Series:
+        """A copy without the entry `patch_id` (NotFound if absent)."""
+        self.index(patch_id)
+        return replace(self, patches=tuple(p for p in self.patches if p.id != patch_id))
+
+    def with_patches(self, patches: Iterable[Patch]) -> Series:
+        """A copy with the patch list replaced."""
+        return replace(self, patches=tuple(patches))
+
+    def with_upstream(self, upstream: Upstream) -> Series:
+        """A copy with another upstream pin."""
+        return replace(self, upstream=upstream)
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def series_file(dir_or_file: Path) -> Path:
+    """`dir/series.yaml` for a directory, the path itself for a file."""
+    return dir_or_file / SERIES_FILE if dir_or_file.is_dir() else dir_or_file
+
+
+def load_series(dir_or_file: Path, *, check_files: bool = True) -> Series:
+    """Read and validate a series; `check_files` also requires every patch file to exist."""
+    path = series_file(Path(dir_or_file))
+    if not path.is_file():
+        raise NotFound(f"no series file at {path}", hint="pass --series DIR")
+    data = _parse_yaml(path)
+    series = replace(_series_from(data, path), header=_header(path.read_bytes()))
+    if check_files:
+        _check_files(series)
+    return series
+
+
+def _header(raw: bytes) -> str:
+    lines = []
+    for line in raw.decode("utf-8", "replace").splitlines(keepends=True):
+        if not line.startswith("#"):
+            break
+        lines.append(line)
+    return "".join(lines)
+
+
+def _parse_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_bytes())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise ConfigError(
+            f"malformed YAML{where}: {problem}", path=path, hint="fix the YAML syntax"
+        ) from None
+    if not isinstance(data, dict):
+        raise ConfigError("top level must be a mapping", path=path, hint="see docs/architecture.md")
+    return data
+
+
+def _series_from(data: dict[str, Any], path: Path) -> Series:
+    _reject_unknown(data, SERIES_KEYS, path, "")
+    version = data.get("version")
+    if version != SCHEMA_VERSION or isinstance(version, bool):
+        raise ConfigError(
+            f"unsupported value {version!r}", path=path, key="version", hint="use version: 1"
+        )
+    upstream = _upstream_from(data.get("upstream"), path)
+    root = _root_from(data.get("root", "."), path)
+    patches = _patches_from(data.get("patches", []), path)
+    return Series(path, upstream, patches, root, SCHEMA_VERSION, tuple(data))
+
+
+def _reject_unknown(data: Mapping[str, Any], allowed: Iterable[str], path: Path, at: str) -> None:
+    allowed = tuple(allowed)
+    for key in data:
+        if key not in allowed:
+            raise ConfigError(
+                "unknown key",
+                path=path,
+                key=f"{at}{key}",
+                hint=f"allowed keys here: {', '.join(allowed)}",
+            )
+
+
+def _string(value: Any, path: Path, key: str, *, pattern: re.Pattern[str] | None = None) -> str:
+    if not isinstance(value, str) or not value:
+        hint = "quote it" if isinstance(value, (int, float)) else "give a non-empty string"
+        raise ConfigError(f"expected a string, got {value!r}", path=path, key=key, hint=hint)
+    if pattern is not None and not pattern.fullmatch(value):
+        raise ConfigError(
+            f"{value!r} does not match {pattern.pattern}", path=path, key=key, hint=_hint_for(key)
+        )
+    return value
+
+
+def _hint_for(key: str) -> str:
+    name = key.rsplit(".", 1)[-1]
+    if name in ("commit", "tree", "pre_tree", "post_tree"):
+        return "use the full 40-hex lowercase object id"
+    if name == "sha256":
+        return "use the 64-hex lowercase sha256 of the file"
+    if name == "id":
+        return "use NNNN-slug, e.g. 0078-dca"
+    return "see docs/architecture.md"
+
+
+def _optional(
+    value: Any, path: Path, key: str, pattern: re.Pattern[str] | None = None
+) -> str | None:
+    return None if value is None else _string(value, path, key, pattern=pattern)
+
+
+def _relative(value: str, path: Path, key: str) -> str:
+    pure = PurePosixPath(value)
+    if pure.is_absolute() or ".." in pure.parts or "\\" in value:
+        raise ConfigError(
+            f"{value!r} must be a relative path inside the tree",
+            path=path,
+            key=key,
+            hint="use a relative path without '..'",
+        )
+    return value
+
+
+def _upstream_from(raw: Any, path: Path) -> Upstream:
+    if not isinstance(raw, dict):
+        raise ConfigError("missing or not a mapping", path=path, key="upstream", hint="see docs")
+    kind = raw.get("kind")
+    if kind not in UPSTREAM_KINDS:
+        raise ConfigError(
+            f"unknown kind {kind!r}",
+            path=path,
+            key="upstream.kind",
+            hint=f"use one of: {', '.join(UPSTREAM_KINDS)}",
+        )
+    _reject_unknown(raw, KIND_ALLOWED[kind], path, "upstream.")
+    for key in KIND_REQUIRED[kind]:
+        if raw.get(key) is None:
+            raise ConfigError(
+                f"required for kind {kind}", path=path, key=f"upstream.{key}", hint="add it"
+            )
+    return _build_upstream(raw, kind, path)
+
+
+def _build_upstream(raw: dict[str, Any], kind: str, path: Path) -> Upstream:
+    def get(key: str, pattern: re.Pattern[str] | None = None) -> str | None:
+        return _optional(raw.get(key), path, f"upstream.{key}", pattern)
+
+    subdir = get("subdir")
+    if subdir is not None:
+        _relative(subdir, path, "upstream.subdir")
+    return Upstream(
+        kind=kind,
+        package=get("package"),
+        version=get("version"),
+        sha256=get("sha256", HEX64),
+        subdir=subdir,
+        tree=get("tree", HEX40),
+        commit=get("commit", HEX40),
+        url=get("url"),
+        path=get("path"),
+        key_order=tuple(raw),
+    )
+
+
+def _root_from(raw: Any, path: Path) -> str:
+    root = _string(raw, path, "root")
+    return _relative(root, path, "root")
+
+
+def _patches_from(raw: Any, path: Path) -> tuple[Patch, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ConfigError("must be a list", path=path, key="patches", hint="use '- id: ...' items")
+    patches = tuple(_patch_from(item, path, i) for i, item in enumerate(raw))
+    _check_unique(patches, path)
+    return patches
+
+
+def _patch_from(raw: Any, path: Path, i: int) -> Patch:
+    at = f"patches[{i}]"
+    if not isinstance(raw, dict):
+        raise ConfigError("must be a mapping", path=path, key=at, hint="use '- id: ...'")
+    _reject_unknown(raw, PATCH_KEYS, path, f"{at}.")
+    for key in ("id", "file"):
+        if raw.get(key) is None:
+            raise ConfigError("required", path=path, key=f"{at}.{key}", hint="add it")
+
+    def get(key: str, pattern: re.Pattern[str] | None = None) -> str | None:
+        return _optional(raw.get(key), path, f"{at}.{key}", pattern)
+
+    return Patch(
+        id=_string(raw["id"], path, f"{at}.id", pattern=PATCH_ID),
+        file=_relative(_string(raw["file"], path, f"{at}.file"), path, f"{at}.file"),
+        title=_title(raw.get("title"), path, f"{at}.title"),
+        upstream_status=get("upstream_status"),
+        origin=get("origin"),
+        markers=_markers(raw.get("markers"), path, f"{at}.markers"),
+        pre_tree=get("pre_tree", HEX40),
+        post_tree=get("post_tree", HEX40),
+        imported=_bool(raw.get("imported", False), path, f"{at}.imported"),
+        key_order=tuple(raw),
+    )
+
+
+def _title(raw: Any, path: Path, key: str) -> str:
+    if raw is None:
+        return ""
+    if not isinstance(raw, str):
+        raise ConfigError(f"expected a string, got {raw!r}", path=path, key=key, hint="quote it")
+    return raw
+
+
+def _markers(raw: Any, path: Path, key: str) -> tuple[str, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not all(isinstance(m, str) and m for m in raw):
+        raise ConfigError(
+            "must be a list of non-empty strings", path=path, key=key, hint='e.g. ["// patchctl"]'
+        )
+    return tuple(raw)
+
+
+def _bool(raw: Any, path: Path, key: str) -> bool:
+    if not isinstance(raw, bool):
+        raise ConfigError(f"expected true or false, got {raw!r}", path=path, key=key, hint="")
+    return raw
+
+
+def _check_unique(patches: tuple[Patch, ...], path: Path) -> None:
+    seen: dict[str, int] = {}
+    files: dict[str, int] = {}
+    for i, patch in enumerate(patches):
+        if patch.id in seen:
+            raise ConfigError(
+                f"duplicate id {patch.id!r} (also patches[{seen[patch.id]}])",
+                path=path,
+                key=f"patches[{i}].id",
+                hint="give every patch a unique id",
+            )
+        if patch.file in files:
+            raise ConfigError(
+                f"duplicate file {patch.file!r} (also patches[{files[patch.file]}])",
+                path=path,
+                key=f"patches[{i}].file",
+                hint="give every patch its own file",
+            )
+        seen[patch.id] = i
+        files[patch.file] = i
+
+
+def _check_files(series: Series) -> None:
+    for i, patch in enumerate(series.patches):
+        if not series.patch_path(patch).is_file():
+            raise NotFound(
+                f"{series.path}: patches[{i}].file: {patch.file} does not exist",
+                hint=f"create {series.patch_path(patch)} or remove the entry",
+            )
+
+
+# ----------------------------------------------------------------------------- saving
+
+
+class _Dumper(yaml.SafeDumper):
+    """Indents block sequences under their key (`patches:\\n  - id: ...`)."""
+
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+        super().increase_indent(flow, False)
+
+
+def _ordered(
+    values: Mapping[str, Any], canonical: tuple[str, ...], seen: tuple[str, ...]
+) -> dict[str, Any]:
+    order = [k for k in seen if k in canonical] + [k for k in canonical if k not in seen]
+    return {k: values[k] for k in order if k in values}
+
+
+def _upstream_dict(up: Upstream) -> dict[str, Any]:
+    values = {k: getattr(up, k) for k in UPSTREAM_KEYS if getattr(up, k) is not None}
+    return _ordered(values, UPSTREAM_KEYS, up.key_order)
+
+
+def _patch_dict(p: Patch) -> dict[str, Any]:
+    values: dict[str, Any] = {"id": p.id, "file": p.file, "title": p.title}
+    optional = {
+        "upstream_status": p.upstream_status,
+        "origin": p.origin,
+        "markers": list(p.markers) if p.markers else None,
+        "pre_tree": p.pre_tree,
+        "post_tree": p.post_tree,
+        "imported": p.imported if p.imported or "imported" in p.key_order else None,
+    }
+    values.update({k: v for k, v in optional.items() if v is not None})
+    return _ordered(values, PATCH_KEYS, p.key_order)
+
+
+def series_to_dict(series: Series) -> dict[str, Any]:
+    """The series as plain data, in file order (also used for --json)."""
+    values: dict[str, Any] = {
+        "version": series.version,
+        "upstream": _upstream_dict(series.upstream),
+        "patches": [_patch_dict(p) for p in series.patches],
+    }
+    if series.root != "." or "root" in series.key_order:
+        values["root"] = series.root
+    return _ordered(values, SERIES_KEYS, series.key_order)
+
+
+def dump_series(series: Series) -> bytes:
+    """The YAML bytes `save_series` writes: block style, a blank line between patches."""
+    text = yaml.dump(
+        series_to_dict(series),
+        Dumper=_Dumper,
+        sort_keys=False,
+        default_flow_style=False,
+        allow_unicode=True,
+        width=1_000_000,
+    )
+    text = re.sub(r"\n(  - id: )", r"\n\n\1", text)
+    return (series.header + text).encode("utf-8")
+
+
+def save_series(series: Series, path: Path | None = None) -> bool:
+    """Write the series atomically (to `path` or series.path); False when bytes were equal."""
+    target = series_file(path) if path is not None else series.path
+    data = dump_series(series)
+    if target.is_file() and target.read_bytes() == data:
+        return False
+    tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
+    tmp.write_bytes(data)
+    os.replace(tmp, target)
+    return True
