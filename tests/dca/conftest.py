@@ -1,9 +1,9 @@
-"""Shared fixtures for the DCA (0078-dca) native tests: llama.cpp trees and a native compiler helper.
+"""Shared fixtures for the DCA (0078-dca) native tests: llama.cpp trees and a native compiler.
 
 The trees come from the environment so CI can point them at builds made through patchctl:
 
-- ``PATCHCTL_DCA_SRC`` / ``PATCHCTL_DCA_BUILD``: the patched (DCA) llama.cpp source and its cmake build dir.
-- ``PATCHCTL_UPSTREAM_SRC`` / ``PATCHCTL_UPSTREAM_BUILD``: the unpatched upstream source and build dir.
+- ``PATCHCTL_DCA_SRC`` / ``PATCHCTL_DCA_BUILD``: the patched (DCA) source and its cmake build dir.
+- ``PATCHCTL_UPSTREAM_SRC`` / ``PATCHCTL_UPSTREAM_BUILD``: the unpatched source and build dir.
 
 A missing tree is a test FAILURE with a message saying what to set, never a skip: an acceptance
 test that silently skips would count as passed.
@@ -75,7 +75,7 @@ def require_build(kind: str) -> LlamaBuild:
         pytest.fail(
             f"{kind} llama.cpp build unavailable: "
             + "; ".join(problems)
-            + f". Set PATCHCTL_{kind}_SRC and PATCHCTL_{kind}_BUILD to a configured and built tree.",
+            + f". Set PATCHCTL_{kind}_SRC and PATCHCTL_{kind}_BUILD to a built tree.",
             pytrace=False,
         )
     return tree
@@ -108,7 +108,7 @@ def _native_source(name: str) -> Path:
 def _compile_command(
     source: Path, build: LlamaBuild, extra_flags: Sequence[str], out: Path
 ) -> list[str]:
-    """The system compiler invocation for `source` linked against `build`'s ggml shared libraries."""
+    """The system compiler command for `source`, linked against `build`'s ggml shared libs."""
     is_cpp = source.suffix == ".cpp"
     compiler = os.environ.get("CXX", "c++") if is_cpp else os.environ.get("CC", "cc")
     std = "-std=c++17" if is_cpp else "-std=c11"
@@ -133,7 +133,7 @@ def _compile_command(
 
 
 def _cache_key(source: Path, build: LlamaBuild, extra_flags: Sequence[str]) -> str:
-    """Hash of everything the binary depends on at compile time: source, flags, tree, public headers."""
+    """Hash of what the binary depends on at compile time: source, flags, tree, headers."""
     digest = hashlib.sha256()
     digest.update(source.read_bytes())
     digest.update("\0".join([str(build.src), str(build.bin), *extra_flags]).encode())
@@ -143,9 +143,7 @@ def _cache_key(source: Path, build: LlamaBuild, extra_flags: Sequence[str]) -> s
     return digest.hexdigest()[:16]
 
 
-def compile_native(
-    name: str, build: LlamaBuild, extra_flags: Sequence[str] = ()
-) -> Path:
+def compile_native(name: str, build: LlamaBuild, extra_flags: Sequence[str] = ()) -> Path:
     """Compile tests/native/`name` against `build` and return the executable.
 
     Binaries are cached under ``<build>/patchctl-native/`` by a hash of source, flags and headers,
