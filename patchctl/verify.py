@@ -1,0 +1,338 @@
+"""Byte-for-byte round-trip verification of a series, in a scratch repository.
+
+For each patch, walking the stack from the pinned upstream tree:
+  chain    the recorded pre_tree is the tree the patches before it produce;
+  forward  `apply --cached` on the pre-tree gives exactly the recorded post_tree;
+  reverse  `apply -R --cached` on the post-tree gives exactly the pre-tree;
+  reexport capturing pre -> post again reproduces the committed bytes (an imported patch's
+           original bytes are kept verbatim, so for it this step is the byte check of forward
+           and reverse only);
+  markers  each declared marker is absent from the pre-tree and present in the post-tree.
+Tree ids are compared, so modes, symlinks and binaries count. The scratch repository borrows
+objects through `objects/info/alternates` and owns its indexes: the user's clean room (index,
+worktree, refs) is never touched.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from patchctl.capture import export_patch
+from patchctl.errors import NotFound, VerifyFailed
+from patchctl.git import Git
+from patchctl.markers import check_markers
+from patchctl.progress import Progress, or_null
+from patchctl.series import Patch, Series
+
+STEPS = ("chain", "forward", "reverse", "reexport", "markers")
+# `git apply` flags: index only (no worktree), never rewrite whitespace, never fuzz context.
+APPLY_FLAGS = ("apply", "--cached", "--whitespace=nowarn", "-p1")
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """One check of one patch."""
+
+    step: str
+    ok: bool
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class PatchReport:
+    """Every check of one patch."""
+
+    id: str
+    steps: tuple[StepResult, ...]
+
+    @property
+    def ok(self) -> bool:
+        """True when every step passed."""
+        return all(s.ok for s in self.steps)
+
+    def to_json(self) -> dict[str, object]:
+        """Plain data for --json."""
+        return {
+            "id": self.id,
+            "ok": self.ok,
+            "steps": [{"step": s.step, "ok": s.ok, "detail": s.detail} for s in self.steps],
+        }
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """The result of verifying some patches of a series."""
+
+    series: str
+    base_tree: str
+    patches: tuple[PatchReport, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        """True when every patch passed every step."""
+        return all(p.ok for p in self.patches)
+
+    def failures(self) -> list[tuple[str, StepResult]]:
+        """(patch id, failed step) pairs in stack order."""
+        return [(p.id, s) for p in self.patches for s in p.steps if not s.ok]
+
+    def to_json(self) -> dict[str, object]:
+        """Plain data for --json."""
+        return {
+            "ok": self.ok,
+            "series": self.series,
+            "base_tree": self.base_tree,
+            "patches": [p.to_json() for p in self.patches],
+        }
+
+    def raise_if_failed(self) -> None:
+        """VerifyFailed (exit 12) naming the first failing patch, step and difference."""
+        failures = self.failures()
+        if not failures:
+            return
+        pid, step = failures[0]
+        more = f" (and {len(failures) - 1} more failed checks)" if len(failures) > 1 else ""
+        raise VerifyFailed(
+            f"verify failed: patch {pid}, step {step.step}: {step.detail}{more}",
+            hint="recapture the patch in the clean room (patchctl capture ID) or fix its file",
+        )
+
+
+# ----------------------------------------------------------------------------- scratch repo
+
+
+def objects_dir(source: Path) -> Path:
+    """The object directory of a repository given as worktree, git dir or objects dir."""
+    for candidate in (source / ".git" / "objects", source / "objects", source):
+        if (candidate / "info").is_dir() or (candidate / "pack").is_dir():
+            return candidate.resolve()
+    raise NotFound(f"{source} is not a git repository", hint="run patchctl cleanroom apply first")
+
+
+@contextmanager
+def scratch_repo(sources: Sequence[Path]) -> Iterator[Git]:
+    """A temporary bare repository that reads objects from `sources` (via alternates)."""
+    with tempfile.TemporaryDirectory(prefix="patchctl-verify-") as tmp:
+        git = Git.init(Path(tmp) / "scratch.git", bare=True)
+        alternates = "".join(f"{objects_dir(s)}\n" for s in sources)
+        (git.repo / "objects" / "info").mkdir(parents=True, exist_ok=True)
+        (git.repo / "objects" / "info" / "alternates").write_text(alternates)
+        yield git
+
+
+class Index:
+    """A private index file inside the scratch repository."""
+
+    def __init__(self, git: Git, name: str) -> None:
+        self.git = git
+        self.env = {"GIT_INDEX_FILE": str(git.repo / f"{name}.index")}
+
+    def read(self, tree: str) -> None:
+        """Load `tree` into the index."""
+        self.git.run("read-tree", tree, env=self.env)
+
+    def apply(self, data: bytes, *, reverse: bool = False, root: str = ".") -> tuple[bool, str]:
+        """Apply patch bytes to the index; (ok, git's first error line)."""
+        args = [*APPLY_FLAGS, *(["-R"] if reverse else []), *_directory(root)]
+        code, _, err = self.git.run_full(*args, stdin=data, env=self.env)
+        return code == 0, _first_line(err)
+
+    def tree(self) -> str:
+        """Write the index as a tree and return its id."""
+        return self.git.run("write-tree", env=self.env).decode("ascii").strip()
+
+
+def _directory(root: str) -> list[str]:
+    return [] if root in (".", "") else [f"--directory={root.rstrip('/')}"]
+
+
+def _first_line(err: bytes) -> str:
+    lines = err.decode("utf-8", "backslashreplace").strip().splitlines()
+    return lines[0] if lines else "git apply failed"
+
+
+def has_object(git: Git, oid: str | None) -> bool:
+    """True when `oid` names an object the scratch repository can read."""
+    if oid is None:
+        return False
+    code, _, _ = git.run_full("cat-file", "-e", f"{oid}^{{tree}}")
+    return code == 0
+
+
+def first_differing_path(git: Git, expected: str, actual: str) -> str:
+    """The first path whose entry differs between two trees (both readable)."""
+    if not (has_object(git, expected) and has_object(git, actual)):
+        return f"tree {actual} instead of {expected}"
+    out = git.run("diff-tree", "-r", "--name-only", "-z", "--no-renames", expected, actual, "--")
+    names = [n for n in out.split(b"\0") if n]
+    first = os.fsdecode(names[0]) if names else "(none)"
+    return f"tree {actual} instead of {expected}; first differing path: {first}"
+
+
+def first_differing_byte(expected: bytes, actual: bytes) -> str:
+    """Where two byte strings first differ: offset, line and lengths."""
+    limit = min(len(expected), len(actual))
+    offset = next((i for i in range(limit) if expected[i] != actual[i]), limit)
+    line = expected[:offset].count(b"\n") + 1
+    return (
+        f"first differing byte at offset {offset} (line {line}); "
+        f"file has {len(expected)} bytes, re-export has {len(actual)}"
+    )
+
+
+# ----------------------------------------------------------------------------- the walk
+
+
+@dataclass
+class _Walk:
+    """Mutable state of the walk up the stack (private to this module)."""
+
+    git: Git
+    series: Series
+    forward: Index
+    backward: Index
+    current: str | None
+
+
+def base_tree(series: Series) -> str:
+    """The pristine upstream tree the series starts from."""
+    if series.upstream.tree:
+        return series.upstream.tree
+    if series.patches and series.patches[0].pre_tree:
+        return series.patches[0].pre_tree
+    raise NotFound(
+        f"{series.path}: no upstream.tree and no recorded pre_tree to start verifying from",
+        hint="run patchctl cleanroom apply (records upstream.tree) or capture the first patch",
+    )
+
+
+def verify_series(
+    series: Series,
+    sources: Sequence[Path],
+    ids: Sequence[str] | None = None,
+    progress: Progress | None = None,
+) -> VerifyReport:
+    """Verify the patches `ids` (all when None) of `series`; objects come from `sources`."""
+    wanted = set(series.ids() if ids is None else ids)
+    for pid in wanted:
+        series.index(pid)  # NotFound for an unknown id
+    last = max((series.index(p) for p in wanted), default=-1)
+    base = base_tree(series)
+    prog = or_null(progress)
+    prog.start("verify", last + 1)
+    with scratch_repo(sources) as git:
+        if not has_object(git, base):
+            raise NotFound(
+                f"upstream tree {base} is not in {', '.join(map(str, sources))}",
+                hint="materialize the clean room first: patchctl cleanroom apply",
+            )
+        walk = _Walk(git, series, Index(git, "forward"), Index(git, "reverse"), base)
+        walk.forward.read(base)
+        reports = []
+        for patch in series.patches[: last + 1]:
+            report = _check_patch(walk, patch, full=patch.id in wanted)
+            if patch.id in wanted:
+                reports.append(report)
+            prog.advance("verify")
+    prog.done("verify")
+    return VerifyReport(series.name, base, tuple(reports))
+
+
+def _check_patch(walk: _Walk, patch: Patch, *, full: bool) -> PatchReport:
+    data = walk.series.patch_path(patch).read_bytes()
+    pre = walk.current
+    steps = [_chain(walk, patch, pre)]
+    post, forward = _forward(walk, patch, data, pre)
+    steps.append(forward)
+    walk.current = post
+    if full:
+        steps += _after_forward(walk, patch, data, pre, post)
+    return PatchReport(patch.id, tuple(steps))
+
+
+def _after_forward(
+    walk: _Walk, patch: Patch, data: bytes, pre: str | None, post: str | None
+) -> list[StepResult]:
+    pre = pre if pre is not None else _readable(walk.git, patch.pre_tree)
+    post = post if post is not None else _readable(walk.git, patch.post_tree)
+    if pre is None or post is None:
+        why = "no readable pre/post tree (earlier step failed)"
+        return [StepResult(s, False, why) for s in ("reverse", "reexport", "markers")]
+    return [
+        _reverse(walk, data, pre, post),
+        _reexport(walk, patch, data, pre, post),
+        _markers(walk, patch, pre, post),
+    ]
+
+
+def _readable(git: Git, oid: str | None) -> str | None:
+    return oid if has_object(git, oid) else None
+
+
+def _chain(walk: _Walk, patch: Patch, pre: str | None) -> StepResult:
+    if patch.pre_tree is None or patch.post_tree is None:
+        return StepResult("chain", False, "no pre_tree/post_tree recorded: capture or import it")
+    if pre is None:
+        return StepResult("chain", False, "an earlier patch failed: no tree to start from")
+    if patch.pre_tree != pre:
+        return StepResult("chain", False, first_differing_path(walk.git, patch.pre_tree, pre))
+    return StepResult("chain", True, pre)
+
+
+def _forward(
+    walk: _Walk, patch: Patch, data: bytes, pre: str | None
+) -> tuple[str | None, StepResult]:
+    if pre is None:
+        return _resume(walk, patch), StepResult("forward", False, "no tree to apply to")
+    applied, why = walk.forward.apply(data, root=walk.series.root)
+    if not applied:
+        return _resume(walk, patch), StepResult("forward", False, f"does not apply: {why}")
+    post = walk.forward.tree()
+    if patch.post_tree is not None and post != patch.post_tree:
+        detail = first_differing_path(walk.git, patch.post_tree, post)
+        return post, StepResult("forward", False, detail)
+    return post, StepResult("forward", True, post)
+
+
+def _resume(walk: _Walk, patch: Patch) -> str | None:
+    """After a failed forward step, continue from the recorded post-tree if readable."""
+    post = _readable(walk.git, patch.post_tree)
+    if post is not None:
+        walk.forward.read(post)
+    return post
+
+
+def _reverse(walk: _Walk, data: bytes, pre: str, post: str) -> StepResult:
+    walk.backward.read(post)
+    applied, why = walk.backward.apply(data, reverse=True, root=walk.series.root)
+    if not applied:
+        return StepResult("reverse", False, f"does not reverse-apply: {why}")
+    back = walk.backward.tree()
+    if back != pre:
+        return StepResult("reverse", False, first_differing_path(walk.git, pre, back))
+    return StepResult("reverse", True, back)
+
+
+def _reexport(walk: _Walk, patch: Patch, data: bytes, pre: str, post: str) -> StepResult:
+    if patch.imported:
+        return StepResult("reexport", True, "imported: original bytes kept verbatim")
+    again = export_patch(walk.git, patch, pre, post, walk.series.root)
+    if again != data:
+        return StepResult("reexport", False, first_differing_byte(data, again))
+    return StepResult("reexport", True, f"{len(data)} bytes identical")
+
+
+def _markers(walk: _Walk, patch: Patch, pre: str, post: str) -> StepResult:
+    bad = [c for c in check_markers(walk.git, pre, post, patch.markers) if not c.ok]
+    if bad:
+        what = "; ".join(
+            f"{c.marker!r} {'already in pre-tree' if c.in_pre else 'missing from post-tree'}"
+            for c in bad
+        )
+        return StepResult("markers", False, what)
+    return StepResult("markers", True, f"{len(patch.markers)} marker(s) ok")

@@ -1,0 +1,171 @@
+"""capture: golden bytes across the content matrix, under hostile user git config."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from support_patch import Entry, Exe, Link, hostile, make_repo, make_series, write_files
+
+from patchctl.capture import (
+    NothingToCapture,
+    capture_trees,
+    diff_trees,
+    git_dir,
+    patch_header,
+    snapshot_worktree,
+    write_if_changed,
+)
+from patchctl.series import Patch
+from patchctl.verify import verify_series
+
+GOLDEN = Path(__file__).parent / "golden" / "capture"
+UPDATE = os.environ.get("PATCHCTL_UPDATE_GOLDEN") == "1"
+
+BASE: dict[str, Entry] = {
+    "crlf.txt": b"one\r\ntwo\r\nthree\r\n",
+    "noeol.txt": b"alpha\nbeta",
+    "latin1.txt": b"caf\xe9\nna\xefve\n",
+    "blob.bin": bytes(range(256)) * 4,
+    "script.sh": b"#!/bin/sh\necho hi\n",
+    "link": Link("noeol.txt"),
+    "old name.txt": b"moved content\n" * 5,
+    "gone.txt": b"delete me\n",
+    "blank.txt": b"a\n\nb\n\nc\n",
+    "dir/keep.c": b"int main(void) { return 0; }\n",
+}
+
+CASES: dict[str, dict[str, Entry]] = {
+    "crlf": {"crlf.txt": b"one\r\nTWO\r\nthree\r\n", "new-crlf.txt": b"x\r\ny\r\n"},
+    "no_eol": {"noeol.txt": b"alpha\nbeta\ngamma", "crlf.txt": b"one\r\ntwo\r\nthree"},
+    "latin1": {"latin1.txt": b"caf\xe9\nna\xefve\nd\xe9j\xe0 vu\n"},
+    "binary": {"blob.bin": bytes(range(255, -1, -1)) * 4, "new.bin": b"\x00\x01\x02\xff"},
+    "mode": {"script.sh": Exe(b"#!/bin/sh\necho hi\n"), "dir/keep.c": Exe(b"int x;\n")},
+    "symlink": {"link": Link("crlf.txt"), "dir/up": Link("../gone.txt")},
+    "rename": {"old name.txt": None, "new name.txt": b"moved content\n" * 5},
+    "delete": {"gone.txt": None, "blob.bin": None},
+    "names": {"spaced dir/ünïcode file.txt": b"hello\n", "tab\there.txt": b"t\n"},
+    "blank_context": {"blank.txt": b"a\n\nB\n\nc\n"},
+    "type_change": {"link": b"now a file\n", "gone.txt": Link("noeol.txt")},
+}
+CASES["all"] = {k: v for case in list(CASES.values()) for k, v in case.items()}
+
+META = Patch(
+    id="0001-matrix",
+    file="0001-matrix.patch",
+    title="Content matrix édition",
+    upstream_status="Inappropriate [test]",
+    origin="tests",
+)
+
+
+@pytest.fixture
+def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    path = tmp_path / "repo"
+    make_repo(path, BASE)
+    hostile(path, home)
+    return path
+
+
+def _capture(path: Path) -> tuple[bytes, str, str]:
+    from patchctl.git import Git
+
+    git = Git(path)
+    pre = git.tree_of("HEAD")
+    post = snapshot_worktree(git)
+    return capture_trees(git, META, pre, post), pre, post
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_capture_matches_golden_bytes(repo: Path, case: str) -> None:
+    write_files(repo, CASES[case])
+    data, _, _ = _capture(repo)
+    golden = GOLDEN / f"{case}.patch"
+    if UPDATE:
+        write_if_changed(golden, data)
+    assert golden.is_file(), f"missing golden {golden}: run with PATCHCTL_UPDATE_GOLDEN=1"
+    assert data == golden.read_bytes()
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_capture_round_trips_through_verify(repo: Path, tmp_path: Path, case: str) -> None:
+    write_files(repo, CASES[case])
+    data, pre, post = _capture(repo)
+    series_dir = tmp_path / "project" / "patches" / "s"
+    entry = Patch(**{**META.__dict__, "pre_tree": pre, "post_tree": post, "key_order": ()})
+    series = make_series(series_dir, pre, (entry,))
+    (series_dir / entry.file).write_bytes(data)
+    report = verify_series(series, [repo])
+    assert report.ok, report.failures()
+    assert [s.step for s in report.patches[0].steps] == [
+        "chain",
+        "forward",
+        "reverse",
+        "reexport",
+        "markers",
+    ]
+
+
+def test_capture_is_deterministic_and_keeps_the_index(repo: Path) -> None:
+    write_files(repo, CASES["all"])
+    index = repo / ".git" / "index"
+    before = index.read_bytes()
+    first, _, post1 = _capture(repo)
+    second, _, post2 = _capture(repo)
+    assert first == second
+    assert post1 == post2
+    assert index.read_bytes() == before
+
+
+def test_capture_sees_same_size_same_second_edits(repo: Path) -> None:
+    # Same length, written right after the index: only racy-git checks catch it.
+    (repo / "crlf.txt").write_bytes(b"one\r\ntwX\r\nthree\r\n")
+    data, _, _ = _capture(repo)
+    assert b"+twX\r\n" in data
+
+
+def test_hostile_config_does_not_leak(repo: Path) -> None:
+    write_files(repo, CASES["all"])
+    data, _, _ = _capture(repo)
+    assert b"\x1b[" not in data  # color.ui=always
+    assert b"diff --git a/crlf.txt b/crlf.txt\n" in data  # noprefix / mnemonicPrefix
+    assert b"\n \n" in data  # suppressBlankEmpty=false keeps the space on blank context
+    assert b"one\r\n" in data  # autocrlf=true did not strip CRs
+    assert b"new mode 100755" in data  # filemode=false did not hide the mode change
+    assert b"rename from" not in data  # diff.renames=copies ignored: fixed policy
+
+
+def test_nothing_to_capture(repo: Path) -> None:
+    with pytest.raises(NothingToCapture):
+        _capture(repo)
+
+
+def test_header_is_fixed_and_uses_metadata() -> None:
+    header = patch_header(META)
+    assert header.startswith(b"From 0000000000000000000000000000000000000000 Mon Sep 17")
+    assert b"Subject: [PATCH] Content matrix \xc3\xa9dition\n" in header
+    assert b"\nPatchctl-Id: 0001-matrix\nUpstream-Status: Inappropriate [test]\n" in header
+    assert header.endswith(b"Origin: tests\n---\n")
+
+
+def test_write_if_changed(tmp_path: Path) -> None:
+    target = tmp_path / "a.patch"
+    assert write_if_changed(target, b"x")
+    mtime = target.stat().st_mtime_ns
+    assert not write_if_changed(target, b"x")
+    assert target.stat().st_mtime_ns == mtime
+    assert write_if_changed(target, b"y")
+
+
+def test_diff_trees_root_is_relative(repo: Path) -> None:
+    from patchctl.git import Git
+
+    git = Git(repo)
+    write_files(repo, {"dir/keep.c": b"int y;\n"})
+    diff = diff_trees(git, git.tree_of("HEAD"), snapshot_worktree(git), root="dir")
+    assert diff.startswith(b"diff --git a/keep.c b/keep.c\n")
+    assert git_dir(git) == (repo / ".git").resolve()
