@@ -1,0 +1,303 @@
+"""The clean room: a git repository patchctl creates and owns, holding upstream + patches.
+
+Layout (docs/architecture.md): `cleanroom/<series>/` by default; marked by
+`.git/patchctl-cleanroom.json`. The base commit is the pristine upstream; each applied patch is
+one commit with fixed identity and dates and a `Patchctl-Id: <id>` trailer, so commit ids are
+reproducible. patchctl refuses to touch a directory without the marker, and saves unsaved work
+(a backup ref plus a patch file) before any reset.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from patchctl import __version__
+from patchctl.errors import DirtyTree, NotFound, PatchctlError
+from patchctl.git import Git
+from patchctl.progress import Progress
+from patchctl.series import Series, series_to_dict
+from patchctl.upstream import Materialized, materialize
+
+MARKER = "patchctl-cleanroom.json"
+BRANCH = "refs/heads/main"
+BASE_REF = "refs/patchctl/base"
+BACKUP_REFS = "refs/patchctl/backups/"
+ID_TRAILER = "Patchctl-Id"
+SHA_TRAILER = "Patchctl-Patch-Sha256"
+# Worktree bytes must equal blob bytes whatever attributes upstream ships (eol, filters).
+INFO_ATTRIBUTES = b"* -text -eol -filter -ident -working-tree-encoding\n"
+# Capture/diff flags for backup patch files: bytes-exact, config-free.
+DIFF_FLAGS = ("--binary", "--full-index", "--no-color", "--no-ext-diff", "--no-textconv")
+
+
+@dataclass(frozen=True)
+class Backup:
+    """Unsaved work saved before a reset: a ref in the clean room and a patch file."""
+
+    ref: str
+    commit: str
+    patch_file: Path
+    paths: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Cleanroom:
+    """An existing clean room: its path, its git runner and its marker metadata."""
+
+    path: Path
+    git: Git
+    meta: dict[str, Any]
+
+    @property
+    def series_name(self) -> str:
+        """The name of the series this clean room was made for."""
+        return str(self.meta.get("series_name", self.path.name))
+
+    @property
+    def root(self) -> str:
+        """The subdirectory of the tree the patches target ('.' for the top)."""
+        return str(self.meta.get("root", "."))
+
+    def base_commit(self) -> str:
+        """The commit holding the pristine upstream."""
+        return self.git.rev_parse(BASE_REF)
+
+    def base_tree(self) -> str:
+        """The tree id of the pristine upstream."""
+        return str(self.meta["base_tree"])
+
+    def head(self) -> str:
+        """The current commit (base or the last applied patch)."""
+        return self.git.rev_parse("HEAD")
+
+    def head_tree(self) -> str:
+        """The tree of the current commit."""
+        return self.git.tree_of("HEAD")
+
+    def stack(self) -> list[tuple[str, str, str | None]]:
+        """(commit, patch id, patch sha256) for each commit above the base, oldest first."""
+        fmt = (
+            f"%H%x00%(trailers:key={ID_TRAILER},valueonly,separator=%x2C)"
+            f"%x00%(trailers:key={SHA_TRAILER},valueonly,separator=%x2C)%x00"
+        )
+        raw = self.git.run(
+            "log", "--reverse", "-z", f"--format={fmt}", f"{BASE_REF}..HEAD", "--"
+        ).decode("utf-8")
+        fields = raw.split("\0")
+        entries = []
+        for i in range(0, len(fields) - 3, 4):
+            commit, pid, sha = (fields[i + j].strip() for j in range(3))
+            entries.append((commit, pid, sha or None))
+        return entries
+
+    def applied_patches(self) -> list[str]:
+        """The ids of the applied patches, in order (from `Patchctl-Id:` trailers)."""
+        return [pid for _commit, pid, _sha in self.stack()]
+
+    def commit_for(self, patch_id: str) -> str | None:
+        """The commit that applied `patch_id`, or None when it is not applied."""
+        for commit, pid, _sha in self.stack():
+            if pid == patch_id:
+                return commit
+        return None
+
+    def dirty_paths(self) -> list[str]:
+        """Paths with unsaved work: modified, staged, deleted or untracked (not ignored)."""
+        raw = self.git.run("status", "--porcelain=v1", "-z", "--untracked-files=all")
+        return _parse_status(raw)
+
+    def is_dirty(self) -> bool:
+        """True when there is unsaved work."""
+        return bool(self.dirty_paths())
+
+    def backups_dir(self) -> Path:
+        """`<cleanroom>.backups/`, next to the clean room."""
+        return self.path.with_name(self.path.name + ".backups")
+
+    def save_unsaved_work(self) -> Backup:
+        """Commit all unsaved work to `refs/patchctl/backups/<n>` and write `<n>.patch`."""
+        paths = tuple(self.dirty_paths())
+        tree = self._snapshot_tree()
+        number = self._next_backup_number()
+        message = f"patchctl backup {number}: {len(paths)} path(s)\n".encode()
+        commit = self.git.commit_tree(tree, message, (self.head(),))
+        ref = f"{BACKUP_REFS}{number}"
+        self.git.update_ref(ref, commit, "patchctl backup")
+        patch = self.git.run("diff", *DIFF_FLAGS, "HEAD", commit, "--")
+        target = self.backups_dir() / f"{number}.patch"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(patch)
+        return Backup(ref, commit, target, paths)
+
+    def _snapshot_tree(self) -> str:
+        """The tree of HEAD plus every unsaved change, via a temporary index."""
+        index = self.git.repo / ".git" / "patchctl-backup.index"
+        env = {"GIT_INDEX_FILE": str(index)}
+        try:
+            self.git.run("read-tree", "HEAD", env=env)
+            self.git.run("add", "-A", "--", ".", env=env)
+            return self.git.text("write-tree", env=env)
+        finally:
+            index.unlink(missing_ok=True)
+
+    def _next_backup_number(self) -> int:
+        refs = self.git.text("for-each-ref", "--format=%(refname)", BACKUP_REFS)
+        numbers = [int(r.rsplit("/", 1)[1]) for r in refs.split() if r.rsplit("/", 1)[1].isdigit()]
+        files = [int(p.stem) for p in self._backup_files() if p.stem.isdigit()]
+        return max([0, *numbers, *files]) + 1
+
+    def _backup_files(self) -> list[Path]:
+        folder = self.backups_dir()
+        return list(folder.glob("*.patch")) if folder.is_dir() else []
+
+    def remove_untracked(self, paths: tuple[str, ...]) -> None:
+        """Delete untracked files listed in a backup (they are saved there)."""
+        tracked = set(self.git.run("ls-files", "-z").split(b"\0"))
+        for rel in paths:
+            if os.fsencode(rel) in tracked:
+                continue
+            target = self.path / rel
+            if target.is_symlink() or target.is_file():
+                target.unlink()
+
+    def reset_to(self, commit: str) -> None:
+        """Move the branch to `commit`, touching only files that differ (`reset --keep`)."""
+        self.git.run("reset", "--quiet", "--keep", commit)
+
+
+def _parse_status(raw: bytes) -> list[str]:
+    paths: list[str] = []
+    fields = raw.split(b"\0")
+    i = 0
+    while i < len(fields):
+        entry = fields[i]
+        i += 1
+        if len(entry) < 4:
+            continue
+        if entry[:1] in (b"R", b"C"):
+            i += 1  # the rename/copy source follows as its own field
+        paths.append(os.fsdecode(entry[3:]))
+    return paths
+
+
+# ----------------------------------------------------------------------------- locating
+
+
+def project_root(series_dir: Path) -> Path:
+    """The project a series belongs to: the parent of `patches/` (or the series' parent)."""
+    parent = series_dir.resolve().parent
+    return parent.parent if parent.name == "patches" else parent
+
+
+def default_workdir(series_dir: Path) -> Path:
+    """`<project>/cleanroom/<series name>`."""
+    return project_root(series_dir) / "cleanroom" / series_dir.resolve().name
+
+
+def marker_path(path: Path) -> Path:
+    """Where the marker of a clean room at `path` lives."""
+    return path / ".git" / MARKER
+
+
+def is_cleanroom(path: Path) -> bool:
+    """True when `path` is a clean room patchctl created."""
+    return marker_path(path).is_file()
+
+
+def load_cleanroom(path: Path) -> Cleanroom:
+    """Open the clean room at `path` (NotFound when there is none)."""
+    if not is_cleanroom(path):
+        raise NotFound(f"no clean room at {path}", hint="create it with `patchctl cleanroom apply`")
+    meta = json.loads(marker_path(path).read_bytes())
+    return Cleanroom(path, Git(path), meta)
+
+
+def open_cleanroom(series_dir: Path, workdir: Path | None = None) -> Cleanroom:
+    """The existing clean room of a series (`workdir` overrides the default location)."""
+    return load_cleanroom(workdir if workdir is not None else default_workdir(series_dir))
+
+
+def pin_of(series: Series) -> dict[str, Any]:
+    """What identifies a base: upstream pin and root (the marker's `upstream` and `root`)."""
+    return {"upstream": series_to_dict(series)["upstream"], "root": series.root}
+
+
+def same_pin(room: Cleanroom, series: Series) -> bool:
+    """True when the clean room was made from the same upstream pin as `series`."""
+    pin = pin_of(series)
+    return room.meta.get("upstream") == pin["upstream"] and room.root == series.root
+
+
+# ----------------------------------------------------------------------------- creating
+
+
+def create_cleanroom(series: Series, workdir: Path, progress: Progress | None = None) -> Cleanroom:
+    """Materialize the upstream into a new clean room at `workdir` (missing or empty).
+
+    Built in a sibling temporary directory and renamed into place, so a failure (checksum,
+    unsafe archive, tree mismatch) leaves nothing behind.
+    """
+    if workdir.exists() and (not workdir.is_dir() or any(workdir.iterdir())):
+        raise DirtyTree(
+            f"{workdir} exists and is not a patchctl clean room; refusing to touch it",
+            hint="pass --workdir with a new or empty directory",
+        )
+    workdir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = workdir.with_name(f".{workdir.name}.partial-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        _build(series, tmp, progress)
+        if workdir.exists():
+            workdir.rmdir()
+        os.replace(tmp, workdir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return load_cleanroom(workdir)
+
+
+def _build(series: Series, tmp: Path, progress: Progress | None) -> None:
+    git = Git.init(tmp)
+    info = tmp / ".git" / "info"
+    info.mkdir(exist_ok=True)
+    (info / "attributes").write_bytes(INFO_ATTRIBUTES)
+    result = materialize(series, git, progress)
+    _check_root(series, git, result)
+    message = f"upstream: {series.upstream.describe()}\n".encode()
+    base = git.commit_tree(result.tree, message)
+    git.update_ref(BRANCH, base)
+    git.run("symbolic-ref", "HEAD", BRANCH)
+    git.update_ref(BASE_REF, base)
+    meta = {
+        "created_by": f"patchctl {__version__}",
+        "series": str(series.path.resolve()),
+        "series_name": series.name,
+        **pin_of(series),
+        "base_tree": result.tree,
+        "base_commit": base,
+        "dropped": list(result.dropped),
+    }
+    marker_path(tmp).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+
+
+def _check_root(series: Series, git: Git, result: Materialized) -> None:
+    if series.root in (".", ""):
+        return
+    if git.maybe_rev(f"{result.tree}:{series.root}") is None:
+        raise NotFound(
+            f"root {series.root!r} is not a directory of the upstream tree",
+            hint=f"fix `root:` in {series.path}",
+        )
+
+
+def discard_cleanroom(room: Cleanroom) -> None:
+    """Remove a clean room patchctl created (only when it has no unsaved work)."""
+    if not is_cleanroom(room.path):
+        raise PatchctlError(f"{room.path} is not a patchctl clean room; not removing it")
+    if room.is_dirty():
+        raise DirtyTree(f"{room.path} has unsaved work; not removing it")
+    shutil.rmtree(room.path)

@@ -1,0 +1,271 @@
+"""Materialize a pinned upstream into a directory, through a content-addressed cache.
+
+Kinds (series.yaml `upstream.kind`):
+- `pypi-sdist`: the sdist of package==version, found through the PyPI JSON API, sha256-checked;
+- `git`: a local path or URL and a full 40-hex commit, fetched into a cache bare repository
+  (the user's clone is only read, never written);
+- `archive`: a local .tar.* or .zip file with its sha256.
+
+Downloads are stored as `<cache>/sha256/<hex>/<file name>` and reused offline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from patchctl.archive import extract_archive, is_archive
+from patchctl.errors import ChecksumMismatch, ConfigError, GitFailed, NotFound, PatchctlError
+from patchctl.git import Git
+from patchctl.progress import Progress, or_null
+from patchctl.series import Series, Upstream
+
+PYPI_URL = "https://pypi.org/pypi"
+CHUNK = 1 << 20
+
+
+def cache_dir() -> Path:
+    """`$PATCHCTL_CACHE_DIR`, else `$XDG_CACHE_HOME/patchctl`, else `~/.cache/patchctl`."""
+    explicit = os.environ.get("PATCHCTL_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg) if xdg else Path.home() / ".cache"
+    return base / "patchctl"
+
+
+def pypi_url() -> str:
+    """The PyPI JSON API base (`$PATCHCTL_PYPI_URL` overrides it, e.g. a file:// mirror)."""
+    return os.environ.get("PATCHCTL_PYPI_URL", PYPI_URL).rstrip("/")
+
+
+def sha256_file(path: Path) -> str:
+    """The hex sha256 of a file's bytes."""
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        for block in iter(lambda: stream.read(CHUNK), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def cached_path(sha256: str, filename: str, cache: Path | None = None) -> Path:
+    """Where a file with this sha256 lives in the content-addressed store."""
+    return (cache or cache_dir()) / "sha256" / sha256 / filename
+
+
+def find_cached(sha256: str, cache: Path | None = None) -> Path | None:
+    """A cached file with this sha256 whose bytes still match, or None."""
+    folder = (cache or cache_dir()) / "sha256" / sha256
+    if not folder.is_dir():
+        return None
+    for candidate in sorted(folder.iterdir()):
+        if (
+            candidate.is_file()
+            and not candidate.name.startswith(".")
+            and sha256_file(candidate) == sha256
+        ):
+            return candidate
+    return None
+
+
+def store(source: Path, sha256: str, filename: str, cache: Path | None = None) -> Path:
+    """Copy `source` into the store if its sha256 is `sha256` (ChecksumMismatch otherwise)."""
+    actual = sha256_file(source)
+    if actual != sha256:
+        raise ChecksumMismatch(f"{source} has sha256 {actual}, expected {sha256}")
+    target = cached_path(sha256, filename, cache)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{filename}.tmp{os.getpid()}")
+    tmp.write_bytes(source.read_bytes())
+    os.replace(tmp, target)
+    return target
+
+
+# ----------------------------------------------------------------------------- pypi
+
+
+def _open(url: str) -> Any:
+    request = urllib.request.Request(url, headers={"User-Agent": "patchctl"})
+    try:
+        return urllib.request.urlopen(request, timeout=60)
+    except OSError as exc:
+        raise PatchctlError(
+            f"cannot download {url}: {exc}", hint="check the network, or seed the cache"
+        ) from None
+
+
+def sdist_release(package: str, version: str) -> dict[str, Any]:
+    """The PyPI JSON API entry of the sdist of package==version (NotFound if none)."""
+    url = f"{pypi_url()}/{package}/{version}/json"
+    with _open(url) as response:
+        data = json.loads(response.read())
+    for entry in data.get("urls", []):
+        if entry.get("packagetype") == "sdist":
+            return dict(entry)
+    raise NotFound(f"PyPI has no sdist for {package}=={version}", hint="check upstream.version")
+
+
+def _download(url: str, dest: Path, progress: Progress) -> str:
+    """Stream `url` into `dest`; return the sha256 of what was written."""
+    digest = hashlib.sha256()
+    with _open(url) as response, dest.open("wb") as out:
+        total = response.headers.get("Content-Length")
+        progress.start("download", int(total) if total else None)
+        for block in iter(lambda: response.read(CHUNK), b""):
+            digest.update(block)
+            out.write(block)
+            progress.advance("download", len(block))
+    progress.done("download")
+    return digest.hexdigest()
+
+
+def fetch_sdist(upstream: Upstream, progress: Progress | None = None) -> Path:
+    """The sdist file of the pin, from the cache or downloaded and verified."""
+    assert upstream.sha256 and upstream.package and upstream.version  # validated on load
+    cached = find_cached(upstream.sha256)
+    if cached is not None:
+        return cached
+    release = sdist_release(upstream.package, upstream.version)
+    filename = str(release["filename"])
+    published = release.get("digests", {}).get("sha256")
+    if published and published != upstream.sha256:
+        raise ChecksumMismatch(
+            f"PyPI's sdist {filename} has sha256 {published}, series pins {upstream.sha256}",
+            hint="the pin or the release changed: check upstream.sha256; nothing was downloaded",
+        )
+    return _download_verified(str(release["url"]), filename, upstream.sha256, progress)
+
+
+def _download_verified(url: str, filename: str, sha256: str, progress: Progress | None) -> Path:
+    target = cached_path(sha256, filename)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{filename}.part{os.getpid()}")
+    try:
+        actual = _download(url, tmp, or_null(progress))
+        if actual != sha256:
+            raise ChecksumMismatch(
+                f"downloaded {filename} has sha256 {actual}, expected {sha256}",
+                hint="the download is corrupt or the pin is wrong; nothing was kept",
+            )
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target
+
+
+# ----------------------------------------------------------------------------- archive
+
+
+def local_archive(series: Series) -> Path:
+    """The `archive` kind's file, sha256-checked and stored in the cache."""
+    up = series.upstream
+    assert up.path and up.sha256  # validated on load
+    source = (series.dir / up.path).resolve()
+    cached = find_cached(up.sha256)
+    if cached is not None:
+        return cached
+    if not source.is_file():
+        raise NotFound(f"upstream archive {source} does not exist", hint="check upstream.path")
+    if not is_archive(source):
+        raise ConfigError(
+            f"{source.name} is not a .tar.* or .zip archive",
+            path=series.path,
+            key="upstream.path",
+            hint="use a .tar.gz/.tar.xz/.zip file",
+        )
+    try:
+        return store(source, up.sha256, source.name)
+    except ChecksumMismatch as exc:
+        raise ChecksumMismatch(exc.message, hint="fix upstream.sha256 or the archive") from None
+
+
+# ----------------------------------------------------------------------------- git
+
+
+def git_url(series: Series) -> str:
+    """The upstream url; a relative local path is taken relative to the series directory."""
+    url = series.upstream.url or ""
+    if "://" in url or url.startswith("git@"):
+        return url
+    return str((series.dir / url).resolve())
+
+
+def git_cache(url: str) -> Git:
+    """The cache bare repository for `url` (created on first use)."""
+    key = hashlib.sha256(url.encode("utf-8")).hexdigest()[:32]
+    path = cache_dir() / "git" / f"{key}.git"
+    if (path / "HEAD").is_file():
+        return Git(path)
+    return Git.init(path, bare=True)
+
+
+def fetch_git(series: Series, progress: Progress | None = None) -> Git:
+    """A cache repository that contains the pinned commit (fetched by id if missing)."""
+    commit = series.upstream.commit
+    assert commit  # validated on load
+    cache = git_cache(git_url(series))
+    if cache.maybe_rev(f"{commit}^{{commit}}") is not None:
+        return cache
+    report = or_null(progress)
+    report.start("fetch", None)
+    try:
+        cache.run("fetch", "--no-tags", "--quiet", git_url(series), commit)
+    except GitFailed as exc:
+        raise NotFound(
+            f"cannot fetch commit {commit} from {git_url(series)}: {exc.message}",
+            hint="check upstream.url and upstream.commit (full 40-hex id)",
+        ) from None
+    report.done("fetch")
+    return cache
+
+
+# ----------------------------------------------------------------------------- materialize
+
+
+@dataclass(frozen=True)
+class Materialized:
+    """The pristine upstream staged in a repository: its tree id and what was dropped."""
+
+    tree: str
+    dropped: tuple[str, ...] = ()
+
+
+def materialize(series: Series, repo: Git, progress: Progress | None = None) -> Materialized:
+    """Fill the (empty) work tree and index of `repo` with the pristine upstream.
+
+    Checks the resulting tree id against `upstream.tree` when the series records one.
+    """
+    up = series.upstream
+    if up.kind == "git":
+        result = _materialize_git(series, repo, progress)
+    else:
+        source = fetch_sdist(up, progress) if up.kind == "pypi-sdist" else local_archive(series)
+        extracted = extract_archive(source, repo.repo, subdir=up.subdir, progress=progress)
+        repo.add_all()
+        result = Materialized(repo.write_tree(), extracted.dropped)
+    _check_tree(series, result.tree)
+    return result
+
+
+def _materialize_git(series: Series, repo: Git, progress: Progress | None) -> Materialized:
+    cache = fetch_git(series, progress)
+    commit = series.upstream.commit
+    repo.run("fetch", "--no-tags", "--quiet", str(cache.repo), f"{commit}")
+    spec = f"{commit}:{series.upstream.subdir}" if series.upstream.subdir else f"{commit}^{{tree}}"
+    tree = repo.rev_parse(spec)
+    repo.run("read-tree", "-u", "--reset", tree)
+    return Materialized(tree)
+
+
+def _check_tree(series: Series, tree: str) -> None:
+    pinned = series.upstream.tree
+    if pinned is not None and pinned != tree:
+        raise ChecksumMismatch(
+            f"upstream tree is {tree}, series pins {pinned} ({series.upstream.describe()})",
+            hint="the upstream content differs from the pin; check upstream.subdir/tree",
+        )
