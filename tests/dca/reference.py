@@ -1,0 +1,403 @@
+"""An independent float64 numpy forward pass of the tiny models, with Dual Chunk Attention.
+
+The model is read back from its GGUF file with gguf's GGUFReader (no llama.cpp code involved).
+Supported archs: llama (NORM rope), qwen2 (q/k/v bias), qwen3 (q/k RMS norms), gemma3 (embedding
+scale, q/k norms, post norms, pre-scaled Q, GELU FFN, sliding-window layers).
+
+DCA (shared/docs/dca-spec.md §2-§4), for chunk_size cs, local window w, chunk length cl = cs - w:
+keys are roped at ``p mod cl``; queries at ``p mod cl`` (intra), ``min(p mod cl + cl, cs)``
+(successive) and ``cs`` (inter). Key j is intra for query i when ``i // cl == j // cl``,
+successive when the chunks differ by 1, inter when they differ by 2 or more. The three partial
+softmaxes merged by LSE equal one softmax over the union of the three score sets, which is what
+the correct reference computes. Gemma3 applies DCA to its global (non-SWA) layers only.
+
+``Mutation`` switches in deliberate DCA mistakes, so a test can show each one is detectable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from gguf import GGUFReader
+
+F64 = npt.NDArray[np.float64]
+SUPPORTED_ARCHS: tuple[str, ...] = ("llama", "qwen2", "qwen3", "gemma3")
+NEG_INF = -np.inf
+
+
+@dataclass(frozen=True)
+class DcaConfig:
+    """DCA parameters: ``chunk_size`` (cs, the largest query position) and ``local_window`` (w)."""
+
+    chunk_size: int
+    local_window: int
+
+    @property
+    def chunk_len(self) -> int:
+        return self.chunk_size - self.local_window
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """Deliberate DCA mistakes (all off = the correct DCA)."""
+
+    inter_at_cs_minus_1: bool = False
+    keys_unwrapped: bool = False
+    succ_unclamped: bool = False
+    drop_succ: bool = False
+    drop_inter: bool = False
+    merge_f16: bool = False
+
+
+CORRECT = Mutation()
+MUTATIONS: dict[str, Mutation] = {
+    "inter_at_cs_minus_1": Mutation(inter_at_cs_minus_1=True),
+    "keys_not_wrapped": Mutation(keys_unwrapped=True),
+    "succ_not_clamped": Mutation(succ_unclamped=True),
+    "succ_regime_dropped": Mutation(drop_succ=True),
+    "inter_regime_dropped": Mutation(drop_inter=True),
+    "merge_in_f16": Mutation(merge_f16=True),
+}
+
+
+@dataclass(frozen=True)
+class HParams:
+    arch: str
+    n_layer: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    rms_eps: float
+    rope_base: float
+    swa_layers: frozenset[int]
+    sliding_window: int
+
+    @property
+    def neox(self) -> bool:
+        return self.arch != "llama"
+
+
+@dataclass(frozen=True)
+class TinyModel:
+    hp: HParams
+    tensors: dict[str, F64]
+
+    def t(self, name: str) -> F64:
+        return self.tensors[name]
+
+    def opt(self, name: str) -> F64 | None:
+        return self.tensors.get(name)
+
+
+def _field(reader: GGUFReader, key: str, default: Any = None) -> Any:
+    field = reader.fields.get(key)
+    if field is None:
+        if default is None:
+            raise KeyError(f"GGUF key {key} missing")
+        return default
+    return field.contents()
+
+
+def _swa_layers(reader: GGUFReader, arch: str, n_layer: int) -> frozenset[int]:
+    if arch != "gemma3" or int(_field(reader, f"{arch}.attention.sliding_window", 0)) == 0:
+        return frozenset()
+    pattern = int(_field(reader, f"{arch}.attention.sliding_window_pattern", 6))
+    # llama_hparams::set_swa_pattern(n_pattern, dense_first=false)
+    return frozenset(il for il in range(n_layer) if il % pattern < pattern - 1)
+
+
+def load_model(path: Path) -> TinyModel:
+    """Read hyperparameters and tensors (as float64) from a tiny GGUF."""
+    reader = GGUFReader(str(path))
+    arch = str(_field(reader, "general.architecture"))
+    if arch not in SUPPORTED_ARCHS:
+        raise ValueError(f"reference does not implement arch {arch!r}")
+    n_layer = int(_field(reader, f"{arch}.block_count"))
+    n_head = int(_field(reader, f"{arch}.attention.head_count"))
+    n_embd = int(_field(reader, f"{arch}.embedding_length"))
+    hp = HParams(
+        arch=arch,
+        n_layer=n_layer,
+        n_head=n_head,
+        n_head_kv=int(_field(reader, f"{arch}.attention.head_count_kv", n_head)),
+        head_dim=int(_field(reader, f"{arch}.attention.key_length", n_embd // n_head)),
+        rms_eps=float(_field(reader, f"{arch}.attention.layer_norm_rms_epsilon")),
+        rope_base=float(_field(reader, f"{arch}.rope.freq_base", 10000.0)),
+        swa_layers=_swa_layers(reader, arch, n_layer),
+        sliding_window=int(_field(reader, f"{arch}.attention.sliding_window", 0)),
+    )
+    tensors = {t.name: np.array(t.data, dtype=np.float64) for t in reader.tensors}
+    return TinyModel(hp=hp, tensors=tensors)
+
+
+# ---------------------------------------------------------------------------------------------
+# building blocks
+
+
+def rms_norm(x: F64, weight: F64, eps: float) -> F64:
+    scale: F64 = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
+    return x * scale * weight
+
+
+def rope(x: F64, pos: npt.NDArray[np.int64], base: float, neox: bool) -> F64:
+    """Rotate x (tokens, heads, dim) by positions ``pos`` (tokens,); NEOX or NORM pairing."""
+    dim = x.shape[-1]
+    inv_freq = base ** (-np.arange(0, dim, 2, dtype=np.float64) / dim)
+    theta = pos.astype(np.float64)[:, None] * inv_freq[None, :]
+    cos, sin = np.cos(theta)[:, None, :], np.sin(theta)[:, None, :]
+    if neox:
+        a, b = x[..., : dim // 2], x[..., dim // 2 :]
+        return np.concatenate([a * cos - b * sin, a * sin + b * cos], axis=-1)
+    a, b = x[..., 0::2], x[..., 1::2]
+    out = np.empty_like(x)
+    out[..., 0::2] = a * cos - b * sin
+    out[..., 1::2] = a * sin + b * cos
+    return out
+
+
+def gelu_ggml_cpu(x: F64) -> F64:
+    """ggml CPU GELU (tanh form) as evaluated through its f16 lookup table (GGML_GELU_FP16)."""
+    x16 = x.astype(np.float16).astype(np.float64)
+    g = 0.5 * x16 * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * x16 * (1.0 + 0.044715 * x16 * x16)))
+    y: F64 = g.astype(np.float16).astype(np.float64)
+    return np.where(x <= -10.0, 0.0, np.where(x >= 10.0, x, y))
+
+
+def silu(x: F64) -> F64:
+    out: F64 = x / (1.0 + np.exp(-x))
+    return out
+
+
+def _softmax_rows(scores: F64) -> F64:
+    m = np.max(scores, axis=-1, keepdims=True)
+    e = np.exp(scores - m)
+    out: F64 = e / np.sum(e, axis=-1, keepdims=True)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# attention
+
+INTRA, SUCC, INTER, MASKED = 0, 1, 2, 3
+
+
+def regime_matrix(n_tokens: int, chunk_len: int) -> npt.NDArray[np.int64]:
+    """regime[i, j] for query i and key j: INTRA/SUCC/INTER for j <= i, MASKED for j > i."""
+    chunk = np.arange(n_tokens) // chunk_len
+    diff = chunk[:, None] - chunk[None, :]
+    regime = np.where(diff == 0, INTRA, np.where(diff == 1, SUCC, INTER)).astype(np.int64)
+    causal = np.arange(n_tokens)[None, :] <= np.arange(n_tokens)[:, None]
+    return np.where(causal, regime, MASKED)
+
+
+@dataclass(frozen=True)
+class AttnInput:
+    """Un-roped q (tokens, n_head, dim), k and v (tokens, n_head_kv, dim) of one layer."""
+
+    q: F64
+    k: F64
+    v: F64
+    scale: float
+    base: float
+    neox: bool
+
+
+def _gqa_scores(q: F64, k: F64, scale: float) -> F64:
+    """scores (n_head, tokens_q, tokens_k); query head h uses kv head h // (n_head // n_head_kv)."""
+    group = q.shape[1] // k.shape[1]
+    k_rep = np.repeat(k, group, axis=1)
+    out: F64 = np.einsum("ihd,jhd->hij", q, k_rep) * scale
+    return out
+
+
+def _gqa_out(p: F64, v: F64) -> F64:
+    group = p.shape[0] // v.shape[1]
+    v_rep = np.repeat(v, group, axis=1)
+    out: F64 = np.einsum("hij,jhd->ihd", p, v_rep)
+    return out
+
+
+def plain_attention(a: AttnInput, window: int = 0) -> F64:
+    """Causal attention at absolute positions; ``window`` > 0 keeps keys with i - j < window."""
+    n = a.q.shape[0]
+    pos = np.arange(n, dtype=np.int64)
+    scores = _gqa_scores(rope(a.q, pos, a.base, a.neox), rope(a.k, pos, a.base, a.neox), a.scale)
+    dist = pos[:, None] - pos[None, :]
+    visible = dist >= 0
+    if window > 0:
+        visible &= dist < window
+    scores = np.where(visible[None], scores, NEG_INF)
+    return _gqa_out(_softmax_rows(scores), a.v)
+
+
+def _dca_query_positions(
+    n: int, dca: DcaConfig, mut: Mutation
+) -> tuple[npt.NDArray[np.int64], ...]:
+    pos = np.arange(n, dtype=np.int64)
+    cl, cs = dca.chunk_len, dca.chunk_size
+    intra = pos % cl
+    succ = intra + cl if mut.succ_unclamped else np.minimum(intra + cl, cs)
+    inter = np.full(n, cs - 1 if mut.inter_at_cs_minus_1 else cs, dtype=np.int64)
+    return intra, succ, inter
+
+
+def dca_distances(n: int, dca: DcaConfig, mut: Mutation = CORRECT) -> npt.NDArray[np.int64]:
+    """RoPE distance (query position - key position) DCA gives each causal pair; -1 above the
+    diagonal (the table of dca-spec §7)."""
+    pos = np.arange(n, dtype=np.int64)
+    k_pos = pos if mut.keys_unwrapped else pos % dca.chunk_len
+    regime = regime_matrix(n, dca.chunk_len)
+    dist = np.full((n, n), -1, dtype=np.int64)
+    for r, q_pos in enumerate(_dca_query_positions(n, dca, mut)):
+        dist = np.where(regime == r, q_pos[:, None] - k_pos[None, :], dist)
+    return dist
+
+
+def dca_regime_scores(
+    a: AttnInput, dca: DcaConfig, mut: Mutation
+) -> tuple[F64, npt.NDArray[np.int64]]:
+    """Per-pair DCA scores (n_head, n, n), each from its regime's query rope; and the regime map."""
+    n = a.q.shape[0]
+    pos = np.arange(n, dtype=np.int64)
+    k_pos = pos if mut.keys_unwrapped else pos % dca.chunk_len
+    k = rope(a.k, k_pos, a.base, a.neox)
+    per_regime = [
+        _gqa_scores(rope(a.q, qp, a.base, a.neox), k, a.scale)
+        for qp in _dca_query_positions(n, dca, mut)
+    ]
+    regime = regime_matrix(n, dca.chunk_len)
+    if mut.drop_succ:
+        regime = np.where(regime == SUCC, MASKED, regime)
+    if mut.drop_inter:
+        regime = np.where(regime == INTER, MASKED, regime)
+    scores = np.full_like(per_regime[0], NEG_INF)
+    for r, s in enumerate(per_regime):
+        scores = np.where((regime == r)[None], s, scores)
+    return scores, regime
+
+
+def merge_partials(
+    scores: F64, regime: npt.NDArray[np.int64], v: F64, dtype: type[np.floating[Any]]
+) -> F64:
+    """Each regime's softmax output and LSE computed exactly, then merged by LSE in ``dtype``
+    (float64: the exact merge; float16: the "merge done in f16" mistake)."""
+    parts: list[tuple[F64, F64]] = []
+    for r in (INTRA, SUCC, INTER):
+        s = np.where((regime == r)[None], scores, NEG_INF)
+        m = np.max(s, axis=-1, keepdims=True)
+        m_safe = np.where(np.isfinite(m), m, 0.0)
+        e = np.exp(s - m_safe)
+        tot = np.sum(e, axis=-1, keepdims=True)
+        lse = np.where(tot > 0, m_safe + np.log(np.where(tot > 0, tot, 1.0)), NEG_INF)
+        o = _gqa_out(e / np.where(tot > 0, tot, 1.0), v)  # (i, h, d); 0 for an empty regime
+        parts.append((o, lse[..., 0].T))  # lse (i, h)
+    lses = np.stack([p[1] for p in parts]).astype(dtype)
+    outs: npt.NDArray[Any] = np.stack([p[0] for p in parts]).astype(dtype)
+    top = np.max(lses, axis=0)
+    w = np.exp((lses - top).astype(dtype)).astype(dtype)
+    w = (w / np.sum(w, axis=0, dtype=dtype)).astype(dtype)
+    merged: npt.NDArray[Any] = np.sum((w[..., None] * outs).astype(dtype), axis=0, dtype=dtype)
+    out: F64 = np.asarray(merged, dtype=np.float64)
+    return out
+
+
+def dca_attention(a: AttnInput, dca: DcaConfig, mut: Mutation = CORRECT) -> F64:
+    """DCA attention: one softmax over the union of the regime scores (== the exact LSE merge)."""
+    scores, regime = dca_regime_scores(a, dca, mut)
+    if mut.merge_f16:
+        return merge_partials(scores, regime, a.v, np.float16)
+    return _gqa_out(_softmax_rows(scores), a.v)
+
+
+# ---------------------------------------------------------------------------------------------
+# model forward
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """``dca=None``: plain attention. ``mutation`` applies only when ``dca`` is set."""
+
+    dca: DcaConfig | None = None
+    mutation: Mutation = CORRECT
+
+
+def _heads(x: F64, dim: int) -> F64:
+    return x.reshape(x.shape[0], -1, dim)
+
+
+def _qkv(m: TinyModel, il: int, x: F64) -> tuple[F64, F64, F64]:
+    p, hd = f"blk.{il}.", m.hp.head_dim
+    outs: list[F64] = []
+    for name in ("q", "k", "v"):
+        y = x @ m.t(p + f"attn_{name}.weight").T
+        bias = m.opt(p + f"attn_{name}.bias")
+        outs.append(_heads(y if bias is None else y + bias, hd))
+    q, k, v = outs
+    if m.opt(p + "attn_q_norm.weight") is not None:
+        q = rms_norm(q, m.t(p + "attn_q_norm.weight"), m.hp.rms_eps)
+        k = rms_norm(k, m.t(p + "attn_k_norm.weight"), m.hp.rms_eps)
+    return q, k, v
+
+
+def _attention(m: TinyModel, il: int, x: F64, run: RunConfig) -> F64:
+    q, k, v = _qkv(m, il, x)
+    a = AttnInput(
+        q=q, k=k, v=v, scale=1.0 / np.sqrt(m.hp.head_dim), base=m.hp.rope_base, neox=m.hp.neox
+    )
+    if il in m.hp.swa_layers:
+        out = plain_attention(a, window=m.hp.sliding_window)
+    elif run.dca is None:
+        out = plain_attention(a)
+    else:
+        out = dca_attention(a, run.dca, run.mutation)
+    res: F64 = out.reshape(out.shape[0], -1) @ m.t(f"blk.{il}.attn_output.weight").T
+    return res
+
+
+def _ffn(m: TinyModel, il: int, x: F64) -> F64:
+    p = f"blk.{il}."
+    gate = x @ m.t(p + "ffn_gate.weight").T
+    up = x @ m.t(p + "ffn_up.weight").T
+    act = gelu_ggml_cpu(gate) if m.hp.arch == "gemma3" else silu(gate)
+    out: F64 = (act * up) @ m.t(p + "ffn_down.weight").T
+    return out
+
+
+def _layer(m: TinyModel, il: int, h: F64, run: RunConfig) -> F64:
+    p, eps = f"blk.{il}.", m.hp.rms_eps
+    attn = _attention(m, il, rms_norm(h, m.t(p + "attn_norm.weight"), eps), run)
+    if m.hp.arch == "gemma3":
+        h = h + rms_norm(attn, m.t(p + "post_attention_norm.weight"), eps)
+        ffn = _ffn(m, il, rms_norm(h, m.t(p + "ffn_norm.weight"), eps))
+        out: F64 = h + rms_norm(ffn, m.t(p + "post_ffw_norm.weight"), eps)
+        return out
+    h = h + attn
+    out = h + _ffn(m, il, rms_norm(h, m.t(p + "ffn_norm.weight"), eps))
+    return out
+
+
+def forward(m: TinyModel, tokens: Sequence[int], run: RunConfig = RunConfig()) -> F64:
+    """Logits (n_tokens, n_vocab) for one sequence starting at position 0."""
+    embd = m.t("token_embd.weight")
+    h: F64 = embd[np.asarray(tokens, dtype=np.int64)]
+    if m.hp.arch == "gemma3":
+        h = h * np.sqrt(embd.shape[1])
+    for il in range(m.hp.n_layer):
+        h = _layer(m, il, h, run)
+    out_w = m.opt("output.weight")
+    logits: F64 = (
+        rms_norm(h, m.t("output_norm.weight"), m.hp.rms_eps) @ (embd if out_w is None else out_w).T
+    )
+    return logits
+
+
+def rel_err(got: npt.NDArray[Any], want: npt.NDArray[Any]) -> float:
+    """max |got - want| relative to the logit scale max |want|."""
+    want64 = np.asarray(want, dtype=np.float64)
+    diff = np.abs(np.asarray(got, dtype=np.float64) - want64)
+    return float(np.max(diff) / np.max(np.abs(want64)))

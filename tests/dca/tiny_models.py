@@ -1,0 +1,210 @@
+"""Tiny random-weight GGUF models for the DCA tests (the project's own generator).
+
+Adapted from shared/tools/make_tiny_gguf.py, with the ``llama`` arch added, a seeded generator
+per model, and the attention sharpness as a parameter.
+
+Why sharp attention: with the default 0.02 weight scale, scores are ~0 and attention is almost
+uniform, so positions barely matter and a wrong DCA position would still "match". ``qk_scale``
+scales the Q/K projections (archs without Q/K norms); ``qk_norm_scale`` is the weight of the
+Q/K RMS norms (archs with them: qwen3, qwen3moe, gemma3, gemma4), which fixes the size of Q and
+K after normalisation. Both default to values that give score standard deviations of ~6.
+
+Notes:
+ - numpy shapes are the REVERSE of ggml ne: ggml {n_embd, n_vocab} -> numpy (n_vocab, n_embd).
+ - the llama.cpp "test" tokenizer is used (src/llama-vocab.cpp: tokenizer_model == "test").
+ - every tensor written must be consumed by the loader ("wrong number of tensors").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import gguf
+import numpy as np
+import numpy.typing as npt
+
+ARCHS: tuple[str, ...] = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "gemma4")
+QK_NORM_ARCHS: frozenset[str] = frozenset({"qwen3", "qwen3moe", "gemma3", "gemma4"})
+N_EXPERT = 4
+
+
+@dataclass(frozen=True)
+class TinySpec:
+    """Shape and randomness of one tiny model. ``variant`` is an arch or ``gemma4-shared``."""
+
+    variant: str
+    seed: int = 0
+    qk_scale: float = 0.25
+    qk_norm_scale: float = 2.5
+    vo_scale: float = 0.05
+    n_vocab: int = 256
+    n_ctx_train: int = 8192
+    n_embd: int = 128
+    n_ff: int = 192
+    n_head: int = 2
+    n_head_kv: int = 1
+    head_dim: int = 64
+    sliding_window: int = 48
+
+    @property
+    def arch(self) -> str:
+        return "gemma4" if self.variant.startswith("gemma4") else self.variant
+
+    @property
+    def n_shared_kv(self) -> int:
+        return 2 if self.variant == "gemma4-shared" else 0
+
+    @property
+    def n_layer(self) -> int:
+        if self.arch == "gemma4":
+            return 6 if self.n_shared_kv else 5
+        return 2
+
+    @property
+    def embd_scale(self) -> float:
+        """Token embedding scale. Gemma multiplies embeddings by sqrt(n_embd): keep its residual
+        stream near RMS 1 so that the (post-normed) attention output is a large part of it."""
+        return 0.1 if self.arch.startswith("gemma") else 0.5
+
+    def file_name(self) -> str:
+        return (
+            f"tiny-{self.variant}-s{self.seed}-qk{self.qk_scale:g}-n{self.qk_norm_scale:g}"
+            f"-vo{self.vo_scale:g}-w{self.sliding_window}-e{self.embd_scale:g}-f.gguf"
+        )
+
+
+Tensors = dict[str, npt.NDArray[np.float32]]
+
+
+class _Weights:
+    """Seeded random tensors, given in ggml ``ne`` order."""
+
+    def __init__(self, seed: int) -> None:
+        self._rng = np.random.default_rng(seed)
+
+    def normal(self, *ne: int, scale: float = 0.02) -> npt.NDArray[np.float32]:
+        shape = tuple(reversed(ne))
+        return (self._rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+def _filled(n: int, value: float) -> npt.NDArray[np.float32]:
+    return np.full((n,), value, dtype=np.float32)
+
+
+def _common_kv(wr: gguf.GGUFWriter, spec: TinySpec) -> None:
+    wr.add_context_length(spec.n_ctx_train)
+    wr.add_embedding_length(spec.n_embd)
+    wr.add_block_count(spec.n_layer)
+    wr.add_feed_forward_length(spec.n_ff)
+    wr.add_head_count(spec.n_head)
+    wr.add_head_count_kv(spec.n_head_kv)
+    wr.add_key_length(spec.head_dim)
+    wr.add_value_length(spec.head_dim)
+    wr.add_rope_dimension_count(spec.head_dim)
+    wr.add_layer_norm_rms_eps(1e-6)
+    wr.add_rope_freq_base(10000.0)
+    wr.add_tokenizer_model("test")
+    wr.add_token_list([f"tok_{i}" for i in range(spec.n_vocab)])
+    wr.add_token_scores([0.0] * spec.n_vocab)
+
+
+def _arch_kv(wr: gguf.GGUFWriter, spec: TinySpec) -> None:
+    if spec.arch == "qwen3moe":
+        wr.add_expert_count(N_EXPERT)
+        wr.add_expert_used_count(2)
+        wr.add_expert_feed_forward_length(spec.n_ff)
+    if spec.arch == "gemma3":
+        wr.add_sliding_window(spec.sliding_window)
+        wr.add_sliding_window_pattern(2)  # scalar: layer 0 SWA, layer 1 global (il % 2 < 1)
+        wr.add_rope_freq_base_swa(10000.0)
+    if spec.arch == "gemma4":
+        # the last KV-owning layer before the shared ones must be global, the one before it SWA
+        pattern = (
+            [True, True, True, False, True, False]
+            if spec.n_shared_kv
+            else [True, True, True, True, False]
+        )
+        wr.add_sliding_window_pattern(pattern)
+        wr.add_sliding_window(spec.sliding_window)
+        wr.add_embedding_length_per_layer_input(0)
+        wr.add_key_length_swa(spec.head_dim)
+        wr.add_value_length_swa(spec.head_dim)
+        wr.add_rope_freq_base_swa(10000.0)
+        wr.add_shared_kv_layers(spec.n_shared_kv)
+
+
+def _attn_tensors(t: Tensors, rnd: _Weights, spec: TinySpec, il: int) -> None:
+    p = f"blk.{il}."
+    q_dim, kv_dim = spec.n_head * spec.head_dim, spec.n_head_kv * spec.head_dim
+    qk_norm = spec.arch in QK_NORM_ARCHS
+    proj_scale = 0.02 if qk_norm else spec.qk_scale
+    has_kv = not (spec.n_shared_kv and il >= spec.n_layer - spec.n_shared_kv)
+    t[p + "attn_q.weight"] = rnd.normal(spec.n_embd, q_dim, scale=proj_scale)
+    if has_kv:
+        t[p + "attn_k.weight"] = rnd.normal(spec.n_embd, kv_dim, scale=proj_scale)
+        t[p + "attn_v.weight"] = rnd.normal(spec.n_embd, kv_dim, scale=spec.vo_scale)
+    if spec.arch == "qwen2":
+        t[p + "attn_q.bias"] = rnd.normal(q_dim)
+        t[p + "attn_k.bias"] = rnd.normal(kv_dim)
+        t[p + "attn_v.bias"] = rnd.normal(kv_dim)
+    t[p + "attn_output.weight"] = rnd.normal(q_dim, spec.n_embd, scale=spec.vo_scale)
+    if qk_norm:
+        t[p + "attn_q_norm.weight"] = _filled(spec.head_dim, spec.qk_norm_scale)
+        if has_kv:
+            t[p + "attn_k_norm.weight"] = _filled(spec.head_dim, spec.qk_norm_scale)
+
+
+def _ffn_tensors(t: Tensors, rnd: _Weights, spec: TinySpec, il: int) -> None:
+    p = f"blk.{il}."
+    t[p + "ffn_norm.weight"] = _filled(spec.n_embd, 1.0)
+    if spec.arch == "qwen3moe":
+        t[p + "ffn_gate_inp.weight"] = rnd.normal(spec.n_embd, N_EXPERT)
+        t[p + "ffn_gate_exps.weight"] = rnd.normal(spec.n_embd, spec.n_ff, N_EXPERT)
+        t[p + "ffn_up_exps.weight"] = rnd.normal(spec.n_embd, spec.n_ff, N_EXPERT)
+        t[p + "ffn_down_exps.weight"] = rnd.normal(spec.n_ff, spec.n_embd, N_EXPERT)
+        return
+    t[p + "ffn_gate.weight"] = rnd.normal(spec.n_embd, spec.n_ff, scale=0.1)
+    t[p + "ffn_up.weight"] = rnd.normal(spec.n_embd, spec.n_ff, scale=0.1)
+    t[p + "ffn_down.weight"] = rnd.normal(spec.n_ff, spec.n_embd, scale=0.1)
+
+
+def build_tensors(spec: TinySpec) -> Tensors:
+    """All tensors of the model (name -> numpy array, numpy shape = reversed ggml ne)."""
+    rnd = _Weights(spec.seed)
+    t: Tensors = {
+        "token_embd.weight": rnd.normal(spec.n_embd, spec.n_vocab, scale=spec.embd_scale),
+        "output_norm.weight": _filled(spec.n_embd, 1.0),
+    }
+    for il in range(spec.n_layer):
+        t[f"blk.{il}.attn_norm.weight"] = _filled(spec.n_embd, 1.0)
+        _attn_tensors(t, rnd, spec, il)
+        if spec.arch in ("gemma3", "gemma4"):
+            t[f"blk.{il}.post_attention_norm.weight"] = _filled(spec.n_embd, 1.0)
+            # small: CPU GELU goes through an f16 table whose rounding the float64 reference
+            # can only follow up to f32-vs-f64 ties; keep that noise far below the attention signal
+            t[f"blk.{il}.post_ffw_norm.weight"] = _filled(spec.n_embd, 0.1)
+        _ffn_tensors(t, rnd, spec, il)
+    if spec.arch == "gemma4":
+        t["rope_freqs.weight"] = _filled(spec.head_dim // 2, 1.0)
+    return t
+
+
+def write_tiny_gguf(spec: TinySpec, out_dir: Path) -> Path:
+    """Write the model to ``out_dir`` (reused if already there) and return its path."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / spec.file_name()
+    if path.exists():
+        return path
+    tmp = path.with_suffix(".tmp")
+    wr = gguf.GGUFWriter(str(tmp), spec.arch)
+    _common_kv(wr, spec)
+    _arch_kv(wr, spec)
+    for name, arr in build_tensors(spec).items():
+        wr.add_tensor(name, arr)
+    wr.write_header_to_file()
+    wr.write_kv_data_to_file()
+    wr.write_tensors_to_file()
+    wr.close()
+    tmp.rename(path)
+    return path
