@@ -1,0 +1,33 @@
+# patchctl developer entry points. `make run` and `make test` work on a fresh clone.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+SERIES ?= patches/llamafile
+PYTEST_ARGS ?=
+
+.PHONY: run test lint venv clean-venv
+
+# The venv may reuse packages already installed system-wide (offline-friendly); anything
+# missing comes from PyPI. Re-installed when pyproject.toml changes.
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv --system-site-packages $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	touch $@
+
+venv: $(BIN)/.installed
+
+## run: the main job on the default series (clean-room apply)
+run: venv
+	$(BIN)/patchctl cleanroom apply --series $(SERIES)
+
+## test: the test suite (the integration test downloads the upstream sdist once, then caches it)
+test: venv
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## lint: ruff and mypy --strict
+lint: venv
+	$(BIN)/python -m ruff check patchctl tests
+	$(BIN)/python -m mypy --strict patchctl
+
+clean-venv:
+	rm -rf $(VENV)
