@@ -15,12 +15,15 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from patchctl.errors import PatchctlError
+from patchctl.apply import _message as apply_message  # one commit format for apply + capture
+from patchctl.apply import patch_sha256
+from patchctl.cleanroom import Cleanroom
+from patchctl.errors import ConfigError, DirtyTree, PatchctlError
 from patchctl.git import Git
-from patchctl.series import Patch
+from patchctl.series import PATCH_ID, Patch, Series
 
 ZERO_COMMIT = "0" * 40
 # format-patch's fixed mbox separator date (builtin/log.c), not a clock reading.
@@ -143,3 +146,80 @@ def capture_trees(git: Git, patch: Patch, pre: str, post: str, root: str = ".") 
             hint="edit files in the clean room, then run capture again",
         )
     return export_patch(git, patch, pre, post, root)
+
+
+# ----------------------------------------------------------------------------- the commands
+
+
+def new_patch(
+    series: Series,
+    patch_id: str,
+    title: str,
+    *,
+    upstream_status: str = "Pending",
+    origin: str = "patchctl",
+    markers: tuple[str, ...] = (),
+) -> tuple[Series, Patch]:
+    """`patchctl new`: a series entry for `patch_id` at the top of the stack (not saved)."""
+    if patch_id in series.ids():
+        raise ConfigError(f"patch {patch_id!r} already exists", path=series.path, key="id")
+    if not PATCH_ID.fullmatch(patch_id):
+        raise ConfigError(
+            f"{patch_id!r} is not NNNN-slug", path=series.path, key="id", hint="e.g. 0079-my-fix"
+        )
+    if "\n" in title or not title.strip():
+        raise ConfigError("the title must be one non-empty line", path=series.path, key="title")
+    entry = Patch(
+        id=patch_id,
+        file=f"{patch_id}.patch",
+        title=title.strip(),
+        upstream_status=upstream_status,
+        origin=origin,
+        markers=markers,
+    )
+    return series.with_patch(entry), entry
+
+
+def stack_position(room: Cleanroom, series: Series, patch_id: str) -> tuple[str, bool]:
+    """(parent commit of the patch's commit, whether the patch is already committed).
+
+    Capture needs exactly the patches before `patch_id` applied, plus optionally `patch_id`
+    itself on top (a re-capture); anything else would mix other patches' changes in.
+    """
+    before = list(series.ids()[: series.index(patch_id)])
+    stack = room.stack()
+    applied = [pid for _commit, pid, _sha in stack]
+    if applied == before:
+        return room.head(), False
+    if applied == [*before, patch_id]:
+        return (stack[-2][0] if len(stack) > 1 else room.base_commit()), True
+    raise DirtyTree(
+        f"clean room {room.path} has [{', '.join(applied) or 'nothing'}] applied; capturing "
+        f"{patch_id} needs exactly the patches before it (and at most {patch_id} itself)",
+        hint=f"patchctl cleanroom apply --upto {before[-1]}" if before else "apply nothing first",
+    )
+
+
+def commit_capture(room: Cleanroom, patch: Patch, data: bytes, parent: str) -> str:
+    """Commit the captured tree as the patch's commit (same message as `cleanroom apply`)."""
+    assert patch.post_tree is not None
+    message = apply_message(patch, patch_sha256(data))
+    commit = room.git.commit_tree(patch.post_tree, message, (parent,))
+    room.git.update_ref("HEAD", commit, f"patchctl capture {patch.id}")
+    # The index follows the new commit (stat data kept where blobs match); worktree untouched.
+    room.git.run("read-tree", "--reset", "HEAD")
+    room.git.run("update-index", "-q", "--refresh", ok=(0, 1))
+    return commit
+
+
+def capture_patch(series: Series, room: Cleanroom, patch_id: str) -> tuple[Series, Captured]:
+    """`patchctl capture ID`: write the patch file, commit it in the clean room, record trees."""
+    patch = series.patch(patch_id)
+    parent, _recapture = stack_position(room, series, patch_id)
+    pre = room.git.tree_of(parent)
+    post = snapshot_worktree(room.git)
+    data = capture_trees(room.git, patch, pre, post, series.root)
+    written = write_if_changed(series.patch_path(patch), data)
+    recorded = replace(patch, pre_tree=pre, post_tree=post, imported=False)
+    commit_capture(room, recorded, data, parent)
+    return series.with_patch(recorded), Captured(recorded, data, pre, post, written)

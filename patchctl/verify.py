@@ -199,10 +199,12 @@ class _Walk:
     current: str | None
 
 
-def base_tree(series: Series) -> str:
-    """The pristine upstream tree the series starts from."""
+def base_tree(series: Series, fallback: str | None = None) -> str:
+    """The pristine upstream tree the series starts from (pin, clean-room base, first pre)."""
     if series.upstream.tree:
         return series.upstream.tree
+    if fallback is not None:
+        return fallback
     if series.patches and series.patches[0].pre_tree:
         return series.patches[0].pre_tree
     raise NotFound(
@@ -216,13 +218,17 @@ def verify_series(
     sources: Sequence[Path],
     ids: Sequence[str] | None = None,
     progress: Progress | None = None,
+    base: str | None = None,
 ) -> VerifyReport:
-    """Verify the patches `ids` (all when None) of `series`; objects come from `sources`."""
+    """Verify the patches `ids` (all when None) of `series`; objects come from `sources`.
+
+    The walk starts at upstream.tree, else `base` (the clean room's), else the first pre_tree.
+    """
     wanted = set(series.ids() if ids is None else ids)
     for pid in wanted:
         series.index(pid)  # NotFound for an unknown id
     last = max((series.index(p) for p in wanted), default=-1)
-    base = base_tree(series)
+    base = base_tree(series, base)
     prog = or_null(progress)
     prog.start("verify", last + 1)
     with scratch_repo(sources) as git:

@@ -1,0 +1,192 @@
+"""verify: the four round-trip steps, failure reports, and a property test over random edits."""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from support_patch import Entry, Exe, Link, make_repo, make_series, write_files
+
+from patchctl.capture import capture_trees, snapshot_worktree
+from patchctl.errors import NotFound, VerifyFailed
+from patchctl.git import Git
+from patchctl.series import Patch, Series
+from patchctl.verify import first_differing_byte, verify_series
+
+BASE: dict[str, Entry] = {
+    "a.txt": b"1\n2\n3\n4\n5\n6\n7\n8\n",
+    "b.c": b"int b;\n",
+    "sub/c.h": b"#pragma once\n",
+}
+
+
+def _captured_stack(tmp: Path, edits: list[dict[str, Entry]]) -> tuple[Series, Git]:
+    """A series of len(edits) captured patches, one per edit set, over BASE."""
+    repo = tmp / "repo"
+    git, base = make_repo(repo, BASE)
+    series_dir = tmp / "project" / "patches" / "s"
+    patches = []
+    pre = base
+    for n, edit in enumerate(edits, 1):
+        write_files(repo, edit)
+        post = snapshot_worktree(git)
+        entry = Patch(
+            id=f"{n:04d}-p{n}",
+            file=f"{n:04d}-p{n}.patch",
+            title=f"patch {n}",
+            markers=(f"MARK-{n}",)
+            if any(f"MARK-{n}".encode() in _data(e) for e in edit.values())
+            else (),
+            pre_tree=pre,
+            post_tree=post,
+        )
+        series_dir.mkdir(parents=True, exist_ok=True)
+        (series_dir / entry.file).write_bytes(capture_trees(git, entry, pre, post))
+        patches.append(entry)
+        pre = post
+    return make_series(series_dir, base, tuple(patches)), git
+
+
+def _data(entry: Entry) -> bytes:
+    if isinstance(entry, Exe):
+        return entry.data
+    return entry if isinstance(entry, bytes) else b""
+
+
+def test_stack_verifies_and_reports_each_step(tmp_path: Path) -> None:
+    series, git = _captured_stack(
+        tmp_path,
+        [
+            {"a.txt": b"1\n2\nMARK-1\n4\n5\n6\n7\n8\n", "new.bin": b"\0\1"},
+            {"b.c": Exe(b"int b; /* MARK-2 */\n"), "sub/c.h": None, "l": Link("b.c")},
+        ],
+    )
+    report = verify_series(series, [git.repo])
+    assert report.ok, report.failures()
+    assert [p.id for p in report.patches] == ["0001-p1", "0002-p2"]
+    assert report.patches[1].to_json()["ok"] is True
+    report.raise_if_failed()
+    only = verify_series(series, [git.repo], ids=["0002-p2"])
+    assert [p.id for p in only.patches] == ["0002-p2"] and only.ok
+
+
+def test_flipped_byte_fails_reexport_with_offset(tmp_path: Path) -> None:
+    series, git = _captured_stack(tmp_path, [{"a.txt": b"1\n2\nx\n"}])
+    path = series.patch_path(series.patches[0])
+    data = bytearray(path.read_bytes())
+    data[40] ^= 0x01
+    path.write_bytes(bytes(data))
+    report = verify_series(series, [git.repo])
+    failed = {s.step: s.detail for _, s in report.failures()}
+    assert "offset 40" in failed["reexport"]
+    with pytest.raises(VerifyFailed, match=r"patch 0001-p1, step reexport"):
+        report.raise_if_failed()
+
+
+def test_wrong_post_tree_names_first_differing_path(tmp_path: Path) -> None:
+    series, git = _captured_stack(tmp_path, [{"a.txt": b"x\n"}, {"b.c": b"y\n"}])
+    first, second = series.patches
+    broken = series.with_patches([replace(first, post_tree=second.post_tree), second])
+    report = verify_series(broken, [git.repo])
+    failures = report.failures()
+    assert failures[0][0] == "0001-p1" and failures[0][1].step == "forward"
+    assert "first differing path: b.c" in failures[0][1].detail
+    # the walk continues from the computed tree, so the next patch is judged on its own
+    assert all(pid == "0001-p1" for pid, _ in failures)
+
+
+def test_marker_checks(tmp_path: Path) -> None:
+    series, git = _captured_stack(tmp_path, [{"a.txt": b"MARK-1\n"}, {"b.c": b"int q;\n"}])
+    first, second = series.patches
+    # a marker the second patch does not add, and one already present before it
+    bad = series.with_patches([first, replace(second, markers=("MARK-1", "absent"))])
+    steps = {s.step: s for _, s in verify_series(bad, [git.repo]).failures()}
+    assert "'MARK-1' already in pre-tree" in steps["markers"].detail
+    assert "'absent' missing from post-tree" in steps["markers"].detail
+
+
+def test_uncaptured_patch_fails_chain(tmp_path: Path) -> None:
+    series, git = _captured_stack(tmp_path, [{"a.txt": b"z\n"}])
+    bare = series.with_patches([replace(series.patches[0], pre_tree=None, post_tree=None)])
+    failures = verify_series(bare, [git.repo]).failures()
+    assert failures[0][1].step == "chain" and "no pre_tree" in failures[0][1].detail
+
+
+def test_conflicting_patch_fails_forward_and_later_steps(tmp_path: Path) -> None:
+    series, git = _captured_stack(tmp_path, [{"a.txt": b"z\n"}])
+    path = series.patch_path(series.patches[0])
+    path.write_bytes(path.read_bytes().replace(b"-1\n-2\n", b"-9\n-9\n"))
+    failures = {s.step: s.detail for _, s in verify_series(series, [git.repo]).failures()}
+    assert failures["forward"].startswith("does not apply")
+    assert "first differing path: a.txt" in failures["reverse"]
+    assert "reexport" in failures
+
+
+def test_missing_base_objects_is_not_found(tmp_path: Path) -> None:
+    series, _ = _captured_stack(tmp_path, [{"a.txt": b"z\n"}])
+    other, _ = make_repo(tmp_path / "other", {"x": b"x\n"})
+    with pytest.raises(NotFound, match="upstream tree"):
+        verify_series(series, [other.repo])
+    with pytest.raises(NotFound):
+        verify_series(series, [other.repo], ids=["9999-nope"])
+
+
+def test_user_clean_room_is_untouched(tmp_path: Path) -> None:
+    series, git = _captured_stack(tmp_path, [{"a.txt": b"z\n"}])
+    index = (git.repo / ".git" / "index").read_bytes()
+    refs = git.run("for-each-ref")
+    worktree = (git.repo / "a.txt").read_bytes()
+    verify_series(series, [git.repo])
+    assert (git.repo / ".git" / "index").read_bytes() == index
+    assert git.run("for-each-ref") == refs
+    assert (git.repo / "a.txt").read_bytes() == worktree
+
+
+def test_first_differing_byte() -> None:
+    assert "offset 2 (line 2)" in first_differing_byte(b"a\nbc", b"a\nxc")
+    assert "offset 3" in first_differing_byte(b"abc", b"abcd")
+
+
+# ----------------------------------------------------------------------------- property
+
+NAMES = ("a.txt", "b.c", "sub/c.h", "new 1.txt", "sub/new.bin")
+CONTENT = st.binary(min_size=0, max_size=64).map(lambda b: b.replace(b"\0", b"\n") + b"\n") | (
+    st.binary(min_size=1, max_size=64)
+)
+ENTRY: st.SearchStrategy[Entry] = st.one_of(
+    CONTENT,
+    CONTENT.map(Exe),
+    st.sampled_from(NAMES).map(Link),
+    st.none(),
+)
+EDITS = st.dictionaries(st.sampled_from(NAMES), ENTRY, min_size=1, max_size=4)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(edits=EDITS, where=st.floats(min_value=0, max_value=1), flip=st.integers(1, 255))
+def test_random_edits_capture_verify_and_any_flipped_byte_fails(
+    edits: dict[str, Entry], where: float, flip: int
+) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = Path(tmp) / "repo"
+        git, base = make_repo(repo, BASE)
+        write_files(repo, edits)
+        post = snapshot_worktree(git)
+        if post == base:
+            return  # the edits rewrote files with their own bytes: nothing to capture
+        entry = Patch(
+            id="0001-random", file="0001-random.patch", title="r", pre_tree=base, post_tree=post
+        )
+        series = make_series(Path(tmp) / "p" / "patches" / "s", base, (entry,))
+        data = capture_trees(git, entry, base, post)
+        series.patch_path(entry).write_bytes(data)
+        assert verify_series(series, [repo]).ok
+        offset = min(int(where * len(data)), len(data) - 1)
+        flipped = bytearray(data)
+        flipped[offset] ^= flip
+        series.patch_path(entry).write_bytes(bytes(flipped))
+        assert not verify_series(series, [repo]).ok, f"flip at {offset} went unnoticed"
