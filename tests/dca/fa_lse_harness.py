@@ -109,6 +109,7 @@ class FaResult:
     o: F32
     lse: F32 | None
     o_sinks: tuple[F32, ...]
+    lse_sinks: tuple[F32, ...]
     k_seen: F32
     v_seen: F32
 
@@ -273,6 +274,25 @@ def reference(case: FaCase, inputs: FaInputs, k_seen: F32, v_seen: F32) -> Refer
     return Reference(o=o.transpose(0, 2, 1, 3), lse=lse.transpose(0, 2, 1))
 
 
+def with_sinks(ref: Reference, sinks: F32) -> Reference:
+    """The reference after adding one sink logit per head: exp(sink) joins the denominator only."""
+    lse = np.logaddexp(ref.lse, sinks.astype(np.float64)[None, None, :])
+    factor = np.where(ref.masked, 0.0, np.exp(ref.lse - lse))
+    return Reference(o=ref.o * factor[..., None], lse=lse)
+
+
+def median_sinks(ref: Reference) -> F32:
+    """One sink per head at the median finite reference LSE (so sink and keys both matter)."""
+    per_head = ref.lse.reshape(-1, ref.lse.shape[-1]).T
+    return np.array(
+        [
+            float(np.median(row[np.isfinite(row)])) if np.isfinite(row).any() else 0.0
+            for row in per_head
+        ],
+        dtype=np.float32,
+    )
+
+
 def sink_logits(case: FaCase, ref: Reference) -> F32:
     """One sink logit per head: max finite reference LSE of that head + SINK_MARGIN (0 if none)."""
     finite = np.where(ref.masked, -np.inf, ref.lse)
@@ -327,23 +347,18 @@ def decode_result(case: FaCase, data: bytes, op: int, n_sink_sets: int) -> FaRes
     """Split the probe's output file into arrays."""
     flat = np.frombuffer(data, dtype="<f4")
     o_shape = (case.ne3, case.n_batch, case.n_head, case.dv)
-    sizes = [math.prod(o_shape)]
-    sizes += [case.ne3 * case.n_batch * case.n_head] if op == 1 else []
-    sizes += [math.prod(o_shape)] * n_sink_sets
-    sizes += [
-        case.ne3 * case.n_head_kv * case.n_kv * case.dk,
-        case.ne3 * case.n_head_kv * case.n_kv * case.dv,
-    ]
+    per_run = [math.prod(o_shape)] + ([math.prod(o_shape[:3])] if op == 1 else [])
+    n_kv_rows = case.ne3 * case.n_head_kv * case.n_kv
+    sizes = per_run * (1 + n_sink_sets) + [n_kv_rows * case.dk, n_kv_rows * case.dv]
     if flat.size != sum(sizes):
         raise ValueError(f"probe output has {flat.size} floats, expected {sum(sizes)}")
     chunks = np.split(flat.astype(np.float32), np.cumsum(sizes)[:-1])
-    o, rest = chunks[0].reshape(o_shape), chunks[1:]
-    lse = rest.pop(0).reshape(o_shape[:3]) if op == 1 else None
-    o_sinks = tuple(rest.pop(0).reshape(o_shape) for _ in range(n_sink_sets))
+    runs = [chunks[i * len(per_run) : (i + 1) * len(per_run)] for i in range(1 + n_sink_sets)]
+    o = tuple(run[0].reshape(o_shape) for run in runs)
+    lse = tuple(run[1].reshape(o_shape[:3]) for run in runs) if op == 1 else ()
     kv_shape = (case.ne3, case.n_head_kv, case.n_kv)
-    return FaResult(
-        o, lse, o_sinks, rest[0].reshape(*kv_shape, case.dk), rest[1].reshape(*kv_shape, case.dv)
-    )
+    k_seen, v_seen = chunks[-2].reshape(*kv_shape, case.dk), chunks[-1].reshape(*kv_shape, case.dv)
+    return FaResult(o[0], lse[0] if lse else None, o[1:], lse[1:], k_seen, v_seen)
 
 
 def probe_binary(build: LlamaBuild, with_lse: bool) -> Path:
@@ -374,7 +389,7 @@ def max_abs_err(got: npt.NDArray[np.floating], want: F64, rows: npt.NDArray[np.b
     if not rows.any():
         return 0.0
     diff = np.abs(got[rows].astype(np.float64) - want[rows])
-    return float(np.nan_to_num(diff, nan=np.inf).max())
+    return float(np.nan_to_num(diff, nan=np.inf, posinf=np.inf).max())
 
 
 # --- measurement ------------------------------------------------------------------------------
@@ -462,7 +477,7 @@ def masked_row_problems(o: F32, lse: F32 | None, ref: Reference) -> list[str]:
         if bad.any():
             problems.append(f"fully masked rows: LSE is not -inf in {int(bad.sum())} rows")
     if lse is not None and np.isneginf(lse[~masked]).any():
-        problems.append("a row with unmasked keys has LSE = -inf")
+        problems.append("a row with a finite reference LSE has LSE = -inf")
     return problems
 
 

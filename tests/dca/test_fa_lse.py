@@ -75,7 +75,8 @@ def measure(dca_build: LlamaBuild) -> Iterator[Callable[[fa.FaCase], Measured]]:
 @pytest.mark.parametrize("case", CASES, ids=_ids)
 def test_new_op_within_existing_op_error(case: fa.FaCase, measure: Callable[..., Measured]) -> None:
     m = measure(case)
-    assert fa.new_op_problems(m.new.o, m.new_lse, m.ref, m.bounds) == []
+    problems = fa.new_op_problems(m.new.o, m.new_lse, m.ref, m.bounds)
+    assert not problems, problems
 
 
 @pytest.mark.parametrize("case", CASES, ids=_ids)
@@ -96,6 +97,30 @@ def test_lse_is_the_kernels_own_normaliser(
     gap = np.abs(m.new_lse[live].astype(np.float64) - m.existing.lse[live]).max()
     slack = fa.ROUNDOFF_ULPS * fa.F32_UNIT_ROUNDOFF * (1.0 + float(np.abs(m.ref.lse[live]).max()))
     assert gap <= slack
+
+
+SINK_CASES = tuple(dict.fromkeys(fa.EDGE_CASES + CASES[::4]))
+
+
+@pytest.mark.parametrize("case", SINK_CASES, ids=_ids)
+def test_new_op_with_sinks(
+    case: fa.FaCase, dca_build: LlamaBuild, measure: Callable[..., Measured]
+) -> None:
+    """With ggml_flash_attn_ext_add_sinks the LSE includes the sink (ggml.h contract):
+    LSE = logaddexp(LSE_ref, sink), O = O_ref * exp(LSE_ref - LSE); fully masked rows give
+    O = 0 and LSE = sink. Held to the same bounds as without sinks (a sink only shrinks both
+    errors: O is scaled by a factor <= 1 and d logaddexp(L, s) / dL <= 1)."""
+    m = measure(case)
+    sinks = fa.median_sinks(m.ref)
+    probe = fa.probe_binary(dca_build, with_lse=True)
+    got = fa.run_probe(probe, case, fa.make_inputs(case), 1, [sinks])
+    want = fa.with_sinks(m.ref, sinks)
+    o, lse = got.o_sinks[0], got.lse_sinks[0]
+    problems = fa.new_op_problems(o, lse, want, m.bounds)
+    assert not problems, problems
+    masked = m.ref.masked
+    assert np.all(o[masked] == 0.0)
+    assert np.array_equal(lse[masked], np.broadcast_to(sinks, masked.shape)[masked])
 
 
 @pytest.mark.parametrize("case", CASES, ids=_ids)

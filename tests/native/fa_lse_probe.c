@@ -18,6 +18,7 @@
 //   f32 O[ne3][n_batch][H][Dv]                      (the op's result as is, no sinks)
 //   if op == 1: f32 LSE[ne3][n_batch][H]
 //   for each sink set: f32 O[ne3][n_batch][H][Dv]   (same op with ggml_flash_attn_ext_add_sinks)
+//                      and if op == 1: f32 LSE[ne3][n_batch][H]
 //   f32 k and v as the kernel saw them (after conversion to kv_type and back)
 //
 // Exit status: 0 ok, 2 usage / IO error, 3 bad input.
@@ -220,9 +221,12 @@ int main(int argc, char ** argv) {
     }
     for (int32_t i = 0; i < p.n_sink_sets; ++i) {
         struct ggml_tensor * row = ggml_view_1d(ctx, sinks, p.n_head, (size_t) i * sinks->nb[1]);
-        struct ggml_tensor * unused = NULL;
-        struct ggml_tensor * os = build_fa(ctx, &in, &p, row, &unused);
+        struct ggml_tensor * lse_s = NULL;
+        struct ggml_tensor * os = build_fa(ctx, &in, &p, row, &lse_s);
         write_exact(fout, os->data, ggml_nbytes(os));
+        if (lse_s) {
+            write_exact(fout, lse_s->data, ggml_nbytes(lse_s));
+        }
     }
     dump_as_f32(fout, in.k);
     dump_as_f32(fout, in.v);
