@@ -380,7 +380,9 @@ def _markers(raw: Any, path: Path, key: str) -> tuple[str, ...]:
 
 def _bool(raw: Any, path: Path, key: str) -> bool:
     if not isinstance(raw, bool):
-        raise ConfigError(f"expected true or false, got {raw!r}", path=path, key=key, hint="")
+        raise ConfigError(
+            f"expected true or false, got {raw!r}", path=path, key=key, hint="use true or false"
+        )
     return raw
 
 
@@ -425,6 +427,18 @@ class _Dumper(yaml.SafeDumper):
         super().increase_indent(flow, False)
 
 
+class _Markers(tuple[str, ...]):
+    """Markers are written in flow style with double quotes: `markers: ["// patchctl x"]`."""
+
+
+def _represent_markers(dumper: yaml.SafeDumper, data: _Markers) -> yaml.Node:
+    items = [dumper.represent_scalar("tag:yaml.org,2002:str", m, style='"') for m in data]
+    return yaml.SequenceNode("tag:yaml.org,2002:seq", items, flow_style=True)
+
+
+_Dumper.add_representer(_Markers, _represent_markers)
+
+
 def _ordered(
     values: Mapping[str, Any], canonical: tuple[str, ...], seen: tuple[str, ...]
 ) -> dict[str, Any]:
@@ -442,7 +456,7 @@ def _patch_dict(p: Patch) -> dict[str, Any]:
     optional = {
         "upstream_status": p.upstream_status,
         "origin": p.origin,
-        "markers": list(p.markers) if p.markers else None,
+        "markers": _Markers(p.markers) if p.markers else None,
         "pre_tree": p.pre_tree,
         "post_tree": p.post_tree,
         "imported": p.imported if p.imported or "imported" in p.key_order else None,
@@ -473,7 +487,7 @@ def dump_series(series: Series) -> bytes:
         allow_unicode=True,
         width=1_000_000,
     )
-    text = re.sub(r"\n(  - id: )", r"\n\n\1", text)
+    text = re.sub(r"(?<!\npatches:)\n(  - id: )", r"\n\n\1", text)
     return (series.header + text).encode("utf-8")
 
 
