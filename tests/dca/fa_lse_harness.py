@@ -8,7 +8,9 @@ The reference is written from the definition, not from ggml's code:
   score      += slope_h * mask[t, n]                     (slope_h = 1 without ALiBi)
   LSE[t]      = log(sum_n exp(score[t, n]))              (natural log; -inf if every key is masked)
   O[t]        = sum_n exp(score[t, n] - LSE[t]) * v_n    (0 if every key is masked)
-evaluated in float64 on exactly the K/V values the kernel saw (f16 / q8_0 round trip done by ggml).
+evaluated in float64 on exactly the K/V values the kernel saw (f16 / q8_0 round trip done by ggml)
+and on the f32 Q as given. ggml itself converts Q to K's vec-dot type (f16 or q8_0) on the
+one_chunk / split-KV paths and accumulates V in f16 there; that is part of the measured error.
 """
 
 from __future__ import annotations
