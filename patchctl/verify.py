@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from patchctl.apply import find_drift
 from patchctl.capture import export_patch
 from patchctl.errors import NotFound, VerifyFailed
 from patchctl.git import Git
@@ -136,11 +137,16 @@ class Index:
         """Load `tree` into the index."""
         self.git.run("read-tree", tree, env=self.env)
 
-    def apply(self, data: bytes, *, reverse: bool = False, root: str = ".") -> tuple[bool, str]:
-        """Apply patch bytes to the index; (ok, git's first error line)."""
-        args = [*APPLY_FLAGS, *(["-R"] if reverse else []), *_directory(root)]
+    def apply(self, data: bytes, *, reverse: bool = False, root: str = ".") -> tuple[bool, bytes]:
+        """Apply patch bytes to the index; (ok, git's verbose stderr)."""
+        args = [*APPLY_FLAGS, "-v", *(["-R"] if reverse else []), *_directory(root)]
         code, _, err = self.git.run_full(*args, stdin=data, env=self.env)
-        return code == 0, _first_line(err)
+        if code < 0:
+            # git 2.39 can abort on some corrupt patches (apply.c assertion), leaving its
+            # lock behind; the index is ours, so drop the lock and report the crash.
+            Path(self.env["GIT_INDEX_FILE"] + ".lock").unlink(missing_ok=True)
+            err += f"error: git apply crashed (signal {-code})\n".encode()
+        return code == 0, err
 
     def tree(self) -> str:
         """Write the index as a tree and return its id."""
@@ -151,9 +157,19 @@ def _directory(root: str) -> list[str]:
     return [] if root in (".", "") else [f"--directory={root.rstrip('/')}"]
 
 
-def _first_line(err: bytes) -> str:
+def _first_error(err: bytes) -> str:
     lines = err.decode("utf-8", "backslashreplace").strip().splitlines()
-    return lines[0] if lines else "git apply failed"
+    errors = [line for line in lines if line.startswith("error: ")]
+    return (errors or lines or ["git apply failed"])[0]
+
+
+def _drift_note(err: bytes) -> str:
+    """Hunks git placed at an offset (possible only for imported patches; not a failure)."""
+    drift = find_drift(err)
+    if not drift:
+        return ""
+    first = drift[0]
+    return f" (note: {len(drift)} hunk(s) at an offset, first in {first.file}: {first.why})"
 
 
 def has_object(git: Git, oid: str | None) -> bool:
@@ -295,14 +311,15 @@ def _forward(
 ) -> tuple[str | None, StepResult]:
     if pre is None:
         return _resume(walk, patch), StepResult("forward", False, "no tree to apply to")
-    applied, why = walk.forward.apply(data, root=walk.series.root)
+    applied, err = walk.forward.apply(data, root=walk.series.root)
     if not applied:
+        why = _first_error(err)
         return _resume(walk, patch), StepResult("forward", False, f"does not apply: {why}")
     post = walk.forward.tree()
     if patch.post_tree is not None and post != patch.post_tree:
         detail = first_differing_path(walk.git, patch.post_tree, post)
         return post, StepResult("forward", False, detail)
-    return post, StepResult("forward", True, post)
+    return post, StepResult("forward", True, post + _drift_note(err))
 
 
 def _resume(walk: _Walk, patch: Patch) -> str | None:
@@ -315,9 +332,9 @@ def _resume(walk: _Walk, patch: Patch) -> str | None:
 
 def _reverse(walk: _Walk, data: bytes, pre: str, post: str) -> StepResult:
     walk.backward.read(post)
-    applied, why = walk.backward.apply(data, reverse=True, root=walk.series.root)
+    applied, err = walk.backward.apply(data, reverse=True, root=walk.series.root)
     if not applied:
-        return StepResult("reverse", False, f"does not reverse-apply: {why}")
+        return StepResult("reverse", False, f"does not reverse-apply: {_first_error(err)}")
     back = walk.backward.tree()
     if back != pre:
         return StepResult("reverse", False, first_differing_path(walk.git, pre, back))

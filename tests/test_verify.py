@@ -190,3 +190,16 @@ def test_random_edits_capture_verify_and_any_flipped_byte_fails(
         flipped[offset] ^= flip
         series.patch_path(entry).write_bytes(bytes(flipped))
         assert not verify_series(series, [repo]).ok, f"flip at {offset} went unnoticed"
+
+
+def test_git_apply_crash_is_reported_not_left_locked(tmp_path: Path) -> None:
+    # git 2.39 aborts (apply.c assertion) on a new-file patch whose "new file mode" is
+    # corrupted; found by the property test above. Verify must report, not wedge on a lock.
+    series, git = _captured_stack(tmp_path, [{"new 1.txt": b"\n"}])
+    path = series.patch_path(series.patches[0])
+    data = bytearray(path.read_bytes())
+    data[data.index(b"new file mode")] ^= 0x01
+    path.write_bytes(bytes(data))
+    report = verify_series(series, [git.repo])
+    assert not report.ok
+    assert {s.step for _, s in report.failures()} >= {"forward", "reexport"}
