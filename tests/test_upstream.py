@@ -1,0 +1,191 @@
+"""upstream.py: content-addressed cache, PyPI sdist download, git fetch, archives."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from conftest import Repo, make_tar
+
+from patchctl.errors import ChecksumMismatch, NotFound
+from patchctl.git import Git
+from patchctl.progress import RecordingProgress
+from patchctl.series import Series, Upstream
+from patchctl.upstream import (
+    cache_dir,
+    fetch_git,
+    fetch_sdist,
+    find_cached,
+    materialize,
+    store,
+)
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_cache_dir_precedence(monkeypatch: pytest.MonkeyPatch, hermetic_seal: Path) -> None:
+    assert cache_dir() == hermetic_seal / ".cache" / "patchctl"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert cache_dir() == hermetic_seal / ".cache" / "patchctl"
+    monkeypatch.setenv("XDG_CACHE_HOME", "/x/cache")
+    assert cache_dir() == Path("/x/cache/patchctl")
+    monkeypatch.setenv("PATCHCTL_CACHE_DIR", "/y")
+    assert cache_dir() == Path("/y")
+
+
+def test_store_is_content_addressed_and_checks_the_hash(tmp_path: Path, cache_home: Path) -> None:
+    source = tmp_path / "f.tar.gz"
+    source.write_bytes(b"payload")
+    digest = sha(source)
+    stored = store(source, digest, "f.tar.gz")
+    assert stored == cache_home / "sha256" / digest / "f.tar.gz"
+    assert find_cached(digest) == stored
+    with pytest.raises(ChecksumMismatch):
+        store(source, "0" * 64, "f.tar.gz")
+    assert not (cache_home / "sha256" / ("0" * 64)).exists()
+    stored.write_bytes(b"corrupted")
+    assert find_cached(digest) is None
+
+
+def make_mirror(tmp_path: Path, sdist: Path, published: str) -> str:
+    """A file:// PyPI JSON API with one sdist release of pkg==1.0."""
+    api = tmp_path / "mirror" / "pkg" / "1.0"
+    api.mkdir(parents=True)
+    entry = {
+        "packagetype": "sdist",
+        "filename": sdist.name,
+        "url": sdist.as_uri(),
+        "digests": {"sha256": published},
+    }
+    wheel = {**entry, "packagetype": "bdist_wheel", "filename": "pkg-1.0-py3-none-any.whl"}
+    (api / "json").write_text(json.dumps({"urls": [wheel, entry]}))
+    return (tmp_path / "mirror").as_uri()
+
+
+@pytest.fixture
+def sdist(tmp_path: Path) -> Path:
+    return make_tar(tmp_path / "pkg-1.0.tar.gz", {"a.txt": b"a\n", "sub/b.txt": b"b\n"})
+
+
+def pin(digest: str) -> Upstream:
+    return Upstream(kind="pypi-sdist", package="pkg", version="1.0", sha256=digest)
+
+
+def test_sdist_is_downloaded_verified_cached_and_reused_offline(
+    tmp_path: Path, sdist: Path, cache_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    digest = sha(sdist)
+    monkeypatch.setenv("PATCHCTL_PYPI_URL", make_mirror(tmp_path, sdist, digest))
+    progress = RecordingProgress()
+    first = fetch_sdist(pin(digest), progress)
+    assert first == cache_home / "sha256" / digest / "pkg-1.0.tar.gz"
+    assert first.read_bytes() == sdist.read_bytes()
+    assert ("done", "download", None) in progress.events
+    monkeypatch.setenv("PATCHCTL_PYPI_URL", "file:///nonexistent-offline")
+    assert fetch_sdist(pin(digest)) == first
+
+
+def test_published_checksum_mismatch_downloads_nothing(
+    tmp_path: Path, sdist: Path, cache_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATCHCTL_PYPI_URL", make_mirror(tmp_path, sdist, sha(sdist)))
+    with pytest.raises(ChecksumMismatch) as info:
+        fetch_sdist(pin("1" * 64))
+    assert info.value.exit_code == 6
+    assert "series pins 1111" in str(info.value)
+    assert not cache_home.exists()
+
+
+def test_downloaded_bytes_mismatch_keeps_nothing(
+    tmp_path: Path, sdist: Path, cache_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lie = "2" * 64  # the index claims the pinned hash, the bytes disagree
+    monkeypatch.setenv("PATCHCTL_PYPI_URL", make_mirror(tmp_path, sdist, lie))
+    with pytest.raises(ChecksumMismatch) as info:
+        fetch_sdist(pin(lie))
+    assert f"has sha256 {sha(sdist)}, expected {lie}" in str(info.value)
+    assert list((cache_home / "sha256" / lie).iterdir()) == []
+
+
+def test_release_without_sdist_is_not_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api = tmp_path / "m" / "pkg" / "1.0"
+    api.mkdir(parents=True)
+    (api / "json").write_text(json.dumps({"urls": []}))
+    monkeypatch.setenv("PATCHCTL_PYPI_URL", (tmp_path / "m").as_uri())
+    with pytest.raises(NotFound):
+        fetch_sdist(pin("3" * 64))
+
+
+def snapshot(path: Path) -> dict[str, tuple[int, bytes]]:
+    """Every file under `path` with its mtime and bytes."""
+    return {
+        str(p.relative_to(path)): (p.stat().st_mtime_ns, p.read_bytes())
+        for p in sorted(path.rglob("*"))
+        if p.is_file()
+    }
+
+
+def git_series(tmp_path: Path, repo: Repo, **extra: str) -> Series:
+    up = Upstream(kind="git", url=str(repo.path), commit=repo.commit, **extra)  # type: ignore[arg-type]
+    return Series(tmp_path / "s" / "series.yaml", up)
+
+
+def test_git_upstream_is_fetched_by_commit_and_the_clone_is_untouched(
+    tmp_path: Path, make_repo: Callable[..., Repo]
+) -> None:
+    repo = make_repo({"a.txt": b"a\n", "sub/b.txt": b"b\n"}, name="user-clone")
+    (repo.path / "a.txt").write_bytes(b"uncommitted edit\n")
+    before = snapshot(repo.path)
+    series = git_series(tmp_path, repo)
+    cache = fetch_git(series)
+    assert cache.rev_parse(f"{repo.commit}^{{commit}}") == repo.commit
+    assert fetch_git(series).repo == cache.repo  # cached: no second fetch needed
+    target = Git.init(tmp_path / "room")
+    result = materialize(series, target)
+    assert result.tree == repo.tree
+    assert (tmp_path / "room" / "a.txt").read_bytes() == b"a\n"
+    assert snapshot(repo.path) == before
+
+
+def test_git_subdir_and_tree_pin(tmp_path: Path, make_repo: Callable[..., Repo]) -> None:
+    repo = make_repo({"top.txt": b"t\n", "sub/b.txt": b"b\n"})
+    sub_tree = repo.git.rev_parse(f"{repo.commit}:sub")
+    good = git_series(tmp_path, repo, subdir="sub", tree=sub_tree)
+    assert materialize(good, Git.init(tmp_path / "r1")).tree == sub_tree
+    bad = git_series(tmp_path, repo, subdir="sub", tree=repo.tree)
+    with pytest.raises(ChecksumMismatch) as info:
+        materialize(bad, Git.init(tmp_path / "r2"))
+    assert f"upstream tree is {sub_tree}, series pins {repo.tree}" in str(info.value)
+
+
+def test_unknown_commit_is_not_found(tmp_path: Path, make_repo: Callable[..., Repo]) -> None:
+    repo = make_repo({"a": b"a\n"})
+    series = git_series(tmp_path, repo)
+    missing = Series(series.path, Upstream(kind="git", url=str(repo.path), commit="4" * 40))
+    with pytest.raises(NotFound):
+        fetch_git(missing)
+
+
+def test_archive_upstream_checks_sha_and_caches(tmp_path: Path, cache_home: Path) -> None:
+    (tmp_path / "s").mkdir()
+    archive = make_tar(tmp_path / "s" / "orig.tar.gz", {"x.c": b"int x;\n"})
+    digest = sha(archive)
+    series = Series(
+        tmp_path / "s" / "series.yaml",
+        Upstream(kind="archive", path="orig.tar.gz", sha256=digest),
+    )
+    result = materialize(series, Git.init(tmp_path / "room"))
+    assert (tmp_path / "room" / "x.c").read_bytes() == b"int x;\n"
+    assert result.tree == Git(tmp_path / "room").write_tree()
+    assert find_cached(digest) is not None
+    wrong = Series(series.path, Upstream(kind="archive", path="orig.tar.gz", sha256="5" * 64))
+    with pytest.raises(ChecksumMismatch):
+        materialize(wrong, Git.init(tmp_path / "room2"))
+    assert list((tmp_path / "room2").iterdir()) == [tmp_path / "room2" / ".git"]
