@@ -106,7 +106,11 @@ def _native_source(name: str) -> Path:
 
 
 def _compile_command(
-    source: Path, build: LlamaBuild, extra_flags: Sequence[str], out: Path
+    source: Path,
+    build: LlamaBuild,
+    extra_flags: Sequence[str],
+    link_flags: Sequence[str],
+    out: Path,
 ) -> list[str]:
     """The system compiler command for `source`, linked against `build`'s ggml shared libs."""
     is_cpp = source.suffix == ".cpp"
@@ -126,25 +130,35 @@ def _compile_command(
         "-o",
         str(out),
         f"-L{build.bin}",
+        *link_flags,
         *libs,
         f"-Wl,-rpath,{build.bin}",
         "-lm",
     ]
 
 
-def _cache_key(source: Path, build: LlamaBuild, extra_flags: Sequence[str]) -> str:
+def _cache_key(source: Path, build: LlamaBuild, flags: Sequence[str]) -> str:
     """Hash of what the binary depends on at compile time: source, flags, tree, headers."""
     digest = hashlib.sha256()
     digest.update(source.read_bytes())
-    digest.update("\0".join([str(build.src), str(build.bin), *extra_flags]).encode())
+    digest.update("\0".join([str(build.src), str(build.bin), *flags]).encode())
     for include_dir in build.include_dirs:
         for header in sorted(include_dir.glob("*.h")):
             digest.update(header.name.encode() + b"\0" + header.read_bytes())
     return digest.hexdigest()[:16]
 
 
-def compile_native(name: str, build: LlamaBuild, extra_flags: Sequence[str] = ()) -> Path:
+def compile_native(
+    name: str,
+    build: LlamaBuild,
+    extra_flags: Sequence[str] = (),
+    *,
+    link_flags: Sequence[str] = (),
+) -> Path:
     """Compile tests/native/`name` against `build` and return the executable.
+
+    `extra_flags` go before the source (defines, include dirs); `link_flags` go after it and
+    before the ggml libraries (e.g. ``-lllama``), so ``--as-needed`` linkers keep them.
 
     Binaries are cached under ``<build>/patchctl-native/`` by a hash of source, flags and headers,
     written to a temporary name and renamed so concurrent test sessions never see half a binary.
@@ -153,12 +167,13 @@ def compile_native(name: str, build: LlamaBuild, extra_flags: Sequence[str] = ()
     source = _native_source(name)
     cache_dir = build.build / "patchctl-native"
     cache_dir.mkdir(parents=True, exist_ok=True)
-    out = cache_dir / f"{source.stem}-{_cache_key(source, build, extra_flags)}"
+    key = _cache_key(source, build, [*extra_flags, "--link--", *link_flags])
+    out = cache_dir / f"{source.stem}-{key}"
     if out.is_file():
         return out
     with tempfile.TemporaryDirectory(dir=cache_dir) as tmp:
         tmp_out = Path(tmp) / out.name
-        cmd = _compile_command(source, build, extra_flags, tmp_out)
+        cmd = _compile_command(source, build, extra_flags, link_flags, tmp_out)
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             pytest.fail(
