@@ -53,7 +53,7 @@ FLASH = ("-fa", "on")  # default f16 KV; CPU FA computes in f16
 SPEC_EXACT_TOL = 1e-3  # issue 6: f32 KV, FA off
 SPEC_EQUAL_TOL = 1e-4  # issue 6: chunk >= sequence vs plain attention
 MISTAKE_MARGIN = 10.0  # every deliberate mistake must be this many tolerances away
-REFERENCE_ARCHS = ("llama", "qwen2", "gemma3")
+REFERENCE_ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -178,6 +178,7 @@ def _reference_model(path: Path) -> ref.TinyModel:
     return ref.load_model(path)
 
 
+@cache
 def reference_logits(
     model: Path, tokens: tuple[tuple[int, ...], ...], run: ref.RunConfig
 ) -> list[ref.F64]:
@@ -193,14 +194,27 @@ def rel_err_all(got: Sequence[npt.NDArray[Any]], want: Sequence[npt.NDArray[Any]
 # 1. --dca off is byte-identical to upstream
 
 
+OFF_PLANS: dict[str, tuple[Plan, tuple[str, ...]]] = {
+    "one-seq": (single_plan(160, n_gen=16), ("-c", "512", "-b", "512", "-ub", "64")),
+    "two-seq": (multichunk_plan(), MULTI_ARGS),
+}
+
+
+@pytest.mark.parametrize("plan_name", list(OFF_PLANS))
 @pytest.mark.parametrize("fa", ["off", "on"])
 @pytest.mark.parametrize("arch", ARCHS)
 def test_dca_off_is_byte_identical_to_upstream(
-    arch: str, fa: str, dca_tool: Path, upstream_tool: Path, models_dir: Path, tmp_path: Path
+    arch: str,
+    fa: str,
+    plan_name: str,
+    dca_tool: Path,
+    upstream_tool: Path,
+    models_dir: Path,
+    tmp_path: Path,
 ) -> None:
     model = model_path(models_dir, arch)
-    plan = single_plan(160, n_gen=16)
-    args = ("-c", "512", "-b", "512", "-ub", "64", "-fa", fa)
+    plan, base = OFF_PLANS[plan_name]
+    args = (*base, "-fa", fa)
     up = run_tool(upstream_tool, plan, model, args, tmp_path / "up")
     off = run_tool(dca_tool, plan, model, (*args, "--dca", "off"), tmp_path / "off")
     assert off.tokens == up.tokens, "greedy tokens differ from upstream with --dca off"
@@ -259,11 +273,17 @@ def test_dca_on_up_to_chunk_size_equals_plain_exact(
 
 @dataclass(frozen=True)
 class MultiChunkResult:
+    model: Path
+    got: tuple[F32, ...]  # llama.cpp DCA logits per sequence
     tokens: tuple[tuple[int, ...], ...]
     dca_err: float  # llama.cpp DCA vs reference DCA
     plain_err: float  # same build, --dca off, vs reference plain attention
     tolerance: float
-    mistake_err: dict[str, float]  # llama.cpp DCA vs each mutated reference
+
+    def mistake_err(self, mistake: str) -> float:
+        """|llama.cpp DCA - reference with the deliberate mistake| (relative)."""
+        run = ref.RunConfig(dca=DCA, mutation=ref.MUTATIONS[mistake])
+        return rel_err_all(self.got, reference_logits(self.model, self.tokens, run))
 
 
 _RESULTS: dict[tuple[str, str, str], MultiChunkResult] = {}
@@ -280,6 +300,7 @@ def _tolerance(mode: str, plain_err: float) -> float:
 def multichunk_result(
     arch: str, mode: str, layout: str, tool: Path, models_dir: Path, work: Path
 ) -> MultiChunkResult:
+    """Run the multi-chunk plan with --dca off and on (cached per arch, mode and KV layout)."""
     key = (arch, mode, layout)
     if key in _RESULTS:
         return _RESULTS[key]
@@ -288,16 +309,12 @@ def multichunk_result(
     args = (*MULTI_ARGS, *KV_LAYOUTS[layout], *(EXACT if mode == "exact" else FLASH))
     plain = run_tool(tool, plan, model, (*args, "--dca", "off"), work / "plain")
     dca = run_tool(tool, plan, model, (*args, *DCA_ON), work / "dca")
-    got = dca.logits()
+    got = tuple(dca.logits())
     plain_err = rel_err_all(plain.logits(), reference_logits(model, plain.tokens, ref.RunConfig()))
     dca_err = rel_err_all(got, reference_logits(model, dca.tokens, ref.RunConfig(dca=DCA)))
-    mistakes = {
-        name: rel_err_all(
-            got, reference_logits(model, dca.tokens, ref.RunConfig(dca=DCA, mutation=mut))
-        )
-        for name, mut in ref.MUTATIONS.items()
-    }
-    result = MultiChunkResult(dca.tokens, dca_err, plain_err, _tolerance(mode, plain_err), mistakes)
+    result = MultiChunkResult(
+        model, got, dca.tokens, dca_err, plain_err, _tolerance(mode, plain_err)
+    )
     _RESULTS[key] = result
     return result
 
@@ -349,8 +366,9 @@ def test_each_deliberate_mistake_is_caught(
 ) -> None:
     r = multichunk_result(arch, mode, "split-kv", dca_tool, models_dir, tmp_path)
     assert r.dca_err <= r.tolerance, "llama.cpp DCA must match the correct reference first"
-    assert r.mistake_err[mistake] >= MISTAKE_MARGIN * r.tolerance, (
-        f"mistake {mistake}: |llama.cpp - mutated ref| = {r.mistake_err[mistake]:.3g} is not "
+    err = r.mistake_err(mistake)
+    assert err >= MISTAKE_MARGIN * r.tolerance, (
+        f"mistake {mistake}: |llama.cpp - mutated ref| = {err:.3g} is not "
         f">= {MISTAKE_MARGIN:g} x tolerance {r.tolerance:.3g}"
     )
 
@@ -359,6 +377,23 @@ def test_sequences_span_three_or_more_chunks() -> None:
     plan = multichunk_plan()
     chunk_len = DCA.chunk_len
     assert all(len(s) // chunk_len >= 3 for s in plan.seqs)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_multichunk_split_decode_equals_one_shot(
+    arch: str, dca_tool: Path, models_dir: Path, tmp_path: Path
+) -> None:
+    """All six archs (also those without a numpy reference): 300 tokens over 6 chunks give the
+    same DCA logits prefilled in one ubatch as in ubatches of 40 plus single-token decode steps
+    across chunk boundaries 112 and 168."""
+    model = model_path(models_dir, arch)
+    toks = (random_tokens(300, seed=1),)
+    one_shot = Plan(seqs=toks, steps=("call 0:300",))
+    split = Plan(seqs=toks, steps=("call 0:100", *["call 0:1"] * 80, "call 0:120"))
+    base = ("-c", "512", "-b", "512", *EXACT, *DCA_ON)
+    a = run_tool(dca_tool, one_shot, model, (*base, "-ub", "512"), tmp_path / "one")
+    b = run_tool(dca_tool, split, model, (*base, "-ub", "40"), tmp_path / "split")
+    assert rel_err_all(b.logits(), a.logits()) <= SPEC_EQUAL_TOL
 
 
 # ---------------------------------------------------------------------------------------------
