@@ -98,7 +98,10 @@ def split_mbox(data: bytes, name: str) -> list[Incoming]:
 
 
 def header_fields(data: bytes) -> dict[str, str]:
-    """Mail / DEP-3 header fields before the diff (first occurrence wins; read-only)."""
+    """Mail / DEP-3 header fields before the diff, lowercased keys, folded lines joined.
+
+    First occurrence wins; `<key>:first-line` holds a field's first line alone. Read-only.
+    """
     fields: dict[str, str] = {}
     key: str | None = None
     for raw in data.splitlines():
@@ -112,11 +115,13 @@ def header_fields(data: bytes) -> dict[str, str]:
         key = match.group(1).lower() if match else None
         if match and key is not None and key not in fields:
             fields[key] = match.group(2).strip()
+            fields[f"{key}:first-line"] = fields[key]
     return fields
 
 
 def _subject(fields: dict[str, str]) -> str | None:
-    raw = fields.get("subject") or fields.get("description")
+    # A mail Subject may be folded over lines; a DEP-3 Description's first line is the synopsis.
+    raw = fields.get("subject") or fields.get("description:first-line")
     if not raw:
         return None
     text = str(make_header(decode_header(raw)))

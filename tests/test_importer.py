@@ -1,0 +1,191 @@
+"""import: quilt series, format-patch directories and mboxes come in byte-for-byte."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from support_patch import make_repo, make_series
+
+from patchctl.errors import ConfigError, NotFound, PatchDoesNotApply
+from patchctl.git import Git
+from patchctl.importer import (
+    header_fields,
+    import_patches,
+    read_source,
+    slug,
+    split_mbox,
+)
+from patchctl.verify import verify_series
+
+BASE = {"main.c": b"int main(void)\n{\n\treturn 0;\n}\n", "README": b"hello\n"}
+
+DEP3 = b"""Description: Return one instead of zero
+ A longer explanation that is folded
+ onto several lines.
+Author: Someone <someone@example.org>
+Origin: vendor, https://example.org/fix
+Forwarded: not-needed
+Last-Update: 2024-01-01
+
+--- a/main.c
++++ b/main.c
+@@ -1,4 +1,4 @@
+ int main(void)
+ {
+-\treturn 0;
++\treturn 1;
+ }
+"""
+
+GBP = b"""From: Someone <someone@example.org>
+Date: Sat, 25 Jun 2022 11:54:43 -0700
+Subject: =?UTF-8?q?Caf=C3=A9=20readme?=
+Gbp-Pq: Name readme.patch
+
+---
+ README | 1 +
+ 1 file changed, 1 insertion(+)
+
+diff --git a/README b/README
+index ce013625030ba8dba906f756967f9e9ca394464a..94954abda49de8615a048f8d2e64b5de848e27a1 100644
+--- a/README
++++ b/README
+@@ -1 +1,2 @@
+ hello
++world
+"""
+
+FORMAT_PATCH_2 = (
+    b"""From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
+From: A <a@example.org>
+Date: Thu, 1 Jan 1970 00:00:00 +0000
+Subject: [PATCH 2/2] Add a file with CRLF
+
+---
+diff --git a/dos.txt b/dos.txt
+new file mode 100644
+index 0000000000000000000000000000000000000000..9a2e9e2a2a2d5f7b35b0ae1e1e2e4d7a8a2e0f3c
+--- /dev/null
++++ b/dos.txt
+@@ -0,0 +1,2 @@
++one\r
++two\r
+"""
+    + b"-- \n2.39.5\n\n"
+)
+
+
+@pytest.fixture
+def upstream(tmp_path: Path) -> tuple[Git, str]:
+    return make_repo(tmp_path / "room", BASE)
+
+
+def _quilt(tmp_path: Path) -> Path:
+    d = tmp_path / "debian" / "patches"
+    d.mkdir(parents=True)
+    (d / "fix-return.patch").write_bytes(DEP3)
+    (d / "readme.patch").write_bytes(GBP)
+    (d / "series").write_bytes(b"# comment line\nfix-return.patch\nreadme.patch -p1 # trailing\n")
+    return d
+
+
+def test_quilt_import_keeps_bytes_and_verifies(tmp_path: Path, upstream: tuple[Git, str]) -> None:
+    git, base = upstream
+    series = make_series(tmp_path / "project" / "patches" / "s", base)
+    updated, added = import_patches(series, _quilt(tmp_path), git, base)
+    assert [p.id for p in added] == ["0001-fix-return", "0002-readme"]
+    assert (series.dir / "0001-fix-return.patch").read_bytes() == DEP3
+    assert (series.dir / "0002-readme.patch").read_bytes() == GBP
+    first, second = added
+    assert first.imported and first.title == "Return one instead of zero"
+    assert first.origin == "vendor, https://example.org/fix"
+    assert first.upstream_status == "Inappropriate [not needed]"
+    assert second.title == "Café readme"
+    assert second.origin == "quilt:patches/readme.patch"
+    assert first.pre_tree == base and second.pre_tree == first.post_tree
+    report = verify_series(updated, [git.repo])
+    assert report.ok, report.failures()
+    reexport = next(s for s in report.patches[0].steps if s.step == "reexport")
+    assert "kept verbatim" in reexport.detail
+
+
+def test_flipping_an_imported_diff_byte_fails_verify(
+    tmp_path: Path, upstream: tuple[Git, str]
+) -> None:
+    git, base = upstream
+    series = make_series(tmp_path / "project" / "patches" / "s", base)
+    updated, added = import_patches(series, _quilt(tmp_path), git, base)
+    path = updated.patch_path(added[0])
+    path.write_bytes(DEP3.replace(b"+\treturn 1;", b"+\treturn 2;"))
+    failures = {s.step for _, s in verify_series(updated, [git.repo]).failures()}
+    assert "forward" in failures
+
+
+def test_format_patch_dir_and_mbox(tmp_path: Path) -> None:
+    directory = tmp_path / "fp"
+    directory.mkdir()
+    (directory / "0001-readme.patch").write_bytes(GBP)
+    (directory / "0002-add-dos.patch").write_bytes(FORMAT_PATCH_2)
+    (directory / "notes.txt").write_bytes(b"ignored\n")
+    kind, items = read_source(directory)
+    assert kind == "format-patch" and [i.name for i in items] == [
+        "0001-readme.patch",
+        "0002-add-dos.patch",
+    ]
+    mbox = tmp_path / "series.mbox"
+    mbox.write_bytes(FORMAT_PATCH_2 + FORMAT_PATCH_2.replace(b"2/2] Add", b"3/3] Again"))
+    kind, items = read_source(mbox)
+    assert kind == "mbox" and len(items) == 2
+    assert b"".join(i.data for i in items) == mbox.read_bytes()
+    assert items[1].name == "Again-a-file-with-CRLF"
+
+
+def test_mbox_import_applies_crlf(tmp_path: Path, upstream: tuple[Git, str]) -> None:
+    git, base = upstream
+    series = make_series(tmp_path / "project" / "patches" / "s", base)
+    mbox = tmp_path / "one.mbox"
+    mbox.write_bytes(FORMAT_PATCH_2)
+    updated, added = import_patches(series, mbox, git, base)
+    assert added[0].id == "0001-Add-a-file-with-CRLF"
+    assert git.run("cat-file", "-p", f"{added[0].post_tree}:dos.txt") == b"one\r\ntwo\r\n"
+    assert verify_series(updated, [git.repo]).ok
+
+
+def test_split_mbox_plain_patch_is_one_message() -> None:
+    assert [i.data for i in split_mbox(DEP3, "x.patch")] == [DEP3]
+
+
+def test_conflicting_import_is_patch_does_not_apply(
+    tmp_path: Path, upstream: tuple[Git, str]
+) -> None:
+    git, base = upstream
+    series = make_series(tmp_path / "project" / "patches" / "s", base)
+    source = tmp_path / "bad.patch"
+    source.write_bytes(DEP3.replace(b"-\treturn 0;", b"-\treturn 7;"))
+    with pytest.raises(PatchDoesNotApply, match="does not apply"):
+        import_patches(series, source, git, base)
+    assert not any(series.dir.glob("*.patch"))  # nothing written on failure
+
+
+def test_quilt_options_and_missing_files(tmp_path: Path) -> None:
+    d = tmp_path / "q"
+    d.mkdir()
+    (d / "a.patch").write_bytes(DEP3)
+    (d / "series").write_bytes(b"a.patch -p0\n")
+    with pytest.raises(ConfigError, match="unsupported patch options"):
+        read_source(d)
+    (d / "series").write_bytes(b"missing.patch\n")
+    with pytest.raises(NotFound):
+        read_source(d)
+    with pytest.raises(NotFound):
+        read_source(tmp_path / "nothing-here")
+
+
+def test_header_fields_and_slug() -> None:
+    fields = header_fields(DEP3)
+    assert fields["description"].startswith("Return one instead of zero A longer")
+    assert fields["forwarded"] == "not-needed"
+    assert "diff" not in fields
+    assert slug("debian/0003-Fix: a bug (CVE-1)!.patch") == "0003-Fix-a-bug-CVE-1"
+    assert slug("////") == "patch"
