@@ -320,8 +320,7 @@ def _protect(room: Cleanroom, force: bool) -> Backup | None:
             hint="capture it with `patchctl capture`, or pass --force to back it up and reset",
         )
     backup = room.save_unsaved_work()
-    room.reset_to("HEAD")
-    room.remove_untracked(backup.paths)
+    room.discard_saved(backup)
     return backup
 
 

@@ -155,14 +155,19 @@ class Cleanroom:
         folder = self.backups_dir()
         return list(folder.glob("*.patch")) if folder.is_dir() else []
 
-    def remove_untracked(self, paths: tuple[str, ...]) -> None:
-        """Delete untracked files listed in a backup (they are saved there)."""
+    def discard_saved(self, backup: Backup) -> None:
+        """Drop the unsaved work that `backup` holds: tracked files back to HEAD, new files gone.
+
+        Only called right after `save_unsaved_work`; the ref is checked first so nothing that
+        is not saved can be discarded.
+        """
+        if self.git.rev_parse(backup.ref) != backup.commit:
+            raise PatchctlError(f"backup {backup.ref} is missing; not discarding anything")
+        self.git.run("reset", "--quiet", "--hard", "HEAD")
         tracked = set(self.git.run("ls-files", "-z").split(b"\0"))
-        for rel in paths:
-            if os.fsencode(rel) in tracked:
-                continue
+        for rel in backup.paths:
             target = self.path / rel
-            if target.is_symlink() or target.is_file():
+            if os.fsencode(rel) not in tracked and (target.is_symlink() or target.is_file()):
                 target.unlink()
 
     def reset_to(self, commit: str) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from patchctl.git import Git
+from patchctl.series import Patch, Series, Upstream, save_series
 
 HOSTILE_GITCONFIG = b"""[core]
 \tautocrlf = true
@@ -278,3 +279,28 @@ def make_tar(path: Path, files: dict[str, Entry | Special], top: str | None = "p
 def cache_home(hermetic_seal: Path) -> Iterator[Path]:
     """The patchctl cache inside the fake HOME (XDG_CACHE_HOME/patchctl)."""
     yield hermetic_seal / ".cache" / "patchctl"
+
+
+# ----------------------------------------------------------------------------- series
+
+
+def write_series(
+    directory: Path,
+    upstream: Upstream,
+    patches: list[tuple[str, bytes]] | tuple[tuple[str, bytes], ...] = (),
+    *,
+    root: str = ".",
+) -> Path:
+    """A series directory: series.yaml plus one `<id>.patch` per (id, bytes)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    entries = []
+    for pid, data in patches:
+        (directory / f"{pid}.patch").write_bytes(data)
+        entries.append(Patch(id=pid, file=f"{pid}.patch", title=f"Patch {pid}"))
+    save_series(Series(directory / "series.yaml", upstream, tuple(entries), root))
+    return directory
+
+
+def git_upstream(repo: Repo, **extra: str) -> Upstream:
+    """A `git` upstream pin of a fake upstream repository (tree recorded)."""
+    return Upstream(kind="git", url=str(repo.path), commit=repo.commit, tree=repo.tree, **extra)  # type: ignore[arg-type]

@@ -1,0 +1,253 @@
+"""apply.py: strict apply of hostile content; conflicts, drift, already-applied, unsaved work."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from conftest import (
+    CONTENT_MATRIX,
+    CONTENT_MATRIX_AFTER,
+    Files,
+    Repo,
+    git_upstream,
+    tree_of_files,
+    write_series,
+)
+
+from patchctl.apply import cleanroom_apply, find_drift, hunk_number
+from patchctl.cleanroom import load_cleanroom
+from patchctl.errors import AlreadyApplied, DirtyTree, NotFound, PatchDoesNotApply, PatchDrift
+from patchctl.progress import RecordingProgress
+
+MakePatch = Callable[[Files, Files], bytes]
+LINES = {"src/main.c": b"".join(b"line %d\n" % i for i in range(1, 41))}
+
+
+def edit(files: Files, name: str, old: bytes, new: bytes) -> Files:
+    data = files[name]
+    assert isinstance(data, bytes) and old in data
+    return {**files, name: data.replace(old, new)}
+
+
+@pytest.fixture
+def upstream(make_repo: Callable[..., Repo]) -> Repo:
+    return make_repo(CONTENT_MATRIX, name="upstream")
+
+
+def test_content_matrix_applies_to_the_exact_tree(
+    tmp_path: Path, upstream: Repo, make_patch: MakePatch
+) -> None:
+    patch = make_patch(CONTENT_MATRIX, CONTENT_MATRIX_AFTER)
+    series = write_series(tmp_path / "s", git_upstream(upstream), [("0001-matrix", patch)])
+    progress = RecordingProgress()
+    report = cleanroom_apply(series, workdir=tmp_path / "room", progress=progress)
+    expected = tree_of_files(tmp_path / "expected", CONTENT_MATRIX_AFTER)
+    assert report.tree == expected
+    assert [a.id for a in report.applied] == ["0001-matrix"]
+    room = load_cleanroom(tmp_path / "room")
+    assert room.applied_patches() == ["0001-matrix"]
+    assert room.commit_for("0001-matrix") == report.head
+    assert room.dirty_paths() == []
+    # Bytes on disk are the blob bytes: CRLF, trailing whitespace and modes kept.
+    assert (room.path / "crlf.txt").read_bytes() == b"one\r\nTWO\r\nthree\r\n"
+    assert (room.path / "trailing-ws.txt").read_bytes() == b"keep   \nthese\t\nadded  \n"
+    assert os.access(room.path / "plain-to-exec.sh", os.X_OK)
+    assert os.readlink(room.path / "link") == "no-eol.txt"
+    assert ("done", "apply", None) in progress.events
+
+
+def test_commit_ids_are_reproducible_across_clean_rooms(
+    tmp_path: Path, upstream: Repo, make_patch: MakePatch
+) -> None:
+    patch = make_patch(CONTENT_MATRIX, CONTENT_MATRIX_AFTER)
+    series = write_series(tmp_path / "s", git_upstream(upstream), [("0001-matrix", patch)])
+    one = cleanroom_apply(series, workdir=tmp_path / "one")
+    two = cleanroom_apply(series, workdir=tmp_path / "two")
+    assert one.head == two.head and one.base_commit == two.base_commit
+    message = load_cleanroom(tmp_path / "one").git.run("cat-file", "commit", one.head)
+    assert b"\nPatchctl-Id: 0001-matrix\n" in message
+    assert b"author patchctl <patchctl@invalid> 0 +0000" in message
+
+
+def two_patch_series(
+    tmp_path: Path, upstream: Repo, make_patch: MakePatch, second_before: Files | None = None
+) -> Path:
+    first_after = edit(CONTENT_MATRIX, "src/main.c", b"line 5\n", b"FIVE\n")
+    second_after = edit(first_after, "src/main.c", b"line 30\n", b"THIRTY\n")
+    patches = [
+        ("0001-five", make_patch(CONTENT_MATRIX, first_after)),
+        ("0002-thirty", make_patch(second_before or first_after, second_after)),
+    ]
+    return write_series(tmp_path / "s", git_upstream(upstream), patches)
+
+
+def test_upto_and_incremental_reuse(tmp_path: Path, upstream: Repo, make_patch: MakePatch) -> None:
+    series = two_patch_series(tmp_path, upstream, make_patch)
+    room_path = tmp_path / "room"
+    first = cleanroom_apply(series, workdir=room_path, upto="0001-five")
+    assert [a.id for a in first.applied] == ["0001-five"] and first.created
+    stamp = (room_path / "crlf.txt").stat().st_mtime_ns
+    full = cleanroom_apply(series, workdir=room_path)
+    assert [(a.id, a.reused) for a in full.applied] == [("0001-five", True), ("0002-thirty", False)]
+    assert not full.created
+    assert (room_path / "crlf.txt").stat().st_mtime_ns == stamp  # untouched file kept
+    again = cleanroom_apply(series, workdir=room_path)
+    assert again.head == full.head and all(a.reused for a in again.applied)
+    back = cleanroom_apply(series, workdir=room_path, upto="0001-five")
+    assert back.head == first.head
+    assert b"THIRTY" not in (room_path / "src" / "main.c").read_bytes()
+    with pytest.raises(NotFound):
+        cleanroom_apply(series, workdir=room_path, upto="0009-nope")
+
+
+def test_changed_patch_file_is_reapplied(
+    tmp_path: Path, upstream: Repo, make_patch: MakePatch
+) -> None:
+    series = two_patch_series(tmp_path, upstream, make_patch)
+    room_path = tmp_path / "room"
+    before = cleanroom_apply(series, workdir=room_path)
+    new = make_patch(CONTENT_MATRIX, edit(CONTENT_MATRIX, "src/main.c", b"line 5\n", b"5!\n"))
+    (series / "0001-five.patch").write_bytes(new)
+    after = cleanroom_apply(series, workdir=room_path)
+    assert [a.reused for a in after.applied] == [False, False]
+    assert after.head != before.head
+    data = (room_path / "src" / "main.c").read_bytes()
+    assert b"5!\n" in data and b"FIVE" not in data and b"THIRTY" in data
+
+
+def test_conflict_names_patch_file_hunk_and_keeps_last_good(
+    tmp_path: Path, upstream: Repo, make_patch: MakePatch
+) -> None:
+    wrong_base = edit(CONTENT_MATRIX, "src/main.c", b"line 31\n", b"not upstream\n")
+    series = two_patch_series(tmp_path, upstream, make_patch, second_before=wrong_base)
+    room_path = tmp_path / "room"
+    with pytest.raises(PatchDoesNotApply) as info:
+        cleanroom_apply(series, workdir=room_path)
+    exc = info.value
+    assert type(exc) is PatchDoesNotApply and exc.exit_code == 3
+    assert (exc.patch, exc.file, exc.hunk) == ("0002-thirty", "src/main.c", 1)
+    assert exc.one_line().startswith("patch 0002-thirty does not apply: hunk #1 in src/main.c")
+    room = load_cleanroom(room_path)
+    assert room.applied_patches() == ["0001-five"]
+    assert room.dirty_paths() == []
+    assert b"FIVE" in (room_path / "src" / "main.c").read_bytes()
+
+
+def test_offset_is_drift_not_accepted(
+    tmp_path: Path, upstream: Repo, make_patch: MakePatch
+) -> None:
+    shifted = {**CONTENT_MATRIX, "src/main.c": b"extra\nextra\n" + LINES["src/main.c"]}
+    patch = make_patch(shifted, edit(shifted, "src/main.c", b"line 20\n", b"twenty\n"))
+    series = write_series(tmp_path / "s", git_upstream(upstream), [("0001-shift", patch)])
+    with pytest.raises(PatchDrift) as info:
+        cleanroom_apply(series, workdir=tmp_path / "room")
+    exc = info.value
+    assert exc.exit_code == 10 and exc.file == "src/main.c" and exc.hunk == 1
+    assert "offset -2 lines" in str(exc)
+    room = load_cleanroom(tmp_path / "room")
+    assert room.head_tree() == upstream.tree and room.dirty_paths() == []
+
+
+def test_already_applied_is_reported(
+    tmp_path: Path, make_repo: Callable[..., Repo], make_patch: MakePatch
+) -> None:
+    after = edit(CONTENT_MATRIX, "src/main.c", b"line 5\n", b"FIVE\n")
+    patched_upstream = make_repo(after, name="upstream-with-fix")
+    patch = make_patch(CONTENT_MATRIX, after)
+    series = write_series(tmp_path / "s", git_upstream(patched_upstream), [("0001-five", patch)])
+    with pytest.raises(AlreadyApplied) as info:
+        cleanroom_apply(series, workdir=tmp_path / "room")
+    assert info.value.exit_code == 11 and info.value.patch == "0001-five"
+
+
+def test_whitespace_is_never_fixed(tmp_path: Path, upstream: Repo, make_patch: MakePatch) -> None:
+    # The hostile ~/.gitconfig says apply.whitespace=fix; the trailing blanks must survive.
+    after = {**CONTENT_MATRIX, "trailing-ws.txt": b"keep   \nthese\t\n \t \n"}
+    series = write_series(
+        tmp_path / "s", git_upstream(upstream), [("0001-ws", make_patch(CONTENT_MATRIX, after))]
+    )
+    cleanroom_apply(series, workdir=tmp_path / "room")
+    assert (tmp_path / "room" / "trailing-ws.txt").read_bytes() == b"keep   \nthese\t\n \t \n"
+
+
+def test_unsaved_work_is_refused_then_backed_up_with_force(
+    tmp_path: Path, upstream: Repo, make_patch: MakePatch
+) -> None:
+    series = two_patch_series(tmp_path, upstream, make_patch)
+    room_path = tmp_path / "room"
+    cleanroom_apply(series, workdir=room_path, upto="0001-five")
+    (room_path / "crlf.txt").write_bytes(b"my edit\r\n")
+    (room_path / "scratch.txt").write_bytes(b"new work\n")
+    with pytest.raises(DirtyTree) as info:
+        cleanroom_apply(series, workdir=room_path)
+    assert info.value.exit_code == 8 and "2 changed path(s)" in str(info.value)
+    assert (room_path / "crlf.txt").read_bytes() == b"my edit\r\n"
+    assert (room_path / "scratch.txt").exists()
+    report = cleanroom_apply(series, workdir=room_path, force=True)
+    assert report.backup is not None
+    assert sorted(report.backup.paths) == ["crlf.txt", "scratch.txt"]
+    saved = report.backup.patch_file.read_bytes()
+    assert b"+my edit\r\n" in saved and b"+new work\n" in saved
+    room = load_cleanroom(room_path)
+    assert room.applied_patches() == ["0001-five", "0002-thirty"] and room.dirty_paths() == []
+    assert room.git.run("cat-file", "blob", f"{report.backup.ref}:crlf.txt") == b"my edit\r\n"
+
+
+def test_foreign_commits_count_as_unsaved_work(tmp_path: Path, upstream: Repo) -> None:
+    series = write_series(tmp_path / "s", git_upstream(upstream))
+    room_path = tmp_path / "room"
+    cleanroom_apply(series, workdir=room_path)
+    room = load_cleanroom(room_path)
+    (room_path / "crlf.txt").write_bytes(b"committed by hand\n")
+    room.git.run("add", "crlf.txt")
+    mine = room.git.commit_tree(room.git.write_tree(), b"my commit\n", (room.head(),))
+    room.git.update_ref("HEAD", mine)
+    with pytest.raises(DirtyTree):
+        cleanroom_apply(series, workdir=room_path)
+    report = cleanroom_apply(series, workdir=room_path, force=True)
+    assert report.backup is not None
+    assert room.git.rev_parse(f"{report.backup.ref}^") == mine
+    assert room.head() == room.base_commit()
+
+
+def test_root_targets_a_subdirectory(
+    tmp_path: Path, make_repo: Callable[..., Repo], make_patch: MakePatch
+) -> None:
+    inner = {"CMakeLists.txt": b"project(x)\n", "src/a.c": b"int a;\n"}
+    outer = {"README": b"llamafile\n", **{f"llama.cpp/{k}": v for k, v in inner.items()}}
+    repo = make_repo(outer, name="llamafile")
+    patch = make_patch(inner, {**inner, "src/a.c": b"int a = 1;\n"})
+    series = write_series(
+        tmp_path / "s", git_upstream(repo), [("0001-root", patch)], root="llama.cpp"
+    )
+    cleanroom_apply(series, workdir=tmp_path / "room")
+    assert (tmp_path / "room" / "llama.cpp" / "src" / "a.c").read_bytes() == b"int a = 1;\n"
+    assert (tmp_path / "room" / "README").read_bytes() == b"llamafile\n"
+
+
+def test_empty_patch_is_a_conflict(tmp_path: Path, upstream: Repo) -> None:
+    series = write_series(tmp_path / "s", git_upstream(upstream), [("0001-empty", b"")])
+    with pytest.raises(PatchDoesNotApply) as info:
+        cleanroom_apply(series, workdir=tmp_path / "room")
+    assert "no changes" in str(info.value)
+
+
+def test_drift_parser_and_hunk_numbers() -> None:
+    stderr = (
+        b"Checking patch a b.c...\nHunk #1 succeeded at 3.\n"
+        b"Hunk #2 succeeded at 40 (offset 7 lines).\n"
+        b"Checking patch x...\nwarning: x has type 100644, expected 100755\n"
+    )
+    drift = find_drift(stderr)
+    assert [(d.file, d.hunk) for d in drift] == [("a b.c", 2), ("x", None)]
+    assert "offset 7 lines" in drift[0].why and "100755" in drift[1].why
+    patch = (
+        b"diff --git a/f b/f\n--- a/f\n+++ b/f\n@@ -1,3 +1,3 @@\n a\n-b\n+c\n d\n"
+        b"@@ -10,3 +10,3 @@\n x\n-y\n+z\n w\n"
+    )
+    assert hunk_number(patch, "f", 10) == 2
+    assert hunk_number(patch, "sub/f", 1, root="sub") == 1
+    assert hunk_number(patch, "g", 1) is None

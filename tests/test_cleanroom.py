@@ -1,0 +1,100 @@
+"""cleanroom.py: creation, marker, stack introspection, unsaved work and backups."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from conftest import CONTENT_MATRIX, Repo, git_upstream, write_series
+
+from patchctl.apply import cleanroom_apply
+from patchctl.cleanroom import (
+    create_cleanroom,
+    default_workdir,
+    load_cleanroom,
+    marker_path,
+    open_cleanroom,
+)
+from patchctl.errors import ChecksumMismatch, DirtyTree, NotFound
+from patchctl.series import load_series
+
+
+@pytest.fixture
+def upstream(make_repo: Callable[..., Repo]) -> Repo:
+    return make_repo(CONTENT_MATRIX, name="upstream")
+
+
+def test_default_workdir_is_project_cleanroom(tmp_path: Path) -> None:
+    series_dir = tmp_path / "proj" / "patches" / "llamafile"
+    assert default_workdir(series_dir) == tmp_path / "proj" / "cleanroom" / "llamafile"
+
+
+def test_create_records_base_and_marker(tmp_path: Path, upstream: Repo) -> None:
+    series = load_series(write_series(tmp_path / "s", git_upstream(upstream)))
+    room = create_cleanroom(series, tmp_path / "room")
+    assert room.base_tree() == upstream.tree
+    assert room.head() == room.base_commit()
+    assert room.head_tree() == upstream.tree
+    assert room.applied_patches() == []
+    assert room.dirty_paths() == []
+    meta = json.loads(marker_path(room.path).read_text())
+    assert meta["upstream"]["commit"] == upstream.commit
+    assert meta["base_tree"] == upstream.tree
+    assert (room.path / "link").is_symlink()
+    assert (room.path / "crlf.txt").read_bytes() == b"one\r\ntwo\r\nthree\r\n"
+    assert load_cleanroom(room.path).meta == room.meta
+
+
+def test_base_commit_is_reproducible(tmp_path: Path, upstream: Repo) -> None:
+    series = load_series(write_series(tmp_path / "s", git_upstream(upstream)))
+    one = create_cleanroom(series, tmp_path / "one")
+    two = create_cleanroom(series, tmp_path / "two")
+    assert one.base_commit() == two.base_commit()
+
+
+def test_tree_pin_mismatch_leaves_nothing(tmp_path: Path, upstream: Repo) -> None:
+    up = git_upstream(upstream)
+    series = load_series(write_series(tmp_path / "s", replace(up, tree="6" * 40)))
+    with pytest.raises(ChecksumMismatch):
+        create_cleanroom(series, tmp_path / "room")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s", "upstream"]
+
+
+def test_refuses_a_directory_it_did_not_create(tmp_path: Path, upstream: Repo) -> None:
+    series = load_series(write_series(tmp_path / "s", git_upstream(upstream)))
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "precious.txt").write_bytes(b"do not touch\n")
+    with pytest.raises(DirtyTree) as info:
+        create_cleanroom(series, mine)
+    assert info.value.exit_code == 8
+    assert [p.name for p in mine.iterdir()] == ["precious.txt"]
+    with pytest.raises(DirtyTree):
+        cleanroom_apply(series.dir, workdir=mine)
+    assert (mine / "precious.txt").read_bytes() == b"do not touch\n"
+    with pytest.raises(NotFound):
+        open_cleanroom(series.dir, mine)
+
+
+def test_dirty_paths_and_backup(tmp_path: Path, upstream: Repo) -> None:
+    series = load_series(write_series(tmp_path / "s", git_upstream(upstream)))
+    room = create_cleanroom(series, tmp_path / "room")
+    (room.path / "dir with spaces" / "file name.txt").write_bytes(b"edited\n")
+    (room.path / "n\u00e4me-\u65e5\u672c.txt").unlink()
+    (room.path / "new \u00fcml\u00e4ut.txt").write_bytes(b"new\n")
+    dirty = sorted(room.dirty_paths())
+    assert dirty == sorted(
+        ["dir with spaces/file name.txt", "n\u00e4me-\u65e5\u672c.txt", "new \u00fcml\u00e4ut.txt"]
+    )
+    backup = room.save_unsaved_work()
+    assert backup.ref == "refs/patchctl/backups/1"
+    assert backup.patch_file == tmp_path / "room.backups" / "1.patch"
+    data = backup.patch_file.read_bytes()
+    assert b"+edited" in data and b"new file mode" in data and b"deleted file mode" in data
+    assert room.git.run("cat-file", "blob", f"{backup.ref}:new \u00fcml\u00e4ut.txt") == b"new\n"
+    # The backup does not change the work tree; a second backup gets the next number.
+    assert sorted(room.dirty_paths()) == dirty
+    assert room.save_unsaved_work().ref == "refs/patchctl/backups/2"
