@@ -28,9 +28,18 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
 from dca import fa_lse_harness as fa  # noqa: E402
-from dca.conftest import LlamaBuild, require_build  # noqa: E402
+from dca.conftest import LlamaBuild, require_build, resolve_build  # noqa: E402
 
 DEFAULT_OUT = REPO / "docs" / "benchmarks" / "fa-lse-cpu-accuracy.json"
+
+
+def usable(tree: LlamaBuild) -> bool:
+    """Whether `tree` has ggml headers and shared libraries."""
+    return all((tree.bin / f"lib{lib}.so").exists() for lib in ("ggml", "ggml-base", "ggml-cpu"))
+
+
+def _bitwise_equal(a: fa.F32, b: fa.F32) -> bool:
+    return bool(np.array_equal(a.view(np.uint32), b.view(np.uint32)))
 
 
 def _git(src: Path, *args: str) -> str:
@@ -45,7 +54,9 @@ def _cpu_model() -> str:
     return platform.processor()
 
 
-def _case_record(case: fa.FaCase, existing_probe: Path, new_probe: Path) -> dict[str, Any]:
+def _case_record(
+    case: fa.FaCase, existing_probe: Path, new_probe: Path, upstream_probe: Path | None
+) -> dict[str, Any]:
     """Measure one case: existing op, new op, bounds, and the checks the test makes."""
     inputs = fa.make_inputs(case)
     existing, ref = fa.measure_existing(existing_probe, case, inputs)
@@ -81,9 +92,12 @@ def _case_record(case: fa.FaCase, existing_probe: Path, new_probe: Path) -> dict
         "bound_o": bounds.o,
         "bound_lse": bounds.lse,
         "new_vs_existing_normaliser_max_abs": float(np.max(gap)),
-        "new_o_bitwise_equal_existing": bool(
-            np.array_equal(new.o.view(np.uint32), existing.result.o.view(np.uint32))
+        "existing_o_bitwise_equal_upstream": (
+            None
+            if upstream_probe is None
+            else _bitwise_equal(fa.run_probe(upstream_probe, case, inputs, 0).o, existing.result.o)
         ),
+        "new_o_bitwise_equal_existing": _bitwise_equal(new.o, existing.result.o),
         "problems": fa.new_op_problems(new.o, new.lse, ref, bounds),
         "with_sinks_lse_max_abs_err": fa.max_abs_err(
             with_sinks.lse_sinks[0], ref_sinks.lse, np.ones_like(live)
@@ -117,7 +131,10 @@ def measure_all(build: LlamaBuild, seed: int) -> dict[str, Any]:
     """Run every case of fa.draw_cases(seed) and return the JSON document."""
     existing_probe = fa.probe_binary(build, with_lse=False)
     new_probe = fa.probe_binary(build, with_lse=True)
-    records = [_case_record(c, existing_probe, new_probe) for c in fa.draw_cases(seed)]
+    upstream = resolve_build("UPSTREAM")
+    upstream_probe = fa.probe_binary(upstream, with_lse=False) if usable(upstream) else None
+    cases = fa.draw_cases(seed)
+    records = [_case_record(c, existing_probe, new_probe, upstream_probe) for c in cases]
     return {
         "what": "CPU flash attention error vs a float64 numpy reference (issue 5)",
         "command": "python scripts/fa_lse_accuracy.py " + " ".join(sys.argv[1:]),
@@ -130,6 +147,7 @@ def measure_all(build: LlamaBuild, seed: int) -> dict[str, Any]:
             "head_subject": _git(build.src, "log", "-1", "--format=%s"),
             "dirty_files": len(_git(build.src, "status", "--porcelain").splitlines()),
         },
+        "upstream_build": str(upstream.build) if upstream_probe else None,
         "machine": {"cpu": _cpu_model(), "python": platform.python_version()},
         "numpy": np.__version__,
         "bounds_doc": (fa.Bounds.__doc__ or "").strip(),
