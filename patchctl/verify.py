@@ -26,7 +26,7 @@ from patchctl.apply import find_drift
 from patchctl.capture import export_patch
 from patchctl.errors import NotFound, VerifyFailed
 from patchctl.git import Git
-from patchctl.markers import check_markers
+from patchctl.markers import added_by, changed_paths, check_markers, markers_in_tree
 from patchctl.progress import Progress, or_null
 from patchctl.series import Patch, Series
 
@@ -213,6 +213,10 @@ class _Walk:
     forward: Index
     backward: Index
     current: str | None
+    base: str = ""
+    all_markers: tuple[str, ...] = ()
+    # marker -> ids of the earlier patches whose added lines contain it
+    added: dict[str, list[str]] = field(default_factory=dict)
 
 
 def base_tree(series: Series, fallback: str | None = None) -> str:
@@ -253,7 +257,8 @@ def verify_series(
                 f"upstream tree {base} is not in {', '.join(map(str, sources))}",
                 hint="materialize the clean room first: patchctl cleanroom apply",
             )
-        walk = _Walk(git, series, Index(git, "forward"), Index(git, "reverse"), base)
+        markers = tuple(dict.fromkeys(m for p in series.patches for m in p.markers))
+        walk = _Walk(git, series, Index(git, "forward"), Index(git, "reverse"), base, base, markers)
         walk.forward.read(base)
         reports = []
         for patch in series.patches[: last + 1]:
@@ -274,6 +279,7 @@ def _check_patch(walk: _Walk, patch: Patch, *, full: bool) -> PatchReport:
     walk.current = post
     if full:
         steps += _after_forward(walk, patch, data, pre, post)
+    _note_added(walk, patch, data)
     return PatchReport(patch.id, tuple(steps))
 
 
@@ -351,11 +357,32 @@ def _reexport(walk: _Walk, patch: Patch, data: bytes, pre: str, post: str) -> St
 
 
 def _markers(walk: _Walk, patch: Patch, pre: str, post: str) -> StepResult:
-    bad = [c for c in check_markers(walk.git, pre, post, patch.markers) if not c.ok]
-    if bad:
-        what = "; ".join(
-            f"{c.marker!r} {'already in pre-tree' if c.in_pre else 'missing from post-tree'}"
-            for c in bad
-        )
-        return StepResult("markers", False, what)
+    if not patch.markers:
+        return StepResult("markers", True, "no markers declared")
+    paths = changed_paths(walk.git, pre, post)
+    checks = check_markers(walk.git, pre, post, patch.markers, paths)
+    problems = [
+        f"{c.marker!r} {'already in pre-tree' if c.in_pre else 'missing from post-tree'}"
+        for c in checks
+        if not c.ok
+    ]
+    problems += [f"{m!r} already in the upstream tree" for m in _in_base(walk, patch.markers)]
+    problems += [
+        f"{m!r} also added by earlier patch {pid}"
+        for m in patch.markers
+        for pid in walk.added.get(m, ())
+    ]
+    if problems:
+        return StepResult("markers", False, "; ".join(problems))
     return StepResult("markers", True, f"{len(patch.markers)} marker(s) ok")
+
+
+def _in_base(walk: _Walk, markers: Sequence[str]) -> list[str]:
+    found = markers_in_tree(walk.git, walk.base, markers)
+    return [m for m in markers if m in found]
+
+
+def _note_added(walk: _Walk, patch: Patch, data: bytes) -> None:
+    """Remember which series markers this patch adds (for the later patches' checks)."""
+    for marker in added_by(data, walk.all_markers):
+        walk.added.setdefault(marker, []).append(patch.id)

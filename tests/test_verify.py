@@ -105,8 +105,21 @@ def test_marker_checks(tmp_path: Path) -> None:
     # a marker the second patch does not add, and one already present before it
     bad = series.with_patches([first, replace(second, markers=("MARK-1", "absent"))])
     steps = {s.step: s for _, s in verify_series(bad, [git.repo]).failures()}
-    assert "'MARK-1' already in pre-tree" in steps["markers"].detail
+    assert "'MARK-1' also added by earlier patch 0001-p1" in steps["markers"].detail
     assert "'absent' missing from post-tree" in steps["markers"].detail
+    # a marker that upstream already contains cannot identify a patch
+    upstream = series.with_patches([replace(first, markers=("MARK-1", "pragma once")), second])
+    steps = {s.step: s for _, s in verify_series(upstream, [git.repo]).failures()}
+    assert "'pragma once' already in the upstream tree" in steps["markers"].detail
+    assert "'pragma once' missing from post-tree" in steps["markers"].detail
+
+
+def test_marker_in_touched_file_before_the_patch(tmp_path: Path) -> None:
+    series, git = _captured_stack(tmp_path, [{"a.txt": b"MARK-1 x\n"}, {"a.txt": b"MARK-1 y\n"}])
+    first, second = series.patches
+    dup = series.with_patches([replace(first, markers=()), replace(second, markers=("MARK-1",))])
+    steps = {s.step: s for _, s in verify_series(dup, [git.repo]).failures()}
+    assert "'MARK-1' already in pre-tree" in steps["markers"].detail
 
 
 def test_uncaptured_patch_fails_chain(tmp_path: Path) -> None:
