@@ -14,10 +14,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urljoin
 
 from patchctl.archive import extract_archive, is_archive
 from patchctl.errors import ChecksumMismatch, ConfigError, GitFailed, NotFound, PatchctlError
@@ -25,7 +27,8 @@ from patchctl.git import Git
 from patchctl.progress import Progress, or_null
 from patchctl.series import Series, Upstream
 
-PYPI_URL = "https://pypi.org/pypi"
+PYPI_URL = "https://pypi.org"
+SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 CHUNK = 1 << 20
 
 
@@ -40,7 +43,7 @@ def cache_dir() -> Path:
 
 
 def pypi_url() -> str:
-    """The PyPI JSON API base (`$PATCHCTL_PYPI_URL` overrides it, e.g. a file:// mirror)."""
+    """The PyPI root (`$PATCHCTL_PYPI_URL` overrides it, e.g. a mirror or a file:// tree)."""
     return os.environ.get("PATCHCTL_PYPI_URL", PYPI_URL).rstrip("/")
 
 
@@ -89,8 +92,17 @@ def store(source: Path, sha256: str, filename: str, cache: Path | None = None) -
 # ----------------------------------------------------------------------------- pypi
 
 
-def _open(url: str) -> Any:
-    request = urllib.request.Request(url, headers={"User-Agent": "patchctl"})
+@dataclass(frozen=True)
+class Release:
+    """One sdist file as the index describes it."""
+
+    filename: str
+    url: str
+    sha256: str | None
+
+
+def _open(url: str, accept: str = "application/json") -> Any:
+    request = urllib.request.Request(url, headers={"User-Agent": "patchctl", "Accept": accept})
     try:
         return urllib.request.urlopen(request, timeout=60)
     except OSError as exc:
@@ -99,15 +111,58 @@ def _open(url: str) -> Any:
         ) from None
 
 
-def sdist_release(package: str, version: str) -> dict[str, Any]:
-    """The PyPI JSON API entry of the sdist of package==version (NotFound if none)."""
-    url = f"{pypi_url()}/{package}/{version}/json"
-    with _open(url) as response:
+def _get_json(url: str, accept: str = "application/json") -> dict[str, Any]:
+    with _open(url, accept) as response:
         data = json.loads(response.read())
-    for entry in data.get("urls", []):
-        if entry.get("packagetype") == "sdist":
-            return dict(entry)
-    raise NotFound(f"PyPI has no sdist for {package}=={version}", hint="check upstream.version")
+    return data if isinstance(data, dict) else {}
+
+
+def _sdist_name(package: str, version: str) -> str:
+    """The normalised sdist file stem, e.g. `llama_cpp_python-0.3.36` (PEP 625)."""
+    return f"{re.sub(r'[-_.]+', '_', package).lower()}-{version}"
+
+
+def _is_sdist(filename: str, package: str, version: str) -> bool:
+    stem = _sdist_name(package, version)
+    name = filename.lower().replace("-", "_").replace(".", "_")
+    expected = stem.replace("-", "_").replace(".", "_")
+    return name in (expected + "_tar_gz", expected + "_zip")
+
+
+def _from_json_api(package: str, version: str) -> list[Release]:
+    """The sdists listed by PyPI's JSON API (`/pypi/<pkg>/<version>/json`)."""
+    url = f"{pypi_url()}/pypi/{package}/{version}/json"
+    entries = _get_json(url).get("urls", [])
+    return [
+        Release(str(e["filename"]), urljoin(url, str(e["url"])), e.get("digests", {}).get("sha256"))
+        for e in entries
+        if e.get("packagetype") == "sdist"
+    ]
+
+
+def _from_simple_api(package: str, version: str) -> list[Release]:
+    """The sdists listed by the Simple API in JSON form (PEP 691), used when the JSON API
+    is not served (some mirrors and proxies only serve /simple)."""
+    url = f"{pypi_url()}/simple/{package}/"
+    files = _get_json(url, SIMPLE_JSON).get("files", [])
+    return [
+        Release(str(f["filename"]), urljoin(url, str(f["url"])), f.get("hashes", {}).get("sha256"))
+        for f in files
+        if _is_sdist(str(f.get("filename", "")), package, version)
+    ]
+
+
+def sdist_releases(package: str, version: str) -> list[Release]:
+    """The sdist files of package==version (JSON API, else the Simple API)."""
+    try:
+        found = _from_json_api(package, version)
+    except PatchctlError:
+        found = []
+    if not found:
+        found = _from_simple_api(package, version)
+    if not found:
+        raise NotFound(f"PyPI has no sdist for {package}=={version}", hint="check upstream.version")
+    return found
 
 
 def _download(url: str, dest: Path, progress: Progress) -> str:
@@ -130,15 +185,15 @@ def fetch_sdist(upstream: Upstream, progress: Progress | None = None) -> Path:
     cached = find_cached(upstream.sha256)
     if cached is not None:
         return cached
-    release = sdist_release(upstream.package, upstream.version)
-    filename = str(release["filename"])
-    published = release.get("digests", {}).get("sha256")
-    if published and published != upstream.sha256:
+    releases = sdist_releases(upstream.package, upstream.version)
+    release = next((r for r in releases if r.sha256 in (upstream.sha256, None)), None)
+    if release is None:
+        published = ", ".join(f"{r.filename} {r.sha256}" for r in releases)
         raise ChecksumMismatch(
-            f"PyPI's sdist {filename} has sha256 {published}, series pins {upstream.sha256}",
+            f"PyPI's sdist has sha256 {published}; series pins {upstream.sha256}",
             hint="the pin or the release changed: check upstream.sha256; nothing was downloaded",
         )
-    return _download_verified(str(release["url"]), filename, upstream.sha256, progress)
+    return _download_verified(release.url, release.filename, upstream.sha256, progress)
 
 
 def _download_verified(url: str, filename: str, sha256: str, progress: Progress | None) -> Path:

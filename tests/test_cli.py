@@ -242,7 +242,7 @@ def test_sdist_checksum_mismatch(
 ) -> None:
     sdist = make_tar(tmp_path / "pkg-1.0.tar.gz", {"a.txt": b"a\n"})
     real = hashlib.sha256(sdist.read_bytes()).hexdigest()
-    api = tmp_path / "mirror" / "pkg" / "1.0"
+    api = tmp_path / "mirror" / "pypi" / "pkg" / "1.0"
     api.mkdir(parents=True)
     entry = {"packagetype": "sdist", "filename": sdist.name, "url": sdist.as_uri()}
     (api / "json").write_text(json.dumps({"urls": [{**entry, "digests": {"sha256": real}}]}))

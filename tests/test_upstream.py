@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -54,7 +57,7 @@ def test_store_is_content_addressed_and_checks_the_hash(tmp_path: Path, cache_ho
 
 def make_mirror(tmp_path: Path, sdist: Path, published: str) -> str:
     """A file:// PyPI JSON API with one sdist release of pkg==1.0."""
-    api = tmp_path / "mirror" / "pkg" / "1.0"
+    api = tmp_path / "mirror" / "pypi" / "pkg" / "1.0"
     api.mkdir(parents=True)
     entry = {
         "packagetype": "sdist",
@@ -112,13 +115,57 @@ def test_downloaded_bytes_mismatch_keeps_nothing(
     assert list((cache_home / "sha256" / lie).iterdir()) == []
 
 
-def test_release_without_sdist_is_not_found(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.fixture
+def http_root(tmp_path: Path) -> Iterator[tuple[Path, str]]:
+    """A local HTTP server over a directory (for the Simple API, which needs real URLs)."""
+    root = tmp_path / "www"
+    root.mkdir()
+    handler = partial(SimpleHTTPRequestHandler, directory=str(root))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield root, f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_simple_api_is_used_when_the_json_api_is_missing(
+    http_root: tuple[Path, str], sdist: Path, cache_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    api = tmp_path / "m" / "pkg" / "1.0"
+    # Some mirrors serve only /simple (PEP 691 JSON) and give 404 for /pypi/<pkg>/<ver>/json.
+    root, url = http_root
+    (root / "packages").mkdir()
+    (root / "packages" / sdist.name).write_bytes(sdist.read_bytes())
+    other = {
+        "filename": "pkg-0.9.tar.gz",
+        "url": "../../packages/x",
+        "hashes": {"sha256": "9" * 64},
+    }
+    mine = {
+        "filename": sdist.name,
+        "url": f"../../packages/{sdist.name}",
+        "hashes": {"sha256": sha(sdist)},
+    }
+    (root / "simple" / "pkg").mkdir(parents=True)
+    (root / "simple" / "pkg" / "index.html").write_text(json.dumps({"files": [other, mine]}))
+    monkeypatch.setenv("PATCHCTL_PYPI_URL", url)
+    got = fetch_sdist(pin(sha(sdist)))
+    assert got == cache_home / "sha256" / sha(sdist) / sdist.name
+    assert got.read_bytes() == sdist.read_bytes()
+
+
+def test_release_without_sdist_is_not_found(
+    http_root: tuple[Path, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, url = http_root
+    api = root / "pypi" / "pkg" / "1.0"
     api.mkdir(parents=True)
     (api / "json").write_text(json.dumps({"urls": []}))
-    monkeypatch.setenv("PATCHCTL_PYPI_URL", (tmp_path / "m").as_uri())
+    (root / "simple" / "pkg").mkdir(parents=True)
+    (root / "simple" / "pkg" / "index.html").write_text(json.dumps({"files": []}))
+    monkeypatch.setenv("PATCHCTL_PYPI_URL", url)
     with pytest.raises(NotFound):
         fetch_sdist(pin("3" * 64))
 
