@@ -54,6 +54,8 @@ CMAKE_DEFINES: tuple[tuple[str, str, str], ...] = (
     ("GGML_CCACHE", "OFF", "caching only through --launcher: never wrapped twice"),
     ("CMAKE_EXPORT_COMPILE_COMMANDS", "ON", "clangd and reviewers can read the flags"),
 )
+# A compiler's (gcc, clang, nvcc, ld) or CMake's own error line: the reason shown first.
+COMPILER_ERROR = re.compile(rb"(\berror:|\berror :|fatal error|undefined reference|CMake Error)")
 NINJA_PROGRESS = re.compile(rb"^\[\s*(\d+)/(\d+)\]")  # ninja and llamafile's cuda.sh
 MAKE_PERCENT = re.compile(rb"^\[\s*(\d+)%\]")  # CMake's Makefile generator
 ERROR_LINE = re.compile(
@@ -276,7 +278,9 @@ def worktree_id(tree: Path) -> tuple[str, bool]:
             f"{tree} is not a git work tree",
             hint="build a clean room made by `patchctl cleanroom apply`",
         )
-    status = git.run("status", "--porcelain=v1", "-z", "--untracked-files=all")
+    # GIT_OPTIONAL_LOCKS=0: status must not rewrite the user's index (stat refresh).
+    no_locks = {"GIT_OPTIONAL_LOCKS": "0"}
+    status = git.run("status", "--porcelain=v1", "-z", "--untracked-files=all", env=no_locks)
     head = git.maybe_rev("HEAD^{tree}")
     if head is not None and not status:
         return head, False
@@ -659,7 +663,9 @@ def failure_excerpt(log: bytes, *, errors: int = 12, context: int = 2, tail: int
 def _step_failure(plan: BuildPlan, run: StepRun) -> BuildStepFailed:
     data = run.log.read_bytes()
     excerpt = failure_excerpt(data)
-    first = next((ln for ln in data.splitlines() if ERROR_LINE.search(ln)), b"")
+    lines = data.splitlines()
+    compiler = [ln for ln in lines if COMPILER_ERROR.search(ln)]
+    first = (compiler or [ln for ln in lines if ERROR_LINE.search(ln)] or [b""])[0]
     reason = first.decode("utf-8", "replace").strip() or "see the log"
     return BuildStepFailed(
         f"build step `{run.step.name}` failed with exit code {run.returncode} "

@@ -76,7 +76,10 @@ def require_tool(name: str, how: str, env: Mapping[str, str] | None = None) -> P
     return found
 
 
-def find_nvcc(env: Mapping[str, str] | None = None) -> Path:
+DEFAULT_NVCC = Path("/usr/local/cuda/bin/nvcc")
+
+
+def find_nvcc(env: Mapping[str, str] | None = None, fallback: Path | None = None) -> Path:
     """nvcc from $CUDACXX, $CUDA_PATH/bin, PATH or /usr/local/cuda/bin (first that exists)."""
     env = os.environ if env is None else env
     candidates: list[Path] = []
@@ -87,7 +90,7 @@ def find_nvcc(env: Mapping[str, str] | None = None) -> Path:
     on_path = which("nvcc", env)
     if on_path is not None:
         candidates.append(on_path)
-    candidates.append(Path("/usr/local/cuda/bin/nvcc"))
+    candidates.append(DEFAULT_NVCC if fallback is None else fallback)
     for candidate in candidates:
         if candidate.is_file() and os.access(candidate, os.X_OK):
             return candidate.absolute()

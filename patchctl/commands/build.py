@@ -9,12 +9,11 @@ from typing import Annotated
 
 import typer
 
-from patchctl import build, toolchain
+from patchctl import build, cleanroom, toolchain
 from patchctl.console import RichProgress, out, print_json
 from patchctl.errors import NotFound
 
 DEFAULT_SERIES = Path("patches/llamafile")
-CLEANROOM_HOME = Path("cleanroom")
 
 SeriesOpt = Annotated[
     Path, typer.Option("--series", help="Series directory; names the default clean room.")
@@ -146,7 +145,7 @@ def build_command(
 
 def cleanroom_path(series: Path, workdir: Path | None) -> Path:
     """The clean room to build: --workdir, else cleanroom/<series name>; it must exist."""
-    tree = workdir if workdir is not None else CLEANROOM_HOME / series.absolute().name
+    tree = workdir if workdir is not None else cleanroom.default_workdir(series)
     if not tree.is_dir():
         raise NotFound(
             f"no clean room at {tree}",
