@@ -9,6 +9,7 @@ wall time) into that directory. This module and git.py are the only ones that ru
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -16,6 +17,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -594,6 +596,7 @@ def _run_step(step: Step, log: Path, progress: Progress | None) -> StepRun:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: stopped as a whole below
             )
         except FileNotFoundError as exc:
             raise ToolchainMissing(f"cannot run {step.argv[0]}: {exc.strerror}") from exc
@@ -605,10 +608,21 @@ def _run_step(step: Step, log: Path, progress: Progress | None) -> StepRun:
             code = proc.wait()
         finally:
             if proc.poll() is None:  # interrupted: never leave a compiler running
-                proc.terminate()
-                proc.wait()
+                _stop_group(proc)
     counter.finish()
     return StepRun(step, code, time.monotonic() - started, log)
+
+
+def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the step's whole process group (cmake -> ninja -> compilers), then reap it."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 @dataclass

@@ -7,10 +7,12 @@ No llama.cpp is built by these tests.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -271,8 +273,6 @@ def test_manifest_records_tree_commands_tools_and_artifact_hashes(
     assert "cc" in data["tools"]
     assert data["wall_s"] > 0
     for art in data["artifacts"]:
-        import hashlib
-
         blob = (result.build_dir / art["path"]).read_bytes()
         assert hashlib.sha256(blob).hexdigest() == art["sha256"] and len(blob) == art["size"]
     assert (result.build_dir / "logs" / "configure.log").read_bytes().startswith(b"$ cd ")
@@ -522,3 +522,28 @@ def test_environment_is_inherited_for_steps(
     assert run.returncode == 0
     assert run.log.read_bytes().splitlines()[-1] == b"yes added"
     assert os.environ.get("EXTRA") is None
+
+
+class _InterruptAtFirstCounter(RecordingProgress):
+    def start(self, task: str, total: int | None) -> None:
+        if total is not None:
+            raise KeyboardInterrupt
+        super().start(task, total)
+
+
+def _alive(pid: int) -> bool:
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split(") ")[1][0] != "Z"
+
+
+def test_interrupt_stops_the_whole_process_group(tmp_path: Path) -> None:
+    script = 'sleep 60 & echo $! > pid; echo "[1/2] compiling"; wait'
+    step = build.Step("build", ("/bin/sh", "-c", script), tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        build._run_step(step, tmp_path / "build.log", _InterruptAtFirstCounter())
+    pid = int((tmp_path / "pid").read_text())
+    for _ in range(50):
+        if not _alive(pid):
+            break
+        time.sleep(0.1)
+    assert not _alive(pid)
