@@ -25,6 +25,7 @@ from patchctl.cleanroom import (
     default_workdir,
     is_cleanroom,
     load_cleanroom,
+    locked,
     same_pin,
 )
 from patchctl.errors import (
@@ -336,6 +337,13 @@ def cleanroom_apply(
     if upto is not None:
         series.index(upto)  # NotFound before anything is touched
     path = workdir if workdir is not None else default_workdir(series.dir)
+    with locked(path):
+        return _apply_locked(series, path, upto, force, progress)
+
+
+def _apply_locked(
+    series: Series, path: Path, upto: str | None, force: bool, progress: Progress | None
+) -> ApplyReport:
     created = False
     backup: Backup | None = None
     if is_cleanroom(path):

@@ -9,9 +9,12 @@ reproducible. patchctl refuses to touch a directory without the marker, and save
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -297,6 +300,24 @@ def _check_root(series: Series, git: Git, result: Materialized) -> None:
             f"root {series.root!r} is not a directory of the upstream tree",
             hint=f"fix `root:` in {series.path}",
         )
+
+
+@contextmanager
+def locked(workdir: Path) -> Iterator[None]:
+    """Hold an flock on the clean room's parent directory so two patchctl runs never change
+    a clean room at once (no lock file is left behind)."""
+    workdir.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(workdir.parent, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise PatchctlError(
+                f"another patchctl is working in {workdir.parent}", hint="wait for it to finish"
+            ) from None
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def discard_cleanroom(room: Cleanroom) -> None:

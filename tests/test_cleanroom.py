@@ -15,10 +15,11 @@ from patchctl.cleanroom import (
     create_cleanroom,
     default_workdir,
     load_cleanroom,
+    locked,
     marker_path,
     open_cleanroom,
 )
-from patchctl.errors import ChecksumMismatch, DirtyTree, NotFound
+from patchctl.errors import ChecksumMismatch, DirtyTree, NotFound, PatchctlError
 from patchctl.series import load_series
 
 
@@ -98,3 +99,13 @@ def test_dirty_paths_and_backup(tmp_path: Path, upstream: Repo) -> None:
     # The backup does not change the work tree; a second backup gets the next number.
     assert sorted(room.dirty_paths()) == dirty
     assert room.save_unsaved_work().ref == "refs/patchctl/backups/2"
+
+
+def test_concurrent_runs_are_refused(tmp_path: Path, upstream: Repo) -> None:
+    series = write_series(tmp_path / "s", git_upstream(upstream))
+    with locked(tmp_path / "room"):
+        with pytest.raises(PatchctlError) as info:
+            cleanroom_apply(series, workdir=tmp_path / "room")
+        assert "another patchctl is working in" in str(info.value)
+        assert not (tmp_path / "room").exists()
+    assert cleanroom_apply(series, workdir=tmp_path / "room").created
