@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from patchctl.cleanroom import (
+    BACKUP_REFS,
     ID_TRAILER,
     SHA_TRAILER,
     Backup,
@@ -87,9 +88,13 @@ def _apply_args(series: Series) -> tuple[str, ...]:
     return (*APPLY_FLAGS, f"--directory={series.root}")
 
 
-def _message(patch: Patch, sha: str) -> bytes:
+def commit_message(patch: Patch, sha: str) -> bytes:
+    """The message of a patch commit: `<id>: <title>` plus the id and sha256 trailers."""
     title = patch.title or patch.id
     return f"{patch.id}: {title}\n\n{ID_TRAILER}: {patch.id}\n{SHA_TRAILER}: {sha}\n".encode()
+
+
+_message = commit_message  # kept: capture.py imports this name
 
 
 # ----------------------------------------------------------------------------- diagnostics
@@ -234,7 +239,7 @@ def apply_patch(room: Cleanroom, series: Series, patch: Patch) -> AppliedPatch:
     check_patch(room, series, patch, data)
     room.git.run("apply", *_apply_args(series), stdin=data)
     tree = room.git.write_tree()
-    commit = room.git.commit_tree(tree, _message(patch, patch_sha256(data)), (room.head(),))
+    commit = room.git.commit_tree(tree, commit_message(patch, patch_sha256(data)), (room.head(),))
     room.git.update_ref("HEAD", commit, f"patchctl apply {patch.id}")
     return AppliedPatch(patch.id, commit, tree, False, _ladder(patch, tree))
 
@@ -371,5 +376,7 @@ def _repin(room: Cleanroom, series: Series, progress: Progress | None) -> Cleanr
     except BaseException:
         old.rename(room.path)
         raise
+    # Backups live on in the new clean room (their objects are fetched along).
+    new.git.run("fetch", "--quiet", "--no-tags", str(old), f"+{BACKUP_REFS}*:{BACKUP_REFS}*")
     shutil.rmtree(old)
     return new

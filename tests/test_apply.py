@@ -251,3 +251,28 @@ def test_drift_parser_and_hunk_numbers() -> None:
     assert hunk_number(patch, "f", 10) == 2
     assert hunk_number(patch, "sub/f", 1, root="sub") == 1
     assert hunk_number(patch, "g", 1) is None
+
+
+def test_new_upstream_pin_rebuilds_the_clean_room_and_keeps_backups(
+    tmp_path: Path, make_repo: Callable[..., Repo]
+) -> None:
+    old = make_repo({"a.txt": b"old\n"}, name="old-upstream")
+    new = make_repo({"a.txt": b"new\n", "b.txt": b"b\n"}, name="new-upstream")
+    room_path = tmp_path / "room"
+    series = write_series(tmp_path / "s", git_upstream(old))
+    cleanroom_apply(series, workdir=room_path)
+    write_series(tmp_path / "s", git_upstream(new))
+    report = cleanroom_apply(series, workdir=room_path)
+    assert report.created and report.base_tree == new.tree
+    assert (room_path / "b.txt").read_bytes() == b"b\n"
+    (room_path / "a.txt").write_bytes(b"my edit\n")
+    write_series(tmp_path / "s", git_upstream(old))
+    with pytest.raises(DirtyTree):
+        cleanroom_apply(series, workdir=room_path)
+    assert (room_path / "a.txt").read_bytes() == b"my edit\n"
+    report = cleanroom_apply(series, workdir=room_path, force=True)
+    assert report.created and report.base_tree == old.tree and report.backup is not None
+    room = load_cleanroom(room_path)
+    assert room.git.run("cat-file", "blob", f"{report.backup.ref}:a.txt") == b"my edit\n"
+    assert report.backup.patch_file.is_file()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []

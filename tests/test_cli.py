@@ -82,6 +82,7 @@ def test_apply_and_status_human_and_json(
     assert [e["id"] for e in status["applied"]] == ["0001-five"]
     assert status["dirty"] == ["crlf.txt"] and status["pending"] == []
     assert status["upstream"]["commit"] == upstream.commit
+    assert status["pin_matches_series"] is True
     code, out, _ = run(
         capsys, "cleanroom", "status", "--series", str(series), "--workdir", str(room)
     )

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from patchctl.apply import ApplyReport, cleanroom_apply, patch_sha256
-from patchctl.cleanroom import Cleanroom, default_workdir, load_cleanroom
+from patchctl.cleanroom import Cleanroom, default_workdir, load_cleanroom, same_pin
 from patchctl.console import RichProgress, out, print_json
 from patchctl.series import Series, load_series
 
@@ -156,6 +156,7 @@ def status_json(status: Status) -> dict[str, Any]:
         "head": room.head(),
         "tree": room.head_tree(),
         "applied": [{"id": pid, "commit": c, "patch_sha256": s} for c, pid, s in status.stack],
+        "pin_matches_series": None if status.series is None else same_pin(room, status.series),
         "pending": _pending(status),
         "stale": _stale(status),
         "dirty": status.dirty,
@@ -168,6 +169,8 @@ def render_status(status: Status) -> None:
     up = data["upstream"] or {}
     out.print(f"clean room {data['cleanroom']}")
     out.print("  upstream " + " ".join(f"{k}={v}" for k, v in up.items() if k != "kind"))
+    if data["pin_matches_series"] is False:
+        out.print("  note     series.yaml pins another upstream: `cleanroom apply` will rebuild")
     out.print(f"  base     {data['base_commit'][:12]} (tree {data['base_tree']})")
     for entry in data["applied"]:
         mark = "  (patch file changed)" if entry["id"] in data["stale"] else ""
