@@ -585,9 +585,8 @@ def _run_step(step: Step, log: Path, progress: Progress | None) -> StepRun:
     env = {**os.environ, **dict(step.env)}
     counter = _Counter(step.name, or_null(progress))
     started = time.monotonic()
-    with log.open("wb") as sink:
+    with log.open("wb", buffering=0) as sink:  # unbuffered: `tail -f` follows the build
         sink.write(f"$ {step.shell()}\n".encode())
-        sink.flush()
         try:
             proc = subprocess.Popen(
                 step.argv,
