@@ -13,7 +13,7 @@ import hashlib
 import os
 import re
 import shutil
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from patchctl.cleanroom import (
@@ -74,7 +74,6 @@ class ApplyReport:
     applied: tuple[AppliedPatch, ...]
     created: bool = False
     backup: Backup | None = None
-    notes: tuple[str, ...] = field(default=())
 
 
 def patch_sha256(data: bytes) -> str:

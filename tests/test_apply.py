@@ -10,6 +10,7 @@ import pytest
 from conftest import (
     CONTENT_MATRIX,
     CONTENT_MATRIX_AFTER,
+    HOSTILE_GITCONFIG,
     Files,
     Repo,
     git_upstream,
@@ -276,3 +277,22 @@ def test_new_upstream_pin_rebuilds_the_clean_room_and_keeps_backups(
     assert room.git.run("cat-file", "blob", f"{report.backup.ref}:a.txt") == b"my edit\n"
     assert report.backup.patch_file.is_file()
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+def test_hostile_repo_local_config_is_overridden_by_the_pins(
+    tmp_path: Path, upstream: Repo, make_patch: MakePatch
+) -> None:
+    # Someone edits the clean room's own .git/config; the -c pins still win.
+    patch = make_patch(CONTENT_MATRIX, CONTENT_MATRIX_AFTER)
+    series = write_series(tmp_path / "s", git_upstream(upstream), [("0001-matrix", patch)])
+    room_path = tmp_path / "room"
+    write_series(tmp_path / "s", git_upstream(upstream))
+    cleanroom_apply(series, workdir=room_path)
+    with (room_path / ".git" / "config").open("ab") as config:
+        config.write(HOSTILE_GITCONFIG)
+    write_series(tmp_path / "s", git_upstream(upstream), [("0001-matrix", patch)])
+    report = cleanroom_apply(series, workdir=room_path)
+    assert report.tree == tree_of_files(tmp_path / "expected", CONTENT_MATRIX_AFTER)
+    assert (room_path / "crlf.txt").read_bytes() == b"one\r\nTWO\r\nthree\r\n"
+    assert (room_path / "link").is_symlink()
+    assert load_cleanroom(room_path).dirty_paths() == []
