@@ -301,8 +301,11 @@ def materialize(series: Series, repo: Git, progress: Progress | None = None) -> 
     else:
         source = fetch_sdist(up, progress) if up.kind == "pypi-sdist" else local_archive(series)
         extracted = extract_archive(source, repo.repo, subdir=up.subdir, progress=progress)
+        report = or_null(progress)
+        report.start("stage", None)
         repo.add_all()
         result = Materialized(repo.write_tree(), extracted.dropped)
+        report.done("stage")
     _check_tree(series, result.tree)
     return result
 
