@@ -100,7 +100,9 @@ class BuildConfig:
         if self.jobs is not None and self.jobs < 1:
             raise PatchctlError(f"--jobs must be at least 1, not {self.jobs}")
         for arch in self.cuda:
-            toolchain.parse_cuda_archs(arch)
+            if not toolchain.CUDA_ARCH.fullmatch(arch):
+                toolchain.parse_cuda_archs(arch)  # raises with the usual message and hint
+                raise PatchctlError(f"one CUDA architecture per item, not {arch!r}")
         for define in self.defines:
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(:[A-Z]+)?=.*", define):
                 raise PatchctlError(f"invalid cmake define {define!r}; write KEY=VALUE")
@@ -108,7 +110,7 @@ class BuildConfig:
     @property
     def parallel(self) -> int:
         """The number of parallel jobs actually used."""
-        return self.jobs if self.jobs is not None else (os.cpu_count() or 1)
+        return self.jobs if self.jobs is not None else len(os.sched_getaffinity(0))
 
 
 @dataclass(frozen=True)

@@ -198,6 +198,7 @@ def test_not_a_git_tree(tmp_path: Path) -> None:
         {"launcher": "distcc"},
         {"jobs": 0},
         {"cuda": ("86",)},
+        {"cuda": ("sm_86,sm_90",)},
         {"defines": ("no equals sign",)},
     ],
 )
@@ -547,3 +548,12 @@ def test_interrupt_stops_the_whole_process_group(tmp_path: Path) -> None:
             break
         time.sleep(0.1)
     assert not _alive(pid)
+
+
+@needs_cmake
+def test_cli_build_human_summary(tiny: Repo, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["build", "--workdir", str(tiny.path), "-t", "hello", "-j", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"built tree {tiny.tree[:12]} with cmake (CPU) in ")
+    assert "  manifest:  " in out and "patchctl-build.json" in out
+    assert any(line.strip().startswith("hello ") for line in out.splitlines())

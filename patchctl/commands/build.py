@@ -180,8 +180,8 @@ def show_result(result: build.BuildResult, json_out: bool) -> None:
         f"built tree {plan.tree_id[:12]}{' (dirty)' if plan.dirty else ''} with {plan.backend} "
         f"({what}) in {result.wall_s:.1f} s"
     )
-    out.print(f"  build dir: {result.build_dir}")
-    out.print(f"  bin dir:   {result.bin_dir}")
-    out.print(f"  manifest:  {result.manifest_path}")
+    out.print(f"  build dir: {result.build_dir}", markup=False)
+    out.print(f"  bin dir:   {result.bin_dir}", markup=False)
+    out.print(f"  manifest:  {result.manifest_path}", markup=False)
     for art in result.artifacts:
-        out.print(f"  {art.path}  {art.size / 1e6:.1f} MB  sha256:{art.sha256[:16]}")
+        out.print(f"  {art.path}  {art.size / 1e6:.1f} MB  sha256:{art.sha256[:16]}", markup=False)
