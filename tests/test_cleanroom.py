@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import CONTENT_MATRIX, Repo, git_upstream, write_series
+from conftest import CONTENT_MATRIX, Repo, git_upstream, make_tar, tree_of_files, write_series
 
 from patchctl.apply import cleanroom_apply
 from patchctl.cleanroom import (
@@ -20,7 +21,7 @@ from patchctl.cleanroom import (
     open_cleanroom,
 )
 from patchctl.errors import ChecksumMismatch, DirtyTree, NotFound, PatchctlError
-from patchctl.series import load_series
+from patchctl.series import Upstream, load_series
 
 
 @pytest.fixture
@@ -109,3 +110,17 @@ def test_concurrent_runs_are_refused(tmp_path: Path, upstream: Repo) -> None:
         assert "another patchctl is working in" in str(info.value)
         assert not (tmp_path / "room").exists()
     assert cleanroom_apply(series, workdir=tmp_path / "room").created
+
+
+def test_archive_upstream_gives_the_same_tree_as_git(tmp_path: Path, upstream: Repo) -> None:
+    # CRLF, no EOL, latin-1, binary, exec bits, symlinks, spaces and non-ASCII names survive
+    # extraction + `add -A -f` exactly: the tree id equals the git upstream's.
+    (tmp_path / "s").mkdir()
+    archive = make_tar(tmp_path / "s" / "orig.tar.gz", {**CONTENT_MATRIX, ".gitignore": b"*.bin\n"})
+    digest = hashlib.sha256(archive.read_bytes()).hexdigest()
+    expected = tree_of_files(tmp_path / "expected", {**CONTENT_MATRIX, ".gitignore": b"*.bin\n"})
+    up = Upstream(kind="archive", path="orig.tar.gz", sha256=digest, tree=expected)
+    series = load_series(write_series(tmp_path / "s", up))
+    room = create_cleanroom(series, tmp_path / "room")
+    assert room.base_tree() == expected
+    assert room.git.run("cat-file", "blob", "HEAD:binary.bin") == CONTENT_MATRIX["binary.bin"]
