@@ -42,6 +42,7 @@ from patchctl.series import Patch, Series, load_series
 # -p1: patches carry a/ b/ prefixes (capture pins diff.noprefix=false).
 # --index: the index and the work tree move together; the tree is then written from the index.
 APPLY_FLAGS = ("--index", "--whitespace=nowarn", "-p1")
+SUCCEEDED = re.compile(rb"^Hunk #(\d+) succeeded at (\d+)")
 OFFSET = re.compile(rb"^Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)\.$")
 REDUCED = re.compile(rb"^Context reduced to \((\d+)/(\d+)\) to apply fragment at (\d+)$")
 CHECKING = re.compile(rb"^Checking patch (.*)\.\.\.$")
@@ -130,21 +131,34 @@ class Drift:
 
 
 def find_drift(stderr: bytes) -> list[Drift]:
-    """Offsets, reduced context and mode mismatches reported by `git apply -v`."""
+    """Offsets, reduced context (fuzz) and mode mismatches reported by `git apply -v`."""
     found: list[Drift] = []
-    current = ""
+    current, hunk = "", None
     for line in stderr.splitlines():
         if m := CHECKING.match(line):
-            current = _decode(m.group(1))
-        elif m := OFFSET.match(line):
-            why = f"hunk would apply at line {int(m.group(2))} (offset {int(m.group(3))} lines)"
-            found.append(Drift(current, int(m.group(1)), why))
+            current, hunk = _decode(m.group(1)), None
+        elif m := SUCCEEDED.match(line):
+            hunk = int(m.group(1))
+            if m := OFFSET.match(line):
+                why = f"hunk would apply at line {int(m.group(2))} (offset {int(m.group(3))} lines)"
+                found.append(Drift(current, hunk, why))
         elif m := REDUCED.match(line):
-            found.append(Drift(current, None, f"context reduced ({_decode(m.group(0))})"))
+            found.append(Drift(current, hunk, f"would need fuzz ({_decode(m.group(0))})"))
         elif m := TYPE_WARNING.match(line):
             why = f"file mode is {_decode(m.group(2))}, patch expects {_decode(m.group(3))}"
             found.append(Drift(_decode(m.group(1)), None, why))
     return found
+
+
+def fuzz_drift(room: Cleanroom, data: bytes, args: tuple[str, ...]) -> list[Drift]:
+    """For a patch that does not apply: the hunks that would apply with fuzz (less context).
+
+    Only a diagnosis: the check runs with `-C1` and nothing is ever applied with fuzz.
+    """
+    code, _out, err = room.git.run_full("apply", "--check", "-v", "-C1", *args, stdin=data)
+    if code != 0:
+        return []
+    return [d for d in find_drift(err) if d.why.startswith("would need fuzz")]
 
 
 def conflict(patch: Patch, data: bytes, stderr: bytes, root: str) -> PatchDoesNotApply:
@@ -210,6 +224,9 @@ def check_patch(room: Cleanroom, series: Series, patch: Patch, data: bytes) -> N
     if code != 0:
         if _reverse_applies(room, data, args):
             raise _already_applied(patch, "its reverse applies cleanly")
+        fuzz = fuzz_drift(room, data, args)
+        if fuzz:
+            raise _drift_error(patch, fuzz)
         raise conflict(patch, data, err, series.root)
     drift = find_drift(err)
     if drift:

@@ -296,3 +296,31 @@ def test_hostile_repo_local_config_is_overridden_by_the_pins(
     assert (room_path / "crlf.txt").read_bytes() == b"one\r\nTWO\r\nthree\r\n"
     assert (room_path / "link").is_symlink()
     assert load_cleanroom(room_path).dirty_paths() == []
+
+
+def test_patch_that_would_need_fuzz_is_drift_and_is_not_applied(
+    tmp_path: Path, upstream: Repo, make_patch: MakePatch
+) -> None:
+    # The patch was made on a base whose line 18 differs: with less context it would apply
+    # (GNU patch would fuzz it in); patchctl reports drift and applies nothing.
+    other = edit(CONTENT_MATRIX, "src/main.c", b"line 18\n", b"eighteen\n")
+    patch = make_patch(other, edit(other, "src/main.c", b"line 20\n", b"twenty\n"))
+    series = write_series(tmp_path / "s", git_upstream(upstream), [("0001-fuzz", patch)])
+    with pytest.raises(PatchDrift) as info:
+        cleanroom_apply(series, workdir=tmp_path / "room")
+    exc = info.value
+    assert exc.exit_code == 10 and (exc.file, exc.hunk) == ("src/main.c", 1)
+    assert "would need fuzz" in str(exc)
+    room = load_cleanroom(tmp_path / "room")
+    assert room.head_tree() == upstream.tree and room.dirty_paths() == []
+
+
+def test_new_file_patch_on_a_tree_that_has_it_is_already_applied(
+    tmp_path: Path, make_repo: Callable[..., Repo], make_patch: MakePatch
+) -> None:
+    after = {**CONTENT_MATRIX, "added.txt": b"new\n"}
+    repo = make_repo(after, name="upstream-has-it")
+    patch = make_patch(CONTENT_MATRIX, after)
+    series = write_series(tmp_path / "s", git_upstream(repo), [("0001-add", patch)])
+    with pytest.raises(AlreadyApplied):
+        cleanroom_apply(series, workdir=tmp_path / "room")

@@ -234,6 +234,22 @@ def test_patch_needing_an_offset_is_drift(
     assert load_cleanroom(room).head_tree() == upstream.tree
 
 
+def test_patch_needing_fuzz_is_drift(
+    tmp_path: Path, upstream: Repo, make_patch: MakePatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = CONTENT_MATRIX["src/main.c"]
+    assert isinstance(data, bytes)
+    other = {**CONTENT_MATRIX, "src/main.c": data.replace(b"line 7\n", b"seven\n")}
+    changed = data.replace(b"line 7\n", b"seven\n").replace(b"line 9\n", b"nine\n")
+    patch = make_patch(other, {**other, "src/main.c": changed})
+    series = write_series(tmp_path / "s", git_upstream(upstream), [("0001-fuzz", patch)])
+    room = tmp_path / "room"
+    args = ("cleanroom", "apply", "--series", str(series), "--workdir", str(room))
+    code, _, err = run(capsys, *args)
+    assert code == 10 and "would need fuzz" in one_error_line(err)
+    assert load_cleanroom(room).head_tree() == upstream.tree
+
+
 def sdist_series(tmp_path: Path, upstream: Upstream) -> Path:
     return write_series(tmp_path / "s", upstream)
 
