@@ -291,8 +291,8 @@ _RESULTS: dict[tuple[str, str, str], MultiChunkResult] = {}
 
 def _tolerance(mode: str, plain_err: float) -> float:
     if mode == "exact":
-        # twice the plain path's own f32 error, floored at 2e-5; never looser than the 1e-3
-        return min(max(2.0 * plain_err, 2e-5), SPEC_EXACT_TOL)
+        # 3x the plain path's own f32 error, floored at 3e-5; never looser than the 1e-3
+        return min(max(3.0 * plain_err, 3e-5), SPEC_EXACT_TOL)
     # CPU flash attention (f16): the same build's plain-attention error, with a 2x margin
     return 2.0 * plain_err
 

@@ -17,6 +17,7 @@ Notes:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,10 +68,19 @@ class TinySpec:
         stream near RMS 1 so that the (post-normed) attention output is a large part of it."""
         return 0.1 if self.arch.startswith("gemma") else 0.5
 
+    @property
+    def qk_norm_weight(self) -> float:
+        """Q/K norm weight. gemma4 uses attention scale 1.0 instead of 1/sqrt(head_dim): scale its
+        norms down by head_dim**0.25 so that its scores are as sharp as the other archs' (and stay
+        far from f16's coarse range in CPU flash attention)."""
+        if self.arch == "gemma4":
+            return self.qk_norm_scale / math.sqrt(math.sqrt(self.head_dim))
+        return self.qk_norm_scale
+
     def file_name(self) -> str:
         return (
             f"tiny-{self.variant}-s{self.seed}-qk{self.qk_scale:g}-n{self.qk_norm_scale:g}"
-            f"-vo{self.vo_scale:g}-w{self.sliding_window}-e{self.embd_scale:g}-f.gguf"
+            f"-vo{self.vo_scale:g}-w{self.sliding_window}-e{self.embd_scale:g}-f3-g4.gguf"
         )
 
 
@@ -150,9 +160,9 @@ def _attn_tensors(t: Tensors, rnd: _Weights, spec: TinySpec, il: int) -> None:
         t[p + "attn_v.bias"] = rnd.normal(kv_dim)
     t[p + "attn_output.weight"] = rnd.normal(q_dim, spec.n_embd, scale=spec.vo_scale)
     if qk_norm:
-        t[p + "attn_q_norm.weight"] = _filled(spec.head_dim, spec.qk_norm_scale)
+        t[p + "attn_q_norm.weight"] = _filled(spec.head_dim, spec.qk_norm_weight)
         if has_kv:
-            t[p + "attn_k_norm.weight"] = _filled(spec.head_dim, spec.qk_norm_scale)
+            t[p + "attn_k_norm.weight"] = _filled(spec.head_dim, spec.qk_norm_weight)
 
 
 def _ffn_tensors(t: Tensors, rnd: _Weights, spec: TinySpec, il: int) -> None:
@@ -183,7 +193,7 @@ def build_tensors(spec: TinySpec) -> Tensors:
             t[f"blk.{il}.post_attention_norm.weight"] = _filled(spec.n_embd, 1.0)
             # small: CPU GELU goes through an f16 table whose rounding the float64 reference
             # can only follow up to f32-vs-f64 ties; keep that noise far below the attention signal
-            t[f"blk.{il}.post_ffw_norm.weight"] = _filled(spec.n_embd, 0.1)
+            t[f"blk.{il}.post_ffw_norm.weight"] = _filled(spec.n_embd, 0.03)
         _ffn_tensors(t, rnd, spec, il)
     if spec.arch == "gemma4":
         t["rope_freqs.weight"] = _filled(spec.head_dim // 2, 1.0)
