@@ -26,7 +26,7 @@ HEX64 = re.compile(r"[0-9a-f]{64}")
 # NNNN-slug with the slug capped at 63 characters (gbp pq's limit).
 PATCH_ID = re.compile(r"[0-9]{4}-[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 
-UPSTREAM_KEYS = ("kind", "package", "version", "sha256", "subdir", "tree", "commit", "url", "path")
+UPSTREAM_KEYS = ("kind", "url", "path", "package", "version", "sha256", "subdir", "tree", "commit")
 PATCH_KEYS = (
     "id",
     "file",

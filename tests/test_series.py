@@ -6,6 +6,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from patchctl.errors import ConfigError, NotFound
 from patchctl.series import Patch, dump_series, load_series, save_series
@@ -196,3 +198,37 @@ def test_missing_patch_file_is_not_found(tmp_path: Path) -> None:
 def test_missing_series_file_is_not_found(tmp_path: Path) -> None:
     with pytest.raises(NotFound):
         load_series(tmp_path)
+
+
+TEXT = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs", "Cc")) | st.sampled_from(["\t", " ", "#"]),
+    max_size=40,
+)
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    title=TEXT,
+    status=st.none() | TEXT.filter(bool),
+    markers=st.lists(TEXT.filter(bool), max_size=3),
+    imported=st.booleans(),
+)
+def test_save_then_load_round_trips_any_text(
+    good: Path, title: str, status: str | None, markers: list[str], imported: bool
+) -> None:
+    series = load_series(good)
+    patch = replace(
+        series.patch("0001-first"),
+        title=title,
+        upstream_status=status,
+        markers=tuple(markers),
+        imported=imported,
+    )
+    save_series(series.with_patch(patch))
+    again = load_series(good).patch("0001-first")
+    assert (again.title, again.upstream_status, again.markers, again.imported) == (
+        title,
+        status,
+        tuple(markers),
+        imported,
+    )
