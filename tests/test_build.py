@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import Exe, Files, Repo, write_files
+from conftest import Exe, Files, Repo, git_upstream, write_files, write_series
 
 from patchctl import build, toolchain
 from patchctl.build import BuildConfig, BuildStepFailed
@@ -557,3 +557,29 @@ def test_cli_build_human_summary(tiny: Repo, capsys: pytest.CaptureFixture[str])
     assert out.startswith(f"built tree {tiny.tree[:12]} with cmake (CPU) in ")
     assert "  manifest:  " in out and "patchctl-build.json" in out
     assert any(line.strip().startswith("hello ") for line in out.splitlines())
+
+
+@needs_cmake
+def test_series_with_a_broken_patch_fails_the_build_naming_the_patched_file(
+    make_repo: Callable[..., Repo],
+    make_patch: Callable[[Files, Files], bytes],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """End to end: series -> `cleanroom apply` -> `build`; the patch's compile error is shown."""
+    upstream = make_repo(TINY_CMAKE, name="upstream")
+    broken = make_patch(TINY_CMAKE, {**TINY_CMAKE, "main.c": BROKEN_MAIN})
+    series = write_series(
+        tmp_path / "patches" / "tiny", git_upstream(upstream), [("0001-oops", broken)]
+    )
+    assert main(["cleanroom", "apply", "--series", str(series)]) == 0
+    room = tmp_path / "cleanroom" / "tiny"
+    assert (room / "main.c").read_bytes() == BROKEN_MAIN
+    capsys.readouterr()
+    assert main(["build", "--series", str(series), "-t", "hello", "--json"]) == 13
+    captured = capsys.readouterr()
+    error = json.loads(captured.out)
+    assert error["error"] == "BuildStepFailed" and error["step"] == "build"
+    assert "main.c" in error["excerpt"] and "undeclared_thing" in error["excerpt"]
+    assert "undeclared_thing" in captured.err
+    assert Path(error["log"]).is_relative_to(tmp_path / "cleanroom" / "tiny.builds")
