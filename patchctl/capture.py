@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -61,6 +61,37 @@ def diff_trees(git: Git, pre: str, post: str, root: str = ".") -> bytes:
     """The canonical diff bytes from tree `pre` to tree `post` (optionally under `root`)."""
     relative = () if root in (".", "") else (f"--relative={root.rstrip('/')}/",)
     return git.run(*DIFF_TREE_FLAGS, *relative, pre, post, "--")
+
+
+def diff_tree_pairs(git: Git, pairs: Sequence[tuple[str, str]], root: str = ".") -> list[bytes]:
+    """`diff_trees` for many (pre, post) pairs in one `diff-tree --stdin` process.
+
+    git echoes each input line ("<pre> <post>") before that pair's diff; the output is split
+    at those lines, in input order (a pair without differences yields b"").
+    """
+    if not pairs:
+        return []
+    relative = () if root in (".", "") else (f"--relative={root.rstrip('/')}/",)
+    query = "".join(f"{a} {b}\n" for a, b in pairs).encode("ascii")
+    out = git.run(*DIFF_TREE_FLAGS, *relative, "--stdin", stdin=query)
+    heads = []
+    pos = 0
+    for a, b in pairs:
+        head = f"{a} {b}\n".encode("ascii")
+        found = out.find(head, pos) if a != b else -1
+        while found > 0 and out[found - 1 : found] != b"\n":
+            found = out.find(head, found + 1)
+        heads.append((found, len(head)))
+        pos = found + len(head) if found >= 0 else pos
+    starts = [f for f, _ in heads if f >= 0] + [len(out)]
+    diffs = []
+    for found, size in heads:
+        if found < 0:
+            diffs.append(b"")
+            continue
+        end = min(x for x in starts if x > found)
+        diffs.append(out[found + size : end])
+    return diffs
 
 
 def patch_header(patch: Patch) -> bytes:

@@ -8,12 +8,12 @@ rewritten: markers are matched as bytes (UTF-8 encoded) against the lines a patc
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from patchctl.git import Git
 
-# `git grep` options: fixed strings, each match printed alone (-o) without a file name (-h),
+# `git grep` options: fixed strings, each match printed alone (-o; -h drops the file name),
 # text files only (-I), and the grep.* settings that would change that output pinned off.
 GREP_PINS = (
     "-c",
@@ -25,7 +25,7 @@ GREP_PINS = (
     "-c",
     "grep.patternType=fixed",
 )
-GREP_FLAGS = ("grep", "--no-color", "--no-textconv", "-I", "-F", "-o", "-h")
+GREP_FLAGS = ("grep", "--no-color", "--no-textconv", "-I", "-F", "-o")
 
 
 def markers_in_tree(
@@ -39,7 +39,7 @@ def markers_in_tree(
         patterns += ["-e", marker]
     # :(literal) so that paths with glob characters mean themselves.
     specs = [] if paths is None else [f":(literal){p}" for p in paths]
-    out = git.run(*GREP_PINS, *GREP_FLAGS, *patterns, tree, "--", *specs, ok=(0, 1))
+    out = git.run(*GREP_PINS, *GREP_FLAGS, "-h", *patterns, tree, "--", *specs, ok=(0, 1))
     found = {line.decode("utf-8", "surrogateescape") for line in out.splitlines()}
     return frozenset(m for m in markers if m in found or any(m in f for f in found))
 
@@ -58,25 +58,69 @@ class MarkerCheck:
         return self.in_post and not self.in_pre
 
 
-def changed_paths(git: Git, pre: str, post: str) -> list[str]:
-    """The paths whose entries differ between two trees."""
-    out = git.run("diff-tree", "-r", "--name-only", "-z", "--no-renames", pre, post, "--")
-    return [name.decode("utf-8", "surrogateescape") for name in out.split(b"\0") if name]
+# git's binary heuristic (xdiff-interface.c buffer_is_binary): a NUL in the first 8000 bytes.
+BINARY_PROBE = 8000
 
 
-def check_markers(
-    git: Git, pre: str, post: str, markers: Sequence[str], paths: Sequence[str] | None = None
-) -> tuple[MarkerCheck, ...]:
-    """Check every declared marker against the trees before and after a patch.
+def read_blobs(git: Git, names: Sequence[str]) -> dict[str, bytes | None]:
+    """Contents of `<tree>:<path>` names in one `cat-file --batch` (None: missing/not a blob)."""
+    usable = [n for n in dict.fromkeys(names) if "\n" not in n]
+    if not usable:
+        return {}
+    out = git.run("cat-file", "--batch", stdin="".join(f"{n}\n" for n in usable).encode())
+    blobs: dict[str, bytes | None] = {}
+    pos = 0
+    for name in usable:
+        end = out.index(b"\n", pos)
+        header = out[pos:end].split(b" ")
+        pos = end + 1
+        if len(header) == 3 and header[1] in (b"blob", b"tree", b"commit", b"tag"):
+            size = int(header[2])
+            blobs[name] = out[pos : pos + size] if header[1] == b"blob" else None
+            pos += size + 1
+        else:
+            blobs[name] = None  # "<name> missing" (absent from that tree)
+    return blobs
 
-    With `paths` (the files the patch changes) only those files are searched: a marker found
-    in an untouched file would be in both trees, which the caller rules out once for the
-    upstream tree and by scanning the earlier patches' added lines (whole-tree greps of a
-    large upstream cost ~0.5 s each; see docs/benchmarks).
+
+def check_markers_batch(
+    git: Git, jobs: Sequence[tuple[str, str, Sequence[str], Sequence[str]]]
+) -> list[tuple[MarkerCheck, ...]]:
+    """Check markers in the given paths of each (pre, post) pair; all blobs read in one process.
+
+    Text files only, as `git grep -I`: a blob with a NUL in its first 8000 bytes is skipped.
     """
-    before = markers_in_tree(git, pre, markers, paths)
-    after = markers_in_tree(git, post, markers, paths)
-    return tuple(MarkerCheck(m, m in before, m in after) for m in markers)
+    names = [f"{t}:{p}" for pre, post, _m, paths in jobs for t in (pre, post) for p in paths]
+    blobs = read_blobs(git, names)
+
+    def present(tree: str, paths: Sequence[str], marker: str) -> bool:
+        needle = marker.encode("utf-8")
+        for path in paths:
+            data = blobs.get(f"{tree}:{path}")
+            if data is not None and b"\0" not in data[:BINARY_PROBE] and needle in data:
+                return True
+        return False
+
+    return [
+        tuple(MarkerCheck(m, present(pre, paths, m), present(post, paths, m)) for m in markers)
+        for pre, post, markers, paths in jobs
+    ]
+
+
+def touched_paths(patch_bytes: bytes) -> list[str]:
+    """Paths of the text files a patch changes, from its ---/+++ lines (-p1, unquoted).
+
+    Only text hunks can add or remove a marker line, and every text hunk has these lines.
+    """
+    found: list[str] = []
+    for line in patch_bytes.splitlines():
+        if line.startswith((b"--- ", b"+++ ")):
+            name = line[4:].split(b"\t", 1)[0]
+            if name != b"/dev/null":
+                path = _strip_prefix(_unquote(name))
+                if path not in found:
+                    found.append(path)
+    return found
 
 
 def added_by(patch_bytes: bytes, markers: Sequence[str]) -> frozenset[str]:
@@ -123,10 +167,3 @@ def _unquote(name: bytes) -> bytes:
         return name
     body = name[1:-1].decode("ascii", "surrogateescape")
     return body.encode("latin-1", "surrogateescape").decode("unicode_escape").encode("latin-1")
-
-
-def registry_rows(
-    entries: Iterable[tuple[str, str, bytes]],
-) -> list[tuple[str, str, tuple[str, ...]]]:
-    """(marker, patch id, files adding it) for each (patch id, marker, patch bytes) given."""
-    return [(marker, pid, files_adding(data, marker)) for pid, marker, data in entries]

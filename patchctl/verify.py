@@ -15,20 +15,30 @@ worktree, refs) is never touched.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import tempfile
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from patchctl.apply import find_drift
-from patchctl.capture import export_patch
+from patchctl.capture import diff_tree_pairs, render_patch
 from patchctl.errors import NotFound, VerifyFailed
 from patchctl.git import Git
-from patchctl.markers import added_by, changed_paths, check_markers, markers_in_tree
+from patchctl.markers import (
+    MarkerCheck,
+    added_by,
+    check_markers_batch,
+    markers_in_tree,
+    touched_paths,
+)
 from patchctl.progress import Progress, or_null
 from patchctl.series import Patch, Series
+from patchctl.upstream import cache_dir
 
 STEPS = ("chain", "forward", "reverse", "reexport", "markers")
 # `git apply` flags: index only (no worktree), never rewrite whitespace, never fuzz context.
@@ -120,6 +130,10 @@ def scratch_repo(sources: Sequence[Path]) -> Iterator[Git]:
     """A temporary bare repository that reads objects from `sources` (via alternates)."""
     with tempfile.TemporaryDirectory(prefix="patchctl-verify-") as tmp:
         git = Git.init(Path(tmp) / "scratch.git", bare=True)
+        # A throwaway repository: nothing in it needs to survive a crash, so no fsync.
+        with (git.repo / "config").open("a", encoding="utf-8") as config:
+            # index v4 (prefix-compressed paths) makes each apply/write-tree read less.
+            config.write("[core]\n\tfsync = none\n[index]\n\tversion = 4\n")
         alternates = "".join(f"{objects_dir(s)}\n" for s in sources)
         (git.repo / "objects" / "info").mkdir(parents=True, exist_ok=True)
         (git.repo / "objects" / "info" / "alternates").write_text(alternates)
@@ -202,21 +216,40 @@ def first_differing_byte(expected: bytes, actual: bytes) -> str:
 
 
 # ----------------------------------------------------------------------------- the walk
+#
+# Three passes, four git processes per patch plus a few per series (a 78-patch series on
+# llama.cpp must verify within 3x `git am`; docs/benchmarks/verify-78.json):
+#   forward  one index walks base -> patch 1 -> ... (apply + write-tree per patch);
+#   reverse  one index walks back from the top (apply -R + write-tree per patch);
+#   checks   re-export (one `diff-tree --stdin` for all patches) and markers (the touched
+#            files of every pre/post tree read by one `cat-file --batch`), plus one cached
+#            whole-tree grep of the upstream for all markers.
+# When every recorded pre/post tree is readable (the normal case: the clean room holds them),
+# reverse and checks run on the recorded trees concurrently with the forward pass (each pass
+# has its own index file; git's object writes are safe to run in parallel). Otherwise they
+# run after it, on the trees the forward pass computed.
 
 
-@dataclass
-class _Walk:
-    """Mutable state of the walk up the stack (private to this module)."""
+@dataclass(frozen=True)
+class _Forward:
+    """The forward result of one patch (private)."""
 
-    git: Git
-    series: Series
-    forward: Index
-    backward: Index
-    current: str | None
-    base: str = ""
-    all_markers: tuple[str, ...] = ()
-    # marker -> ids of the earlier patches whose added lines contain it
-    added: dict[str, list[str]] = field(default_factory=dict)
+    patch: Patch
+    data: bytes
+    pre: str | None
+    post: str | None
+    chain: StepResult
+    forward: StepResult
+
+
+@dataclass(frozen=True)
+class _Item:
+    """A patch with the trees the reverse pass and the checks use (private)."""
+
+    patch: Patch
+    data: bytes
+    pre: str | None
+    post: str | None
 
 
 def base_tree(series: Series, fallback: str | None = None) -> str:
@@ -248,141 +281,251 @@ def verify_series(
     for pid in wanted:
         series.index(pid)  # NotFound for an unknown id
     last = max((series.index(p) for p in wanted), default=-1)
-    base = base_tree(series, base)
+    start = base_tree(series, base)
+    patches = series.patches[: last + 1]
+    datas = [series.patch_path(p).read_bytes() for p in patches]
     prog = or_null(progress)
-    prog.start("verify", last + 1)
-    with scratch_repo(sources) as git:
-        if not has_object(git, base):
+    prog.start("verify", 3 * len(patches))
+    with scratch_repo(sources) as git, ThreadPoolExecutor(max_workers=3) as pool:
+        if not has_object(git, start):
             raise NotFound(
-                f"upstream tree {base} is not in {', '.join(map(str, sources))}",
+                f"upstream tree {start} is not in {', '.join(map(str, sources))}",
                 hint="materialize the clean room first: patchctl cleanroom apply",
             )
         markers = tuple(dict.fromkeys(m for p in series.patches for m in p.markers))
-        walk = _Walk(git, series, Index(git, "forward"), Index(git, "reverse"), base, base, markers)
-        walk.forward.read(base)
-        reports = []
-        for patch in series.patches[: last + 1]:
-            report = _check_patch(walk, patch, full=patch.id in wanted)
-            if patch.id in wanted:
-                reports.append(report)
-            prog.advance("verify")
+        upstream = pool.submit(upstream_markers, git, start, markers)
+        recorded = _all_readable(git, [t for p in patches for t in (p.pre_tree, p.post_tree)])
+        later: tuple[Future[dict[str, StepResult]], Future[dict[str, list[StepResult]]]] | None
+        later = None
+        if recorded:
+            items = [
+                _Item(p, d, p.pre_tree, p.post_tree) for p, d in zip(patches, datas, strict=True)
+            ]
+            later = _submit(pool, git, series, items, wanted, prog)
+        forward = _forward_pass(git, series, patches, datas, start, prog)
+        if later is None:
+            items = [_Item(f.patch, f.data, *_trees(git, f)) for f in forward]
+            later = _submit(pool, git, series, items, wanted, prog)
+        reverse, checks = later[0].result(), later[1].result()
+        reports = _assemble(forward, reverse, checks, wanted, markers, upstream.result())
     prog.done("verify")
-    return VerifyReport(series.name, base, tuple(reports))
+    return VerifyReport(series.name, start, tuple(reports))
 
 
-def _check_patch(walk: _Walk, patch: Patch, *, full: bool) -> PatchReport:
-    data = walk.series.patch_path(patch).read_bytes()
-    pre = walk.current
-    steps = [_chain(walk, patch, pre)]
-    post, forward = _forward(walk, patch, data, pre)
-    steps.append(forward)
-    walk.current = post
-    if full:
-        steps += _after_forward(walk, patch, data, pre, post)
-    _note_added(walk, patch, data)
-    return PatchReport(patch.id, tuple(steps))
+def upstream_markers(git: Git, tree: str, markers: tuple[str, ...]) -> frozenset[str]:
+    """The markers found anywhere in the upstream tree, cached by (tree, markers).
+
+    A whole-tree grep of llama.cpp takes 0.6-2 s; a tree id names its content exactly, so
+    the answer is stored under `<patchctl cache>/markers/` and reused.
+    """
+    if not markers:
+        return frozenset()
+    key = hashlib.sha256("\0".join((tree, *markers)).encode("utf-8")).hexdigest()
+    path = cache_dir() / "markers" / f"{key}.json"
+    try:
+        return frozenset(json.loads(path.read_text(encoding="utf-8"))["found"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    found = markers_in_tree(git, tree, markers)
+    with suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(json.dumps({"tree": tree, "found": sorted(found)}), encoding="utf-8")
+        os.replace(tmp, path)
+    return found
 
 
-def _after_forward(
-    walk: _Walk, patch: Patch, data: bytes, pre: str | None, post: str | None
-) -> list[StepResult]:
-    pre = pre if pre is not None else _readable(walk.git, patch.pre_tree)
-    post = post if post is not None else _readable(walk.git, patch.post_tree)
-    if pre is None or post is None:
-        why = "no readable pre/post tree (earlier step failed)"
-        return [StepResult(s, False, why) for s in ("reverse", "reexport", "markers")]
-    return [
-        _reverse(walk, data, pre, post),
-        _reexport(walk, patch, data, pre, post),
-        _markers(walk, patch, pre, post),
-    ]
+def _submit(
+    pool: ThreadPoolExecutor,
+    git: Git,
+    series: Series,
+    items: list[_Item],
+    wanted: set[str],
+    prog: Progress,
+) -> tuple[Future[dict[str, StepResult]], Future[dict[str, list[StepResult]]]]:
+    chosen = [i for i in items if i.patch.id in wanted]
+    return (
+        pool.submit(_reverse_pass, git, series, chosen, prog),
+        pool.submit(_check_pass, git, series, chosen, prog),
+    )
+
+
+def _all_readable(git: Git, oids: Sequence[str | None]) -> bool:
+    """True when every oid is set and names a tree the scratch repository can read."""
+    if not oids or any(o is None for o in oids):
+        return False
+    query = "".join(f"{o}^{{tree}}\n" for o in oids).encode("ascii")
+    out = git.run("cat-file", "--batch-check", stdin=query)
+    return b" missing" not in out and out.count(b" tree ") == len(oids)
+
+
+def _forward_pass(
+    git: Git,
+    series: Series,
+    patches: Sequence[Patch],
+    datas: Sequence[bytes],
+    start: str,
+    prog: Progress,
+) -> list[_Forward]:
+    index = Index(git, "forward")
+    index.read(start)
+    current: str | None = start
+    results = []
+    for patch, data in zip(patches, datas, strict=True):
+        chain = _chain(git, patch, current)
+        post, forward = _forward(git, index, series, patch, data, current)
+        results.append(_Forward(patch, data, current, post, chain, forward))
+        current = post
+        prog.advance("verify")
+    return results
+
+
+def _chain(git: Git, patch: Patch, pre: str | None) -> StepResult:
+    if patch.pre_tree is None or patch.post_tree is None:
+        return StepResult("chain", False, "no pre_tree/post_tree recorded: capture or import it")
+    if pre is None:
+        return StepResult("chain", False, "an earlier patch failed: no tree to start from")
+    if patch.pre_tree != pre:
+        return StepResult("chain", False, first_differing_path(git, patch.pre_tree, pre))
+    return StepResult("chain", True, pre)
+
+
+def _forward(
+    git: Git, index: Index, series: Series, patch: Patch, data: bytes, pre: str | None
+) -> tuple[str | None, StepResult]:
+    if pre is None:
+        return _resume(git, index, patch), StepResult("forward", False, "no tree to apply to")
+    applied, err = index.apply(data, root=series.root)
+    if not applied:
+        why = f"does not apply: {_first_error(err)}"
+        return _resume(git, index, patch), StepResult("forward", False, why)
+    post = index.tree()
+    if patch.post_tree is not None and post != patch.post_tree:
+        return post, StepResult("forward", False, first_differing_path(git, patch.post_tree, post))
+    return post, StepResult("forward", True, post + _drift_note(err))
+
+
+def _resume(git: Git, index: Index, patch: Patch) -> str | None:
+    """After a failed forward step, continue from the recorded post-tree if readable."""
+    post = _readable(git, patch.post_tree)
+    if post is not None:
+        index.read(post)
+    return post
 
 
 def _readable(git: Git, oid: str | None) -> str | None:
     return oid if has_object(git, oid) else None
 
 
-def _chain(walk: _Walk, patch: Patch, pre: str | None) -> StepResult:
-    if patch.pre_tree is None or patch.post_tree is None:
-        return StepResult("chain", False, "no pre_tree/post_tree recorded: capture or import it")
-    if pre is None:
-        return StepResult("chain", False, "an earlier patch failed: no tree to start from")
-    if patch.pre_tree != pre:
-        return StepResult("chain", False, first_differing_path(walk.git, patch.pre_tree, pre))
-    return StepResult("chain", True, pre)
+def _trees(git: Git, result: _Forward) -> tuple[str | None, str | None]:
+    """The actual pre/post trees of a patch, else its recorded ones when readable."""
+    pre = result.pre if result.pre is not None else _readable(git, result.patch.pre_tree)
+    post = result.post if result.post is not None else _readable(git, result.patch.post_tree)
+    return pre, post
 
 
-def _forward(
-    walk: _Walk, patch: Patch, data: bytes, pre: str | None
-) -> tuple[str | None, StepResult]:
-    if pre is None:
-        return _resume(walk, patch), StepResult("forward", False, "no tree to apply to")
-    applied, err = walk.forward.apply(data, root=walk.series.root)
+def _reverse_pass(
+    git: Git, series: Series, items: Sequence[_Item], prog: Progress
+) -> dict[str, StepResult]:
+    index = Index(git, "reverse")
+    state: str | None = None  # the tree the reverse index holds
+    steps = {}
+    for item in reversed(items):
+        if item.pre is None or item.post is None:
+            steps[item.patch.id] = StepResult("reverse", False, "no readable pre/post tree")
+            continue
+        if state != item.post:
+            index.read(item.post)
+        steps[item.patch.id], state = _reverse(git, index, series, item.data, item.pre)
+        prog.advance("verify")
+    return steps
+
+
+def _reverse(
+    git: Git, index: Index, series: Series, data: bytes, pre: str
+) -> tuple[StepResult, str | None]:
+    applied, err = index.apply(data, reverse=True, root=series.root)
     if not applied:
-        why = _first_error(err)
-        return _resume(walk, patch), StepResult("forward", False, f"does not apply: {why}")
-    post = walk.forward.tree()
-    if patch.post_tree is not None and post != patch.post_tree:
-        detail = first_differing_path(walk.git, patch.post_tree, post)
-        return post, StepResult("forward", False, detail)
-    return post, StepResult("forward", True, post + _drift_note(err))
-
-
-def _resume(walk: _Walk, patch: Patch) -> str | None:
-    """After a failed forward step, continue from the recorded post-tree if readable."""
-    post = _readable(walk.git, patch.post_tree)
-    if post is not None:
-        walk.forward.read(post)
-    return post
-
-
-def _reverse(walk: _Walk, data: bytes, pre: str, post: str) -> StepResult:
-    walk.backward.read(post)
-    applied, err = walk.backward.apply(data, reverse=True, root=walk.series.root)
-    if not applied:
-        return StepResult("reverse", False, f"does not reverse-apply: {_first_error(err)}")
-    back = walk.backward.tree()
+        return StepResult("reverse", False, f"does not reverse-apply: {_first_error(err)}"), None
+    back = index.tree()
     if back != pre:
-        return StepResult("reverse", False, first_differing_path(walk.git, pre, back))
-    return StepResult("reverse", True, back)
+        return StepResult("reverse", False, first_differing_path(git, pre, back)), back
+    return StepResult("reverse", True, back), back
 
 
-def _reexport(walk: _Walk, patch: Patch, data: bytes, pre: str, post: str) -> StepResult:
-    if patch.imported:
+def _check_pass(
+    git: Git, series: Series, items: Sequence[_Item], prog: Progress
+) -> dict[str, list[StepResult]]:
+    """Re-export and markers for every item: one diff-tree and one cat-file for all."""
+    ready = [i for i in items if i.pre is not None and i.post is not None]
+    exported = [i for i in ready if not i.patch.imported]
+    pairs = [(str(i.pre), str(i.post)) for i in exported]
+    exported_diffs = diff_tree_pairs(git, pairs, series.root)
+    diffs = dict(zip([i.patch.id for i in exported], exported_diffs, strict=True))
+    marked = [i for i in ready if i.patch.markers]
+    jobs = [(str(i.pre), str(i.post), i.patch.markers, touched_paths(i.data)) for i in marked]
+    checks = dict(zip([i.patch.id for i in marked], check_markers_batch(git, jobs), strict=True))
+    results = {}
+    for item in items:
+        pid = item.patch.id
+        if item in ready:
+            results[pid] = [_reexport(item, diffs.get(pid)), _markers(item, checks.get(pid, ()))]
+        else:
+            why = "no readable pre/post tree (earlier step failed)"
+            results[pid] = [StepResult(s, False, why) for s in ("reexport", "markers")]
+        prog.advance("verify")
+    return results
+
+
+def _reexport(item: _Item, diff: bytes | None) -> StepResult:
+    if item.patch.imported or diff is None:
         return StepResult("reexport", True, "imported: original bytes kept verbatim")
-    again = export_patch(walk.git, patch, pre, post, walk.series.root)
-    if again != data:
-        return StepResult("reexport", False, first_differing_byte(data, again))
-    return StepResult("reexport", True, f"{len(data)} bytes identical")
+    again = render_patch(item.patch, diff)
+    if again != item.data:
+        return StepResult("reexport", False, first_differing_byte(item.data, again))
+    return StepResult("reexport", True, f"{len(item.data)} bytes identical")
 
 
-def _markers(walk: _Walk, patch: Patch, pre: str, post: str) -> StepResult:
-    if not patch.markers:
+def _markers(item: _Item, checks: Sequence[MarkerCheck]) -> StepResult:
+    """Markers in the files the patch touches: absent before, present after."""
+    if not item.patch.markers:
         return StepResult("markers", True, "no markers declared")
-    paths = changed_paths(walk.git, pre, post)
-    checks = check_markers(walk.git, pre, post, patch.markers, paths)
     problems = [
         f"{c.marker!r} {'already in pre-tree' if c.in_pre else 'missing from post-tree'}"
         for c in checks
         if not c.ok
     ]
-    problems += [f"{m!r} already in the upstream tree" for m in _in_base(walk, patch.markers)]
-    problems += [
-        f"{m!r} also added by earlier patch {pid}"
-        for m in patch.markers
-        for pid in walk.added.get(m, ())
-    ]
     if problems:
         return StepResult("markers", False, "; ".join(problems))
-    return StepResult("markers", True, f"{len(patch.markers)} marker(s) ok")
+    return StepResult("markers", True, f"{len(item.patch.markers)} marker(s) ok")
 
 
-def _in_base(walk: _Walk, markers: Sequence[str]) -> list[str]:
-    found = markers_in_tree(walk.git, walk.base, markers)
-    return [m for m in markers if m in found]
-
-
-def _note_added(walk: _Walk, patch: Patch, data: bytes) -> None:
-    """Remember which series markers this patch adds (for the later patches' checks)."""
-    for marker in added_by(data, walk.all_markers):
-        walk.added.setdefault(marker, []).append(patch.id)
+def _assemble(
+    forward: Sequence[_Forward],
+    reverse: dict[str, StepResult],
+    checks: dict[str, list[StepResult]],
+    wanted: set[str],
+    markers: tuple[str, ...],
+    upstream: frozenset[str],
+) -> list[PatchReport]:
+    """Per-patch reports; markers also fail when upstream or an earlier patch has them."""
+    added: dict[str, list[str]] = {}
+    reports = []
+    for result in forward:
+        patch = result.patch
+        if patch.id in wanted:
+            reexport, marker = checks[patch.id]
+            extra = [f"{m!r} already in the upstream tree" for m in patch.markers if m in upstream]
+            extra += [
+                f"{m!r} also added by earlier patch {pid}"
+                for m in patch.markers
+                for pid in added.get(m, ())
+            ]
+            if extra:
+                detail = "; ".join(([marker.detail] if not marker.ok else []) + extra)
+                marker = StepResult("markers", False, detail)
+            steps = (result.chain, result.forward, reverse[patch.id], reexport, marker)
+            reports.append(PatchReport(patch.id, steps))
+        for m in added_by(result.data, markers):
+            added.setdefault(m, []).append(patch.id)
+    return reports

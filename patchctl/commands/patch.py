@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -147,9 +148,11 @@ def verify_command(
     sources = [*([] if room is None else [room.path]), *(objects or [])]
     base = None if room is None else room.base_tree()
     ids = None if patch_id is None else [patch_id]
-    with RichProgress(enabled=False if as_json else None) as progress:
-        report = verify_series(loaded, sources, ids, progress, base)
-    stale = stale_docs(loaded)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        docs = pool.submit(stale_docs, loaded)  # pure Python: overlaps the git processes
+        with RichProgress(enabled=False if as_json else None) as progress:
+            report = verify_series(loaded, sources, ids, progress, base)
+        stale = docs.result()
     if as_json:
         print_json({**report.to_json(), "stale_docs": [str(p) for p in stale]})
     else:
