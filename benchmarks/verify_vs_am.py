@@ -12,7 +12,9 @@ Usage (from the project root; the sdist is found in the patchctl cache or given 
    a new file; each is captured with `patchctl new` + `capture` logic, so the stack advances.
 3. Time, interleaved in the same run (`--repeat` rounds): `git am` of the 78 files onto the
    base commit in a shared clone (checkout not timed), and `patchctl verify --all` as a
-   subprocess (chain, forward, reverse, re-export, markers for every patch).
+   subprocess (chain, forward, reverse, re-export, markers for every patch, docs staleness).
+   The patchctl cache is private to the run, so round 1 of verify pays the whole-upstream
+   marker grep that later rounds find cached.
 
 This is a measurement, not a test: it writes JSON with every sample and the medians.
 """
@@ -145,7 +147,10 @@ def main() -> None:
     args = parser.parse_args()
     work = args.workdir.resolve()
     shutil.rmtree(work, ignore_errors=True)
-    series_dir = write_series(work / "project" / "patches" / "bench", find_sdist(args.sdist))
+    sdist = find_sdist(args.sdist)
+    # A private patchctl cache: the first verify round starts cold (no cached marker grep).
+    os.environ["PATCHCTL_CACHE_DIR"] = str(work / "cache")
+    series_dir = write_series(work / "project" / "patches" / "bench", sdist)
     t0 = time.perf_counter()
     report = cleanroom_apply(series_dir)
     materialize_s = time.perf_counter() - t0
@@ -160,7 +165,7 @@ def main() -> None:
         am_s.append(run_am(repo, report.base_commit, files))
         verify_s.append(timed(verify_cmd))
     am_tree = Git(repo).tree_of("HEAD")
-    result = {
+    result: dict[str, object] = {
         "benchmark": "patchctl verify --all vs git am, generated series over real llama.cpp",
         "command": " ".join(["python", "benchmarks/verify_vs_am.py", *sys.argv[1:]]),
         "verify_command": "patchctl verify --all --series <workdir>/project/patches/bench",
@@ -177,6 +182,7 @@ def main() -> None:
         "verify_s": [round(x, 3) for x in verify_s],
         "git_am_median_s": round(statistics.median(am_s), 3),
         "verify_median_s": round(statistics.median(verify_s), 3),
+        "verify_first_round_cold_cache_s": round(verify_s[0], 3),
         "ratio_verify_over_am": round(statistics.median(verify_s) / statistics.median(am_s), 2),
         "target": "verify <= 3x git am and < 60 s",
         "materialize_s": round(materialize_s, 1),
@@ -188,9 +194,8 @@ def main() -> None:
             "git": _git_version(),
         },
     }
-    result["meets_target"] = (
-        result["ratio_verify_over_am"] <= 3.0 and result["verify_median_s"] < 60.0
-    )
+    ratio = statistics.median(verify_s) / statistics.median(am_s)
+    result["meets_target"] = ratio <= 3.0 and statistics.median(verify_s) < 60.0
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
