@@ -1,11 +1,19 @@
 """Shared fixtures for the DCA (0078-dca) native tests: llama.cpp trees and a native compiler.
 
-The trees come from the environment so CI can point them at builds made through patchctl:
+By default the trees are produced through patchctl itself (tests/dca/trees.py), so `make test`
+works on a fresh machine with no configuration:
 
-- ``PATCHCTL_DCA_SRC`` / ``PATCHCTL_DCA_BUILD``: the patched (DCA) source and its cmake build dir.
-- ``PATCHCTL_UPSTREAM_SRC`` / ``PATCHCTL_UPSTREAM_BUILD``: the unpatched source and build dir.
+- ``dca_build``: the clean room of the shipped series (``patches/llamafile``, or
+  ``$PATCHCTL_DCA_SERIES``) with all its patches applied, built with the cmake backend;
+- ``upstream_build``: a clean room of the same upstream with no patch applied, built alike.
 
-A missing tree is a test FAILURE with a message saying what to set, never a skip: an acceptance
+The first run downloads the upstream sdist into patchctl's cache and builds both trees (about
+ten minutes on two cores; ccache makes later cold builds fast); later runs reuse the builds.
+Developer override: ``PATCHCTL_DCA_SRC`` + ``PATCHCTL_DCA_BUILD`` and ``PATCHCTL_UPSTREAM_SRC`` +
+``PATCHCTL_UPSTREAM_BUILD`` name an existing source tree and its cmake build dir instead.
+
+A tree that cannot be produced (download, apply or build failure) is a test FAILURE carrying the
+reason (for a build, the compiler's first errors and the log tail), never a skip: an acceptance
 test that silently skips would count as passed.
 """
 
@@ -15,20 +23,26 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from patchctl.build import BuildStepFailed
+from patchctl.cleanroom import Cleanroom
+from patchctl.errors import PatchctlError
+from patchctl.series import Series, load_series
+
+from .trees import Say, TreeBuilder, dca_room, upstream_room
+
 NATIVE_DIR = Path(__file__).resolve().parent.parent / "native"
 """Where the C/C++ sources compiled by the tests live (tests/native/)."""
 
-_DEFAULTS = {
-    "DCA": (Path("/work/dev/llama.cpp"), Path("/work/dev/build")),
-    "UPSTREAM": (Path("/work/dev/upstream-src"), Path("/work/dev/build-upstream")),
-}
+PROJECT = Path(__file__).resolve().parents[2]
+DEFAULT_SERIES = PROJECT / "patches" / "llamafile"
 _GGML_LIBS = ("ggml", "ggml-base", "ggml-cpu")
 
 
@@ -59,38 +73,98 @@ def _problems(tree: LlamaBuild) -> list[str]:
     return problems
 
 
-def resolve_build(kind: str) -> LlamaBuild:
-    """Read the tree for `kind` ("DCA" or "UPSTREAM") from the environment, defaults otherwise."""
-    default_src, default_build = _DEFAULTS[kind]
-    src = Path(os.environ.get(f"PATCHCTL_{kind}_SRC", str(default_src)))
-    build = Path(os.environ.get(f"PATCHCTL_{kind}_BUILD", str(default_build)))
-    return LlamaBuild(src=src, build=build, bin=build / "bin")
+def env_build(kind: str) -> LlamaBuild | None:
+    """The developer override for `kind` ("DCA" or "UPSTREAM"), or None when it is not set."""
+    src = os.environ.get(f"PATCHCTL_{kind}_SRC")
+    build = os.environ.get(f"PATCHCTL_{kind}_BUILD")
+    if src is None and build is None:
+        return None
+    if not src or not build:
+        pytest.fail(
+            f"set both PATCHCTL_{kind}_SRC and PATCHCTL_{kind}_BUILD (or neither, and the tests "
+            "build the tree through patchctl)",
+            pytrace=False,
+        )
+    return LlamaBuild(src=Path(src), build=Path(build), bin=Path(build) / "bin")
 
 
-def require_build(kind: str) -> LlamaBuild:
-    """Like `resolve_build`, but fail the test (never skip) when the tree is unusable."""
-    tree = resolve_build(kind)
+def require_usable(kind: str, tree: LlamaBuild) -> LlamaBuild:
+    """`tree` itself; fail the test (never skip) when it is unusable."""
     problems = _problems(tree)
     if problems:
         pytest.fail(
-            f"{kind} llama.cpp build unavailable: "
-            + "; ".join(problems)
-            + f". Set PATCHCTL_{kind}_SRC and PATCHCTL_{kind}_BUILD to a built tree.",
+            f"{kind} llama.cpp build unusable: " + "; ".join(problems),
             pytrace=False,
         )
     return tree
 
 
-@pytest.fixture(scope="session")
-def dca_build() -> LlamaBuild:
-    """The patched (DCA) llama.cpp tree; fails if it is not built."""
-    return require_build("DCA")
+def _say(config: pytest.Config) -> Say:
+    """A line writer to the real terminal, even while pytest captures output (no -s needed)."""
+    capman = config.pluginmanager.getplugin("capturemanager")
+
+    def say(line: str) -> None:
+        if capman is None:
+            print(f"[dca trees] {line}", file=sys.stderr, flush=True)
+            return
+        with capman.global_and_fixture_disabled():
+            print(f"[dca trees] {line}", file=sys.stderr, flush=True)
+
+    return say
+
+
+def _failure(kind: str, exc: PatchctlError) -> str:
+    """The fixture's failure message: what failed, and for a build the compiler's error tail."""
+    text = f"{kind} llama.cpp tree could not be produced through patchctl: {exc}"
+    if exc.hint:
+        text += f"\nhint: {exc.hint}"
+    if isinstance(exc, BuildStepFailed):
+        text += f"\n{exc.excerpt}"
+    return text + f"\n(or set PATCHCTL_{kind}_SRC and PATCHCTL_{kind}_BUILD to a built tree)"
+
+
+def series_dir() -> Path:
+    """The shipped series (``$PATCHCTL_DCA_SERIES`` overrides the directory)."""
+    return Path(os.environ.get("PATCHCTL_DCA_SERIES", str(DEFAULT_SERIES)))
 
 
 @pytest.fixture(scope="session")
-def upstream_build() -> LlamaBuild:
-    """The unpatched upstream llama.cpp tree; fails if it is not built."""
-    return require_build("UPSTREAM")
+def tree_builder(pytestconfig: pytest.Config) -> TreeBuilder:
+    """One builder per session: rooms with the same tree id are built once."""
+    return TreeBuilder(_say(pytestconfig))
+
+
+def produce(
+    kind: str, make_room: Callable[[Series, Say], Cleanroom], builder: TreeBuilder
+) -> LlamaBuild:
+    """Load the series, bring the clean room `make_room` picks to its state, build it."""
+    try:
+        room = make_room(load_series(series_dir()), builder.say)
+        tree = builder.build(room, kind)
+    except PatchctlError as exc:
+        pytest.fail(_failure(kind, exc), pytrace=False)
+    result = tree.build
+    return require_usable(
+        kind, LlamaBuild(src=room.path, build=result.build_dir, bin=result.bin_dir)
+    )
+
+
+@pytest.fixture(scope="session")
+def dca_build(request: pytest.FixtureRequest) -> LlamaBuild:
+    """The patched (DCA) llama.cpp tree: the env override, else the series built by patchctl."""
+    override = env_build("DCA")
+    if override is not None:
+        return require_usable("DCA", override)
+    return produce("DCA", dca_room, request.getfixturevalue("tree_builder"))
+
+
+@pytest.fixture(scope="session")
+def upstream_build(request: pytest.FixtureRequest) -> LlamaBuild:
+    """The unpatched upstream tree: the env override, else the bare upstream built by patchctl."""
+    override = env_build("UPSTREAM")
+    if override is not None:
+        return require_usable("UPSTREAM", override)
+    return produce("UPSTREAM", upstream_room, request.getfixturevalue("tree_builder"))
 
 
 def _native_source(name: str) -> Path:
