@@ -110,3 +110,29 @@ def make_series(directory: Path, base: str, patches: tuple[Patch, ...] = ()) -> 
 def worktree_tree(git: Git) -> str:
     """The tree of the working tree (as capture sees it)."""
     return snapshot_worktree(git)
+
+
+def make_project(root: Path, files: dict[str, bytes]) -> Path:
+    """A project with patches/demo/series.yaml over an `archive` upstream holding `files`."""
+    import hashlib
+    import io
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name, data in sorted(files.items()):
+            info = tarfile.TarInfo(f"demo-1.0/{name}")
+            info.size = len(data)
+            info.mtime = 0
+            tar.addfile(info, io.BytesIO(data))
+    archive = root / "demo-1.0.tar.gz"
+    root.mkdir(parents=True, exist_ok=True)
+    archive.write_bytes(buffer.getvalue())
+    series_dir = root / "project" / "patches" / "demo"
+    series_dir.mkdir(parents=True)
+    sha = hashlib.sha256(archive.read_bytes()).hexdigest()
+    (series_dir / "series.yaml").write_text(
+        "version: 1\nupstream:\n  kind: archive\n"
+        f"  path: ../../../{archive.name}\n  sha256: {sha}\npatches: []\n"
+    )
+    return series_dir

@@ -169,3 +169,31 @@ def test_diff_trees_root_is_relative(repo: Path) -> None:
     diff = diff_trees(git, git.tree_of("HEAD"), snapshot_worktree(git), root="dir")
     assert diff.startswith(b"diff --git a/keep.c b/keep.c\n")
     assert git_dir(git) == (repo / ".git").resolve()
+
+
+def test_foundation_content_matrix_golden(tmp_path: Path) -> None:
+    """The foundation issue's matrix (conftest.CONTENT_MATRIX -> _AFTER), under the seal."""
+    from conftest import CONTENT_MATRIX, CONTENT_MATRIX_AFTER
+    from conftest import write_files as seal_write
+
+    from patchctl.git import Git
+
+    path = tmp_path / "matrix"
+    git = Git.init(path)
+    seal_write(path, CONTENT_MATRIX)
+    git.run("add", "-A", "--", ".")
+    base = git.write_tree()
+    git.update_ref("HEAD", git.commit_tree(base, b"base\n"))
+    hostile(path)
+    seal_write(path, CONTENT_MATRIX_AFTER)
+    post = snapshot_worktree(git)
+    data = capture_trees(git, META, base, post)
+    golden = GOLDEN / "foundation-matrix.patch"
+    if UPDATE:
+        write_if_changed(golden, data)
+    assert data == golden.read_bytes()
+    series_dir = tmp_path / "project" / "patches" / "s"
+    entry = Patch(**{**META.__dict__, "pre_tree": base, "post_tree": post, "key_order": ()})
+    series = make_series(series_dir, base, (entry,))
+    (series_dir / entry.file).write_bytes(data)
+    assert verify_series(series, [path]).ok

@@ -1,0 +1,124 @@
+"""docs + the CLI flow: new -> edit -> capture -> verify -> docs, and staleness (exit 16)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from support_patch import make_project
+
+from patchctl.apply import cleanroom_apply
+from patchctl.cli import main
+from patchctl.docs import doc_paths, marker_registry, patch_stats, series_readme, stale_docs
+from patchctl.series import load_series, save_series
+
+FILES = {"main.c": b"int main(void)\n{\n\treturn 0;\n}\n", "README": b"hello | world\n"}
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main(list(args))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    series_dir = make_project(tmp_path, FILES)
+    cleanroom_apply(series_dir)
+    return series_dir
+
+
+def _capture_one(capsys: pytest.CaptureFixture[str], series: Path) -> Path:
+    room = series.parent.parent / "cleanroom" / "demo"
+    s = str(series)
+    code, _, err = run(
+        capsys, "new", "0001-greet", "--title", "Greet | loudly", "--marker", "// patchctl 0001",
+        "--series", s,
+    )  # fmt: skip
+    assert code == 0, err
+    (room / "main.c").write_bytes(b"int main(void)\n{\n\t// patchctl 0001\n\treturn 1;\n}\n")
+    (room / "logo.bin").write_bytes(b"\0\1\2")
+    code, out, err = run(capsys, "capture", "0001-greet", "--series", s, "--json")
+    assert code == 0, err
+    assert json.loads(out)["written"] is True
+    return room
+
+
+def test_cli_flow_new_capture_verify_docs(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    s = str(project)
+    room = _capture_one(capsys, project)
+    patch_file = project / "0001-greet.patch"
+    first = patch_file.read_bytes()
+    code, out, _ = run(capsys, "capture", "0001-greet", "--series", s, "--json")
+    assert code == 0 and json.loads(out)["written"] is False
+    assert patch_file.read_bytes() == first
+    code, out, err = run(capsys, "verify", "--all", "--series", s, "--json")
+    assert code == 0, out + err
+    report = json.loads(out)
+    assert report["ok"] and report["stale_docs"] == []
+    code, _, _ = run(capsys, "docs", "--check", "--series", s)
+    assert code == 0
+    readme, registry = doc_paths(load_series(project))
+    assert "| 1 | `0001-greet` | Greet \\| loudly | 2 (1 binary) | +2 / -1 |" in readme.read_text()
+    assert "| `// patchctl 0001` | `0001-greet` | `main.c` |" in registry.read_text()
+    # the clean room moved on: HEAD is the patch's commit, nothing unsaved
+    code, out, _ = run(capsys, "cleanroom", "status", "--series", s, "--json")
+    status = json.loads(out)
+    assert [a["id"] for a in status["applied"]] == ["0001-greet"] and status["dirty"] == []
+    assert (room / "main.c").is_file()
+
+
+def test_verify_exit_codes(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    s = str(project)
+    _capture_one(capsys, project)
+    readme, _ = doc_paths(load_series(project))
+    readme.write_text(readme.read_text() + "hand edit\n")
+    code, _, err = run(capsys, "verify", "--series", s)
+    assert code == 16 and "generated docs are out of date" in err
+    code, _, _ = run(capsys, "docs", "--check", "--series", s)
+    assert code == 16
+    code, _, _ = run(capsys, "docs", "--series", s)
+    assert code == 0 and not stale_docs(load_series(project))
+    patch_file = project / "0001-greet.patch"
+    data = patch_file.read_bytes()
+    patch_file.write_bytes(data.replace(b"Subject: [PATCH] Greet", b"Subject: [PATCH] Greeet"))
+    code, out, err = run(capsys, "verify", "0001-greet", "--series", s)
+    assert code == 12
+    assert "patch 0001-greet, step reexport" in err and "FAIL 0001-greet" in out
+
+
+def test_capture_refuses_a_stack_that_does_not_match(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    s = str(project)
+    _capture_one(capsys, project)
+    code, _, _ = run(capsys, "new", "0002-second", "--title", "Second", "--series", s)
+    assert code == 0
+    code, _, err = run(capsys, "new", "0002-second", "--title", "Again", "--series", s)
+    assert code == 5 and "already exists" in err
+    code, _, err = run(capsys, "cleanroom", "apply", "--series", s)
+    assert code == 15  # 0002-second has no file yet: capture it first
+    code, _, err = run(capsys, "capture", "0002-second", "--series", s)
+    assert code == 1 and "no changes" in err  # nothing edited since 0001's commit
+    series = load_series(project, check_files=False)
+    save_series(series.with_patches(reversed(series.patches)))  # 0002 now before 0001
+    code, _, err = run(capsys, "capture", "0002-second", "--series", s)
+    assert code == 8 and "needs exactly the patches before it" in err
+    code, _, err = run(capsys, "capture", "9999-none", "--series", s)
+    assert code == 15
+
+
+def test_generated_docs_are_deterministic(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _capture_one(capsys, project)
+    series = load_series(project)
+    assert series_readme(series) == series_readme(series)
+    assert marker_registry(series).startswith(b"# Upstream sync: marker registry\n")
+    stats = patch_stats((project / "0001-greet.patch").read_bytes())
+    assert stats.files == ("logo.bin", "main.c") and stats.binary == 1
+    assert (stats.added, stats.removed) == (2, 1)
