@@ -76,6 +76,8 @@ def _row(n: int, patch: Patch, stats: PatchStats) -> str:
 
 def _files_section(series: Series, stats: dict[str, PatchStats]) -> list[str]:
     lines = ["## Files per patch", ""]
+    if not series.patches:
+        lines.append("(none)")
     for patch in series.patches:
         names = ", ".join(_code(f) for f in stats[patch.id].files) or "—"
         lines.append(f"- `{patch.id}` ({_code(patch.file)}): {names}")
@@ -103,7 +105,9 @@ def series_readme(series: Series) -> bytes:
         "| # | id | title | files | +/- lines | markers | provenance |",
         "|---|---|---|---|---|---|---|",
         *(_row(i, p, stats[p.id]) for i, p in enumerate(series.patches, 1)),
-        "",
+        ""
+        if series.patches
+        else "\n(no patches yet: `patchctl new` + `patchctl capture`, or `patchctl import`)\n",
         *_files_section(series, stats),
     ]
     return "\n".join(lines).encode("utf-8")
