@@ -299,15 +299,63 @@ def materialize(series: Series, repo: Git, progress: Progress | None = None) -> 
     if up.kind == "git":
         result = _materialize_git(series, repo, progress)
     else:
-        source = fetch_sdist(up, progress) if up.kind == "pypi-sdist" else local_archive(series)
-        extracted = extract_archive(source, repo.repo, subdir=up.subdir, progress=progress)
-        report = or_null(progress)
-        report.start("stage", None)
-        repo.add_all()
-        result = Materialized(repo.write_tree(), extracted.dropped)
-        report.done("stage")
+        result = _from_tree_cache(up, repo) or _materialize_archive(series, repo, progress)
     _check_tree(series, result.tree)
     return result
+
+
+def _materialize_archive(series: Series, repo: Git, progress: Progress | None) -> Materialized:
+    up = series.upstream
+    source = fetch_sdist(up, progress) if up.kind == "pypi-sdist" else local_archive(series)
+    extracted = extract_archive(source, repo.repo, subdir=up.subdir, progress=progress)
+    report = or_null(progress)
+    report.start("stage", None)
+    repo.add_all()
+    result = Materialized(repo.write_tree(), extracted.dropped)
+    report.done("stage")
+    _save_to_tree_cache(up, repo, result)
+    return result
+
+
+# Extracting and staging a large sdist takes a while; the staged tree is kept in one cache
+# repository, keyed by the archive's sha256 and subdir (so the key is content-addressed),
+# and later clean rooms fetch it from there.
+
+
+def _trees_cache() -> Git:
+    path = cache_dir() / "trees.git"
+    return Git(path) if (path / "HEAD").is_file() else Git.init(path, bare=True)
+
+
+def _tree_ref(up: Upstream) -> str:
+    key = hashlib.sha256(f"{up.sha256}\0{up.subdir or ''}".encode()).hexdigest()[:40]
+    return f"refs/patchctl/trees/{key}"
+
+
+def _save_to_tree_cache(up: Upstream, repo: Git, result: Materialized) -> None:
+    dropped = "".join(f"dropped: {name}\n" for name in result.dropped)
+    commit = repo.commit_tree(result.tree, f"patchctl tree cache\n\n{dropped}".encode())
+    trees = _trees_cache()
+    repo.run("push", "--quiet", "--no-verify", str(trees.repo), f"+{commit}:{_tree_ref(up)}")
+
+
+def _from_tree_cache(up: Upstream, repo: Git) -> Materialized | None:
+    """The staged upstream from the tree cache (None on a miss or an unreadable cache)."""
+    trees_path = cache_dir() / "trees.git"
+    if not (trees_path / "HEAD").is_file():
+        return None
+    commit = Git(trees_path).maybe_rev(_tree_ref(up))
+    if commit is None:
+        return None
+    try:
+        repo.run("fetch", "--quiet", "--no-tags", str(trees_path), commit)
+        tree = repo.tree_of(commit)
+        message = repo.run("cat-file", "commit", commit).decode("utf-8", "replace")
+    except GitFailed:
+        return None
+    repo.run("read-tree", "-u", "--reset", tree)
+    dropped = tuple(line[9:] for line in message.splitlines() if line.startswith("dropped: "))
+    return Materialized(tree, dropped)
 
 
 def _materialize_git(series: Series, repo: Git, progress: Progress | None) -> Materialized:

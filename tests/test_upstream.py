@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import threading
 from collections.abc import Callable, Iterator
 from functools import partial
@@ -11,7 +12,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from conftest import Repo, make_tar
+from conftest import Exe, Link, Repo, make_tar
 
 from patchctl.errors import ChecksumMismatch, NotFound
 from patchctl.git import Git
@@ -236,3 +237,46 @@ def test_archive_upstream_checks_sha_and_caches(tmp_path: Path, cache_home: Path
     with pytest.raises(ChecksumMismatch):
         materialize(wrong, Git.init(tmp_path / "room2"))
     assert list((tmp_path / "room2").iterdir()) == [tmp_path / "room2" / ".git"]
+
+
+def test_staged_tree_is_cached_and_reused(tmp_path: Path, cache_home: Path) -> None:
+    (tmp_path / "s").mkdir()
+    files = {
+        "x.c": b"int x;\r\n",
+        "bin/run": Exe(b"#!/bin/sh\n"),
+        "ln": Link("x.c"),
+        "sub/.git": b"gitdir: ..\n",
+    }
+    archive = make_tar(tmp_path / "s" / "orig.tar.gz", files)
+    up = Upstream(kind="archive", path="orig.tar.gz", sha256=sha(archive))
+    series = Series(tmp_path / "s" / "series.yaml", up)
+    first = materialize(series, Git.init(tmp_path / "one"))
+    assert (cache_home / "trees.git").is_dir()
+    archive.unlink()  # a cache hit needs neither the archive nor an extraction
+    progress = RecordingProgress()
+    second = materialize(series, Git.init(tmp_path / "two"), progress)
+    assert second == first and second.dropped == ("sub/.git",)
+    assert not any(event[1] == "extract" for event in progress.events)
+    room = tmp_path / "two"
+    assert (room / "x.c").read_bytes() == b"int x;\r\n"
+    assert os.access(room / "bin" / "run", os.X_OK) and os.readlink(room / "ln") == "x.c"
+    assert Git(room).write_tree() == first.tree
+    assert Git(room).run("diff-files", "--name-only") == b""  # work tree == index
+
+
+def test_broken_tree_cache_falls_back_to_extraction(tmp_path: Path, cache_home: Path) -> None:
+    (tmp_path / "s").mkdir()
+    archive = make_tar(tmp_path / "s" / "orig.tar.gz", {"x.c": b"int x;\n"})
+    series = Series(
+        tmp_path / "s" / "series.yaml",
+        Upstream(kind="archive", path="orig.tar.gz", sha256=sha(archive)),
+    )
+    first = materialize(series, Git.init(tmp_path / "one"))
+    for pack in (cache_home / "trees.git" / "objects").rglob("*"):
+        if pack.is_file():
+            pack.chmod(0o644)
+            pack.write_bytes(b"garbage")
+    progress = RecordingProgress()
+    again = materialize(series, Git.init(tmp_path / "two"), progress)
+    assert again.tree == first.tree
+    assert ("done", "extract", None) in progress.events
