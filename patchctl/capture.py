@@ -176,7 +176,25 @@ def capture_trees(git: Git, patch: Patch, pre: str, post: str, root: str = ".") 
             f"{patch.id}: the working tree has no changes since the commit before it",
             hint="edit files in the clean room, then run capture again",
         )
+    outside = paths_outside_root(git, pre, post, root)
+    if outside:
+        raise PatchctlError(
+            f"{patch.id}: changes outside the series root {root!r} cannot be in the patch: "
+            + ", ".join(outside[:5])
+            + (" ..." if len(outside) > 5 else ""),
+            hint="revert them in the clean room (they would be lost), then capture again",
+        )
     return export_patch(git, patch, pre, post, root)
+
+
+def paths_outside_root(git: Git, pre: str, post: str, root: str) -> list[str]:
+    """Changed paths that lie outside `root` (always none for root '.')."""
+    if root in (".", ""):
+        return []
+    prefix = root.rstrip("/") + "/"
+    out = git.run("diff-tree", "-r", "--name-only", "-z", "--no-renames", pre, post, "--")
+    names = [os.fsdecode(n) for n in out.split(b"\0") if n]
+    return [n for n in names if not n.startswith(prefix)]
 
 
 # ----------------------------------------------------------------------------- the commands

@@ -8,6 +8,7 @@ writes the user settings that are known to change patch bytes into both the repo
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,7 +62,7 @@ class Exe:
 Entry = bytes | Link | Exe | None
 
 
-def write_files(root: Path, files: dict[str, Entry]) -> None:
+def write_files(root: Path, files: Mapping[str, Entry]) -> None:
     """Create/overwrite/delete files under `root` (None deletes)."""
     for name, entry in files.items():
         path = root / name
@@ -88,7 +89,7 @@ def hostile(repo: Path, home: Path | None = None) -> None:
         (home / ".gitconfig").write_bytes(HOSTILE_CONFIG)
 
 
-def make_repo(path: Path, files: dict[str, Entry]) -> tuple[Git, str]:
+def make_repo(path: Path, files: Mapping[str, Entry]) -> tuple[Git, str]:
     """A repository with one commit holding `files`; returns (runner, base tree)."""
     git = Git.init(path)
     write_files(path, files)

@@ -197,3 +197,13 @@ def test_foundation_content_matrix_golden(tmp_path: Path) -> None:
     series = make_series(series_dir, base, (entry,))
     (series_dir / entry.file).write_bytes(data)
     assert verify_series(series, [path]).ok
+
+
+def test_changes_outside_the_root_are_refused(repo: Path) -> None:
+    from patchctl.errors import PatchctlError
+    from patchctl.git import Git
+
+    git = Git(repo)
+    write_files(repo, {"dir/keep.c": b"int y;\n", "gone.txt": b"changed\n"})
+    with pytest.raises(PatchctlError, match=r"outside the series root 'dir'.*gone\.txt"):
+        capture_trees(git, META, git.tree_of("HEAD"), snapshot_worktree(git), root="dir")
