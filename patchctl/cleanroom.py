@@ -221,7 +221,15 @@ def load_cleanroom(path: Path) -> Cleanroom:
     """Open the clean room at `path` (NotFound when there is none)."""
     if not is_cleanroom(path):
         raise NotFound(f"no clean room at {path}", hint="create it with `patchctl cleanroom apply`")
-    meta = json.loads(marker_path(path).read_bytes())
+    try:
+        meta = json.loads(marker_path(path).read_bytes())
+    except (OSError, ValueError) as exc:
+        raise PatchctlError(
+            f"clean room marker {marker_path(path)} is unreadable: {exc}",
+            hint="move the clean room aside and run `patchctl cleanroom apply` again",
+        ) from None
+    if not isinstance(meta, dict) or "base_tree" not in meta:
+        raise PatchctlError(f"clean room marker {marker_path(path)} is incomplete")
     return Cleanroom(path, Git(path), meta)
 
 

@@ -335,8 +335,11 @@ def _tree_ref(up: Upstream) -> str:
 def _save_to_tree_cache(up: Upstream, repo: Git, result: Materialized) -> None:
     dropped = "".join(f"dropped: {name}\n" for name in result.dropped)
     commit = repo.commit_tree(result.tree, f"patchctl tree cache\n\n{dropped}".encode())
-    trees = _trees_cache()
-    repo.run("push", "--quiet", "--no-verify", str(trees.repo), f"+{commit}:{_tree_ref(up)}")
+    try:
+        trees = _trees_cache()
+        repo.run("push", "--quiet", "--no-verify", str(trees.repo), f"+{commit}:{_tree_ref(up)}")
+    except (GitFailed, OSError):
+        pass  # the tree cache is an optimisation: a failure to fill it costs only time
 
 
 def _from_tree_cache(up: Upstream, repo: Git) -> Materialized | None:

@@ -124,3 +124,12 @@ def test_archive_upstream_gives_the_same_tree_as_git(tmp_path: Path, upstream: R
     room = create_cleanroom(series, tmp_path / "room")
     assert room.base_tree() == expected
     assert room.git.run("cat-file", "blob", "HEAD:binary.bin") == CONTENT_MATRIX["binary.bin"]
+
+
+def test_corrupt_marker_is_a_clear_error(tmp_path: Path, upstream: Repo) -> None:
+    series = load_series(write_series(tmp_path / "s", git_upstream(upstream)))
+    room = create_cleanroom(series, tmp_path / "room")
+    marker_path(room.path).write_bytes(b"{not json")
+    with pytest.raises(PatchctlError) as info:
+        load_cleanroom(room.path)
+    assert type(info.value) is PatchctlError and "unreadable" in str(info.value)
