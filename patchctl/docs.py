@@ -174,11 +174,23 @@ def stale_docs(series: Series) -> list[Path]:
     ]
 
 
-def check_docs(series: Series) -> None:
-    """StaleDocs (exit 16) when a generated doc is missing or out of date."""
-    stale = stale_docs(series)
-    if stale:
-        raise StaleDocs(
+class DocsOutOfDate(StaleDocs):
+    """StaleDocs (exit 16) naming the stale files (also in `--json` details)."""
+
+    def __init__(self, stale: list[Path], extra: dict[str, object] | None = None) -> None:
+        super().__init__(
             f"generated docs are out of date: {', '.join(map(str, stale))}",
             hint="run `patchctl docs` and commit the result",
         )
+        self.stale = stale
+        self.extra = extra or {}
+
+    def details(self) -> dict[str, object]:
+        return {"stale": [str(p) for p in self.stale], **self.extra}
+
+
+def check_docs(series: Series, stale: list[Path] | None = None) -> None:
+    """DocsOutOfDate (exit 16) when a generated doc is missing or out of date."""
+    stale = stale_docs(series) if stale is None else stale
+    if stale:
+        raise DocsOutOfDate(stale)

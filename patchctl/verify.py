@@ -108,10 +108,22 @@ class VerifyReport:
             return
         pid, step = failures[0]
         more = f" (and {len(failures) - 1} more failed checks)" if len(failures) > 1 else ""
-        raise VerifyFailed(
+        raise RoundTripFailed(
             f"verify failed: patch {pid}, step {step.step}: {step.detail}{more}",
+            report=self,
             hint="recapture the patch in the clean room (patchctl capture ID) or fix its file",
         )
+
+
+class RoundTripFailed(VerifyFailed):
+    """VerifyFailed (exit 12) carrying the whole report, so `--json` prints one document."""
+
+    def __init__(self, message: str, *, report: VerifyReport, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.report = report
+
+    def details(self) -> dict[str, object]:
+        return {"report": self.report.to_json()}
 
 
 # ----------------------------------------------------------------------------- scratch repo

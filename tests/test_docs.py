@@ -122,3 +122,24 @@ def test_generated_docs_are_deterministic(
     stats = patch_stats((project / "0001-greet.patch").read_bytes())
     assert stats.files == ("logo.bin", "main.c") and stats.binary == 1
     assert (stats.added, stats.removed) == (2, 1)
+
+
+def test_json_failures_are_one_document(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    s = str(project)
+    _capture_one(capsys, project)
+    readme, _ = doc_paths(load_series(project))
+    readme.write_text("stale\n")
+    code, out, _ = run(capsys, "verify", "--series", s, "--json")
+    doc = json.loads(out)  # exactly one JSON document
+    assert code == 16 and doc["ok"] is False and doc["exit_code"] == 16
+    assert doc["stale"] == [str(readme)] and doc["report"]["ok"] is True
+    code, out, _ = run(capsys, "docs", "--check", "--series", s, "--json")
+    assert code == 16 and json.loads(out)["stale"] == [str(readme)]
+    patch_file = project / "0001-greet.patch"
+    patch_file.write_bytes(patch_file.read_bytes() + b"\n")
+    code, out, _ = run(capsys, "verify", "--series", s, "--json")
+    doc = json.loads(out)
+    assert code == 12 and doc["error"] == "RoundTripFailed"
+    steps = {st["step"]: st["ok"] for st in doc["report"]["patches"][0]["steps"]}
+    assert steps == {"chain": True, "forward": True, "reverse": True, "reexport": False,
+                     "markers": True}  # fmt: skip

@@ -11,7 +11,7 @@ import typer
 from patchctl.capture import Captured, capture_patch, new_patch
 from patchctl.cleanroom import Cleanroom, open_cleanroom
 from patchctl.console import RichProgress, out, print_json
-from patchctl.docs import check_docs, doc_paths, stale_docs, write_docs
+from patchctl.docs import DocsOutOfDate, check_docs, doc_paths, stale_docs, write_docs
 from patchctl.errors import NotFound
 from patchctl.importer import import_patches
 from patchctl.series import Patch, Series, load_series, save_series
@@ -153,12 +153,13 @@ def verify_command(
         with RichProgress(enabled=False if as_json else None) as progress:
             report = verify_series(loaded, sources, ids, progress, base)
         stale = docs.result()
-    if as_json:
-        print_json({**report.to_json(), "stale_docs": [str(p) for p in stale]})
-    else:
+    if not as_json:
         _render_verify(report, stale)
-    report.raise_if_failed()
-    check_docs(loaded)
+    report.raise_if_failed()  # with --json the handler prints the report inside the error
+    if stale:
+        raise DocsOutOfDate(stale, {"report": report.to_json()})
+    if as_json:
+        print_json({**report.to_json(), "stale_docs": []})
 
 
 def _cleanroom(series: Series, workdir: Path | None, *, required: bool) -> Cleanroom | None:
@@ -197,10 +198,9 @@ def docs_command(
     """Regenerate the series README (## Current series) and docs/UPSTREAM_SYNC.md."""
     loaded = load_series(_series_dir(series))
     if check:
-        stale = stale_docs(loaded)
+        check_docs(loaded)  # with --json the handler prints the stale list inside the error
         if as_json:
-            print_json({"ok": not stale, "stale": [str(p) for p in stale]})
-        check_docs(loaded)
+            print_json({"ok": True, "stale": []})
         return
     changed = write_docs(loaded)
     if as_json:
