@@ -205,6 +205,72 @@ class AttnInput:
     scale: float
     base: float
     neox: bool
+    kv_type: str = "f32"
+
+    def k_stored(self, k_roped: F64) -> F64:
+        """K as read back from the cache (quantized caches: Hadamard-rotated, then quantized)."""
+        return kv_round(_rotate(k_roped, self.kv_type), self.kv_type)
+
+    def q_for_dot(self, q_roped: F64) -> F64:
+        """ggml converts Q to the K type's vec_dot type (f16 -> f16, q8_0 -> q8_0) for K.Q;
+        with a quantized K it rotates Q by the same Hadamard matrix first."""
+        return kv_round(_rotate(q_roped, self.kv_type), self.kv_type)
+
+    def v_stored(self) -> F64:
+        return kv_round(_rotate(self.v, self.kv_type), self.kv_type)
+
+    def out_from_stored_v(self, out: F64) -> F64:
+        """Undo the V rotation (H @ H == I) on the attention output."""
+        return _rotate(out, self.kv_type)
+
+
+KV_TYPES: tuple[str, ...] = ("f32", "f16", "q8_0")
+Q8_0_BLOCK = 32
+
+
+def quantize_q8_0(x: F64) -> F64:
+    """ggml q8_0 round trip along the last axis: blocks of 32, scale amax/127 stored in f16."""
+    blocks = x.reshape(*x.shape[:-1], -1, Q8_0_BLOCK)
+    d = np.max(np.abs(blocks), axis=-1, keepdims=True) / 127.0
+    inv = np.where(d > 0, 1.0 / np.where(d > 0, d, 1.0), 0.0)
+    q = np.round(blocks * inv)
+    d16 = d.astype(np.float16).astype(np.float64)
+    out: F64 = (q * d16).reshape(x.shape)
+    return out
+
+
+HADAMARD_N = 64
+
+
+def hadamard(n: int) -> F64:
+    """Orthonormal Sylvester Walsh-Hadamard matrix (llama-kv-cache.cpp ggml_gen_hadamard)."""
+    h = np.ones((1, 1))
+    while h.shape[0] < n:
+        h = np.block([[h, h], [h, -h]])
+    out: F64 = h / np.sqrt(n)
+    return out
+
+
+def _rotate(x: F64, kv_type: str) -> F64:
+    """llama.cpp rotates Q/K/V by a 64x64 Hadamard matrix per 64-block of the head vector when
+    the cache type is quantized (attn_rot_k / attn_rot_v; head_dim % 64 == 0 here)."""
+    if kv_type in ("f32", "f16"):
+        return x
+    blocks = x.reshape(*x.shape[:-1], -1, HADAMARD_N)
+    out: F64 = (blocks @ hadamard(HADAMARD_N).T).reshape(x.shape)
+    return out
+
+
+def kv_round(x: F64, kv_type: str) -> F64:
+    """The value llama.cpp's KV cache of type ``kv_type`` gives back for x."""
+    if kv_type == "f32":
+        return x
+    if kv_type == "f16":
+        out: F64 = x.astype(np.float16).astype(np.float64)
+        return out
+    if kv_type == "q8_0":
+        return quantize_q8_0(x)
+    raise ValueError(f"unsupported KV type {kv_type!r}")
 
 
 def _gqa_scores(q: F64, k: F64, scale: float) -> F64:
@@ -226,13 +292,14 @@ def plain_attention(a: AttnInput, window: int = 0) -> F64:
     """Causal attention at absolute positions; ``window`` > 0 keeps keys with i - j < window."""
     n = a.q.shape[0]
     pos = np.arange(n, dtype=np.int64)
-    scores = _gqa_scores(rope(a.q, pos, a.base, a.neox), rope(a.k, pos, a.base, a.neox), a.scale)
+    q = a.q_for_dot(rope(a.q, pos, a.base, a.neox))
+    scores = _gqa_scores(q, a.k_stored(rope(a.k, pos, a.base, a.neox)), a.scale)
     dist = pos[:, None] - pos[None, :]
     visible = dist >= 0
     if window > 0:
         visible &= dist < window
     scores = np.where(visible[None], scores, NEG_INF)
-    return _gqa_out(_softmax_rows(scores), a.v)
+    return a.out_from_stored_v(_gqa_out(_softmax_rows(scores), a.v_stored()))
 
 
 def _dca_query_positions(
@@ -265,9 +332,9 @@ def dca_regime_scores(
     n = a.q.shape[0]
     pos = np.arange(n, dtype=np.int64)
     k_pos = pos if mut.keys_unwrapped else pos % dca.chunk_len
-    k = rope(a.k, k_pos, a.base, a.neox)
+    k = a.k_stored(rope(a.k, k_pos, a.base, a.neox))
     per_regime = [
-        _gqa_scores(rope(a.q, qp, a.base, a.neox), k, a.scale)
+        _gqa_scores(a.q_for_dot(rope(a.q, qp, a.base, a.neox)), k, a.scale)
         for qp in _dca_query_positions(n, dca, mut)
     ]
     regime = regime_matrix(n, dca.chunk_len)
@@ -310,8 +377,8 @@ def dca_attention(a: AttnInput, dca: DcaConfig, mut: Mutation = CORRECT) -> F64:
     """DCA attention: one softmax over the union of the regime scores (== the exact LSE merge)."""
     scores, regime = dca_regime_scores(a, dca, mut)
     if mut.merge_f16:
-        return merge_partials(scores, regime, a.v, np.float16)
-    return _gqa_out(_softmax_rows(scores), a.v)
+        return a.out_from_stored_v(merge_partials(scores, regime, a.v_stored(), np.float16))
+    return a.out_from_stored_v(_gqa_out(_softmax_rows(scores), a.v_stored()))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -320,10 +387,13 @@ def dca_attention(a: AttnInput, dca: DcaConfig, mut: Mutation = CORRECT) -> F64:
 
 @dataclass(frozen=True)
 class RunConfig:
-    """``dca=None``: plain attention. ``mutation`` applies only when ``dca`` is set."""
+    """``dca=None``: plain attention. ``mutation`` applies only when ``dca`` is set.
+    ``kv_type`` rounds K, V (and Q for the K.Q product) as llama.cpp's KV cache of that type does;
+    the float64 arithmetic around it is unchanged."""
 
     dca: DcaConfig | None = None
     mutation: Mutation = CORRECT
+    kv_type: str = "f32"
 
 
 def _heads(x: F64, dim: int) -> F64:
@@ -347,7 +417,13 @@ def _qkv(m: TinyModel, il: int, x: F64) -> tuple[F64, F64, F64]:
 def _attention(m: TinyModel, il: int, x: F64, run: RunConfig) -> F64:
     q, k, v = _qkv(m, il, x)
     a = AttnInput(
-        q=q, k=k, v=v, scale=1.0 / np.sqrt(m.hp.head_dim), base=m.hp.rope_base, neox=m.hp.neox
+        q=q,
+        k=k,
+        v=v,
+        scale=1.0 / np.sqrt(m.hp.head_dim),
+        base=m.hp.rope_base,
+        neox=m.hp.neox,
+        kv_type=run.kv_type,
     )
     if il in m.hp.swa_layers:
         out = plain_attention(a, window=m.hp.sliding_window)

@@ -50,10 +50,20 @@ DCA_ON = (
 WIDE_DCA_ON = ("--dca", "on", "--dca-chunk-size", "128", "--dca-local-window", "16")
 EXACT = ("-ctk", "f32", "-ctv", "f32", "-fa", "off")
 FLASH = ("-fa", "on")  # default f16 KV; CPU FA computes in f16
+MODES: dict[str, tuple[str, ...]] = {
+    "exact": EXACT,
+    "flash": FLASH,
+    "flash-q8_0": (*FLASH, "-ctk", "q8_0", "-ctv", "q8_0"),  # quantized KV (needs FA for V)
+}
+# How the reference models each mode's KV cache. f16: CPU FA's f16 V accumulation dominates and is
+# not modelled, so the float64 (f32) reference is used; q8_0: Hadamard rotation + q8_0 round trip
+# (without them the q8_0 noise, amplified by the sharp attention, is ~3-7% of the logit scale).
+MODE_KV_TYPE = {"exact": "f32", "flash": "f32", "flash-q8_0": "q8_0"}
 SPEC_EXACT_TOL = 1e-3  # issue 6: f32 KV, FA off
 SPEC_EQUAL_TOL = 1e-4  # issue 6: chunk >= sequence vs plain attention
 MISTAKE_MARGIN = 10.0  # every deliberate mistake must be this many tolerances away
 REFERENCE_ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
+VARIANTS = (*ARCHS, "gemma4-shared")  # the six archs, plus gemma4 with shared-KV layers
 
 
 # ---------------------------------------------------------------------------------------------
@@ -74,12 +84,8 @@ def build_tool(build: LlamaBuild) -> Path:
         f"-I{build.src / 'include'}",
         f"-I{build.src / 'common'}",
         f"-DDCA_LOGITS_HEADERS={_header_digest(build)}",
-        "-Wl,--no-as-needed",  # the libraries come before the source on compile_native's line
-        f"-L{build.bin}",
-        "-lllama-common",
-        "-lllama",
     )
-    return compile_native("dca_logits.cpp", build, flags)
+    return compile_native("dca_logits.cpp", build, flags, link_flags=("-lllama-common", "-lllama"))
 
 
 @pytest.fixture(scope="session")
@@ -202,7 +208,7 @@ OFF_PLANS: dict[str, tuple[Plan, tuple[str, ...]]] = {
 
 @pytest.mark.parametrize("plan_name", list(OFF_PLANS))
 @pytest.mark.parametrize("fa", ["off", "on"])
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", VARIANTS)
 def test_dca_off_is_byte_identical_to_upstream(
     arch: str,
     fa: str,
@@ -227,7 +233,7 @@ def test_dca_off_is_byte_identical_to_upstream(
 
 
 @pytest.mark.parametrize("fa", ["off", "on"])
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", VARIANTS)
 def test_dca_on_single_chunk_equals_plain(
     arch: str, fa: str, dca_tool: Path, models_dir: Path, tmp_path: Path
 ) -> None:
@@ -247,7 +253,7 @@ def test_dca_on_single_chunk_equals_plain(
     assert rel_err_all(dca.logits(), plain.logits()) <= SPEC_EQUAL_TOL
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", VARIANTS)
 def test_dca_on_up_to_chunk_size_equals_plain_exact(
     arch: str, dca_tool: Path, models_dir: Path, tmp_path: Path
 ) -> None:
@@ -279,10 +285,11 @@ class MultiChunkResult:
     dca_err: float  # llama.cpp DCA vs reference DCA
     plain_err: float  # same build, --dca off, vs reference plain attention
     tolerance: float
+    kv_type: str
 
     def mistake_err(self, mistake: str) -> float:
         """|llama.cpp DCA - reference with the deliberate mistake| (relative)."""
-        run = ref.RunConfig(dca=DCA, mutation=ref.MUTATIONS[mistake])
+        run = ref.RunConfig(dca=DCA, mutation=ref.MUTATIONS[mistake], kv_type=self.kv_type)
         return rel_err_all(self.got, reference_logits(self.model, self.tokens, run))
 
 
@@ -293,7 +300,8 @@ def _tolerance(mode: str, plain_err: float) -> float:
     if mode == "exact":
         # 3x the plain path's own f32 error, floored at 3e-5; never looser than the issue's 1e-3
         return min(max(3.0 * plain_err, 3e-5), SPEC_EXACT_TOL)
-    # CPU flash attention (f16): the same build's plain-attention error, with a 2x margin
+    # flash attention (CPU FA computes in f16; q8_0 KV): the same build's plain-attention error
+    # against the reference, with a 2x margin
     return 2.0 * plain_err
 
 
@@ -306,15 +314,17 @@ def multichunk_result(
         return _RESULTS[key]
     model = model_path(models_dir, arch)
     plan = multichunk_plan()
-    args = (*MULTI_ARGS, *KV_LAYOUTS[layout], *(EXACT if mode == "exact" else FLASH))
+    args = (*MULTI_ARGS, *KV_LAYOUTS[layout], *MODES[mode])
     plain = run_tool(tool, plan, model, (*args, "--dca", "off"), work / "plain")
     dca = run_tool(tool, plan, model, (*args, *DCA_ON), work / "dca")
     got = tuple(dca.logits())
-    plain_err = rel_err_all(plain.logits(), reference_logits(model, plain.tokens, ref.RunConfig()))
-    dca_err = rel_err_all(got, reference_logits(model, dca.tokens, ref.RunConfig(dca=DCA)))
-    result = MultiChunkResult(
-        model, got, dca.tokens, dca_err, plain_err, _tolerance(mode, plain_err)
-    )
+    kv = MODE_KV_TYPE[mode]
+    plain_ref = reference_logits(model, plain.tokens, ref.RunConfig(kv_type=kv))
+    plain_err = rel_err_all(plain.logits(), plain_ref)
+    dca_ref = reference_logits(model, dca.tokens, ref.RunConfig(dca=DCA, kv_type=kv))
+    dca_err = rel_err_all(got, dca_ref)
+    tol = _tolerance(mode, plain_err)
+    result = MultiChunkResult(model, got, dca.tokens, dca_err, plain_err, tol, kv)
     _RESULTS[key] = result
     return result
 
@@ -334,17 +344,18 @@ def test_multichunk_exact_matches_reference(
     )
 
 
+@pytest.mark.parametrize("mode", ["flash", "flash-q8_0"])
 @pytest.mark.parametrize("layout", list(KV_LAYOUTS))
 @pytest.mark.parametrize("arch", REFERENCE_ARCHS)
 def test_multichunk_flash_attn_matches_reference(
-    arch: str, layout: str, dca_tool: Path, models_dir: Path, tmp_path: Path
+    arch: str, layout: str, mode: str, dca_tool: Path, models_dir: Path, tmp_path: Path
 ) -> None:
-    r = multichunk_result(arch, "flash", layout, dca_tool, models_dir, tmp_path)
+    r = multichunk_result(arch, mode, layout, dca_tool, models_dir, tmp_path)
     assert r.plain_err <= 1e-2, (
         f"plain FA vs float64 reference unexpectedly large: {r.plain_err:.3g}"
     )
     assert r.dca_err <= r.tolerance, (
-        f"DCA (FA) vs reference {r.dca_err:.3g} > tolerance {r.tolerance:.3g} (2x plain FA error)"
+        f"DCA ({mode}) vs reference {r.dca_err:.3g} > tolerance {r.tolerance:.3g} (2x plain error)"
     )
 
 
@@ -353,9 +364,9 @@ def test_multichunk_flash_attn_matches_reference(
 # on the exact path (f32 KV, FA off), where the tolerance is ~1e-5.
 MISTAKE_CASES = [
     (mode, mistake)
-    for mode in ("exact", "flash")
+    for mode in MODES
     for mistake in ref.MUTATIONS
-    if not (mode == "flash" and mistake == "merge_in_f16")
+    if not (mode != "exact" and mistake == "merge_in_f16")
 ]
 
 
@@ -379,7 +390,7 @@ def test_sequences_span_three_or_more_chunks() -> None:
     assert all(len(s) // chunk_len >= 3 for s in plan.seqs)
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", VARIANTS)
 def test_multichunk_split_decode_equals_one_shot(
     arch: str, dca_tool: Path, models_dir: Path, tmp_path: Path
 ) -> None:
@@ -394,6 +405,45 @@ def test_multichunk_split_decode_equals_one_shot(
     a = run_tool(dca_tool, one_shot, model, (*base, "-ub", "512"), tmp_path / "one")
     b = run_tool(dca_tool, split, model, (*base, "-ub", "40"), tmp_path / "split")
     assert rel_err_all(b.logits(), a.logits()) <= SPEC_EQUAL_TOL
+
+
+BAD_VALUES: dict[str, tuple[tuple[str, ...], str]] = {
+    "local-equals-chunk": (
+        ("--dca-chunk-size", "64", "--dca-local-window", "64"),
+        "--dca-local-window",
+    ),
+    "local-ge-chunk-len": (
+        ("--dca-chunk-size", "64", "--dca-local-window", "40"),
+        "--dca-local-window",
+    ),
+    "chunk-over-train": (
+        ("--dca-chunk-size", "100000", "--dca-local-window", "8"),
+        "--dca-chunk-size",
+    ),
+    "chunk-zero": (("--dca-chunk-size", "0", "--dca-local-window", "8"), "--dca-chunk-size"),
+    "local-negative": (
+        ("--dca-chunk-size", "64", "--dca-local-window", "-3"),
+        "--dca-local-window",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_VALUES))
+def test_bad_dca_values_fail_with_a_message_naming_the_flag(
+    case: str, dca_tool: Path, models_dir: Path, tmp_path: Path
+) -> None:
+    """Bad values end with an error naming the flag: an exit code, never an abort or logits."""
+    flags, flag = BAD_VALUES[case]
+    plan_file, out = tmp_path / "plan.txt", tmp_path / "out.bin"
+    plan_file.write_text(single_plan(8).render())
+    model = model_path(models_dir, "llama")
+    cmd = [str(dca_tool), str(plan_file), str(out), "--", "-m", str(model), "-c", "512"]
+    proc = subprocess.run(
+        [*cmd, "--dca", "on", *flags], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode in (1, 2), f"expected a clean error exit, got {proc.returncode}"
+    assert flag in proc.stderr, f"error does not name {flag}:\n{proc.stderr[-2000:]}"
+    assert not out.exists()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@
 #include "arg.h"
 #include "common.h"
 #include "llama.h"
+#include "log.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -273,10 +274,12 @@ int run(int argc, char ** argv) {
 }  // namespace
 
 int main(int argc, char ** argv) {
+    int rc = 1;
     try {
-        return run(argc, argv);
+        rc = run(argc, argv);
     } catch (const std::exception & e) {
         std::fprintf(stderr, "dca_logits: %s\n", e.what());
-        return 1;
     }
+    common_log_flush(common_log_main());  // the common logger is asynchronous: keep its last errors
+    return rc;
 }
