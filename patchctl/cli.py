@@ -109,8 +109,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except Exception as exc:
         return _internal_error(exc, _wants(args, "--debug"))
-    # standalone_mode=False returns typer.Exit's code (or the command's int) instead of raising.
-    return result if isinstance(result, int) else 0
+    # standalone_mode=False returns typer.Exit's code (or the command's int) instead of raising;
+    # this typer returns 130 for Ctrl-C instead of raising Abort.
+    code = result if isinstance(result, int) else 0
+    if code == EXIT_INTERRUPTED:
+        sys.stderr.write("interrupted\n")
+    return code
 
 
 if __name__ == "__main__":

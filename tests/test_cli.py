@@ -328,3 +328,12 @@ def test_archive_checksum_mismatch(tmp_path: Path, capsys: pytest.CaptureFixture
     )
     assert code == 6 and "expected 8888" in one_error_line(err)
     assert not (tmp_path / "room").exists()
+
+
+def test_ctrl_c_is_130(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    def interrupt(*_args: object, **_kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("patchctl.commands.cleanroom.cleanroom_apply", interrupt)
+    code, _, err = run(capsys, "cleanroom", "apply")
+    assert code == 130 and "interrupted" in err
