@@ -384,6 +384,32 @@ def test_each_deliberate_mistake_is_caught(
     )
 
 
+# llama.cpp run with parameters one off from the reference's: the end-to-end comparison (not
+# only the mutated reference) must see a real llama.cpp-side position change of one.
+OFF_BY_ONE = {
+    "chunk_size+1": ("--dca-chunk-size", str(CHUNK_SIZE + 1), "--dca-local-window", "9"),
+    "local_window+1": ("--dca-chunk-size", str(CHUNK_SIZE), "--dca-local-window", "9"),
+}
+
+
+@pytest.mark.parametrize("change", list(OFF_BY_ONE))
+@pytest.mark.parametrize("arch", REFERENCE_ARCHS)
+def test_llamacpp_position_change_of_one_is_detected(
+    arch: str, change: str, dca_tool: Path, models_dir: Path, tmp_path: Path
+) -> None:
+    """chunk_size+1 with local_window+1 keeps chunk_len (only the succ clamp and the inter
+    position move by one); local_window+1 shifts chunk_len by one."""
+    r = multichunk_result(arch, "exact", "split-kv", dca_tool, models_dir, tmp_path / "ok")
+    model = model_path(models_dir, arch)
+    args = (*MULTI_ARGS, *EXACT, "--dca", "on", *OFF_BY_ONE[change])
+    moved = run_tool(dca_tool, multichunk_plan(), model, args, tmp_path / "moved")
+    want = reference_logits(model, moved.tokens, ref.RunConfig(dca=DCA))
+    err = rel_err_all(moved.logits(), want)
+    assert err >= MISTAKE_MARGIN * r.tolerance, (
+        f"{change}: {err:.3g} vs tolerance {r.tolerance:.3g}"
+    )
+
+
 def test_sequences_span_three_or_more_chunks() -> None:
     plan = multichunk_plan()
     chunk_len = DCA.chunk_len
