@@ -280,3 +280,15 @@ def test_broken_tree_cache_falls_back_to_extraction(tmp_path: Path, cache_home: 
     again = materialize(series, Git.init(tmp_path / "two"), progress)
     assert again.tree == first.tree
     assert ("done", "extract", None) in progress.events
+
+
+def test_relative_git_url_is_resolved_from_the_series_dir(
+    tmp_path: Path, make_repo: Callable[..., Repo]
+) -> None:
+    repo = make_repo({"a.txt": b"a\n"}, name="upstream")
+    series_dir = tmp_path / "proj" / "patches" / "s"
+    series_dir.mkdir(parents=True)
+    up = Upstream(kind="git", url="../../../upstream", commit=repo.commit, tree=repo.tree)
+    assert materialize(Series(series_dir / "series.yaml", up), Git.init(tmp_path / "r")).tree == (
+        repo.tree
+    )
