@@ -21,7 +21,7 @@ from pathlib import Path
 from patchctl.apply import _message as apply_message  # one commit format for apply + capture
 from patchctl.apply import patch_sha256
 from patchctl.cleanroom import Cleanroom
-from patchctl.errors import ConfigError, DirtyTree, PatchctlError
+from patchctl.errors import ConfigError, DirtyTree, NotFound, PatchctlError
 from patchctl.git import Git
 from patchctl.series import PATCH_ID, Patch, Series
 
@@ -169,6 +169,33 @@ class Captured:
     written: bool
 
 
+def objects_dir(source: Path) -> Path:
+    """The object directory of a repository given as worktree, git dir or objects dir."""
+    for candidate in (source / ".git" / "objects", source / "objects", source):
+        if (candidate / "info").is_dir() or (candidate / "pack").is_dir():
+            return candidate.resolve()
+    raise NotFound(f"{source} is not a git repository", hint="run patchctl cleanroom apply first")
+
+
+@contextmanager
+def scratch_repo(sources: Sequence[Path]) -> Iterator[Git]:
+    """A temporary bare repository that reads objects from `sources` (via alternates).
+
+    Bare and empty, it reads no .gitattributes: diffs made here (capture and verify's
+    re-export alike) never depend on a worktree's `diff=`/`-diff`/`binary` attributes.
+    """
+    with tempfile.TemporaryDirectory(prefix="patchctl-scratch-") as tmp:
+        git = Git.init(Path(tmp) / "scratch.git", bare=True)
+        # A throwaway repository: nothing in it needs to survive a crash, so no fsync.
+        with (git.repo / "config").open("a", encoding="utf-8") as config:
+            # index v4 (prefix-compressed paths) makes each apply/write-tree read less.
+            config.write("[core]\n\tfsync = none\n[index]\n\tversion = 4\n")
+        alternates = "".join(f"{objects_dir(s)}\n" for s in sources)
+        (git.repo / "objects" / "info").mkdir(parents=True, exist_ok=True)
+        (git.repo / "objects" / "info" / "alternates").write_text(alternates)
+        yield git
+
+
 def capture_trees(git: Git, patch: Patch, pre: str, post: str, root: str = ".") -> bytes:
     """The patch bytes for `pre` -> `post`; NothingToCapture when the trees are equal."""
     if pre == post:
@@ -184,7 +211,8 @@ def capture_trees(git: Git, patch: Patch, pre: str, post: str, root: str = ".") 
             + (" ..." if len(outside) > 5 else ""),
             hint="revert them in the clean room (they would be lost), then capture again",
         )
-    return export_patch(git, patch, pre, post, root)
+    with scratch_repo([git.repo]) as scratch:
+        return export_patch(scratch, patch, pre, post, root)
 
 
 def paths_outside_root(git: Git, pre: str, post: str, root: str) -> list[str]:

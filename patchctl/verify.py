@@ -18,15 +18,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from patchctl.apply import find_drift
-from patchctl.capture import diff_tree_pairs, render_patch
+from patchctl.capture import diff_tree_pairs, render_patch, scratch_repo
 from patchctl.errors import NotFound, VerifyFailed
 from patchctl.git import Git
 from patchctl.markers import (
@@ -127,29 +126,6 @@ class RoundTripFailed(VerifyFailed):
 
 
 # ----------------------------------------------------------------------------- scratch repo
-
-
-def objects_dir(source: Path) -> Path:
-    """The object directory of a repository given as worktree, git dir or objects dir."""
-    for candidate in (source / ".git" / "objects", source / "objects", source):
-        if (candidate / "info").is_dir() or (candidate / "pack").is_dir():
-            return candidate.resolve()
-    raise NotFound(f"{source} is not a git repository", hint="run patchctl cleanroom apply first")
-
-
-@contextmanager
-def scratch_repo(sources: Sequence[Path]) -> Iterator[Git]:
-    """A temporary bare repository that reads objects from `sources` (via alternates)."""
-    with tempfile.TemporaryDirectory(prefix="patchctl-verify-") as tmp:
-        git = Git.init(Path(tmp) / "scratch.git", bare=True)
-        # A throwaway repository: nothing in it needs to survive a crash, so no fsync.
-        with (git.repo / "config").open("a", encoding="utf-8") as config:
-            # index v4 (prefix-compressed paths) makes each apply/write-tree read less.
-            config.write("[core]\n\tfsync = none\n[index]\n\tversion = 4\n")
-        alternates = "".join(f"{objects_dir(s)}\n" for s in sources)
-        (git.repo / "objects" / "info").mkdir(parents=True, exist_ok=True)
-        (git.repo / "objects" / "info" / "alternates").write_text(alternates)
-        yield git
 
 
 class Index:

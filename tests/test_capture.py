@@ -207,3 +207,31 @@ def test_changes_outside_the_root_are_refused(repo: Path) -> None:
     write_files(repo, {"dir/keep.c": b"int y;\n", "gone.txt": b"changed\n"})
     with pytest.raises(PatchctlError, match=r"outside the series root 'dir'.*gone\.txt"):
         capture_trees(git, META, git.tree_of("HEAD"), snapshot_worktree(git), root="dir")
+
+
+def test_worktree_attributes_do_not_change_the_bytes(tmp_path: Path) -> None:
+    """An upstream .gitattributes (`-diff`, `diff=cpp`) must not leak into capture: verify
+    re-exports in a bare scratch repository that reads no attributes."""
+    from patchctl.git import Git
+
+    files: dict[str, Entry] = {
+        ".gitattributes": b"*.txt -diff\n*.c diff=cpp\n",
+        "notes.txt": b"one\ntwo\n",
+        "f.c": b"int f(void)\n{\n\tint a = 1;\n\n\n\n\treturn a;\n}\n",
+    }
+    path = tmp_path / "attrs"
+    make_repo(path, files)
+    write_files(
+        path,
+        {
+            "notes.txt": b"one\nTWO\n",
+            "f.c": b"int f(void)\n{\n\tint a = 1;\n\n\n\n\treturn 2;\n}\n",
+        },
+    )
+    data, pre, post = _capture(path)
+    assert b"-two\n+TWO\n" in data and b"GIT binary patch" not in data
+    series_dir = tmp_path / "project" / "patches" / "s"
+    entry = Patch(**{**META.__dict__, "pre_tree": pre, "post_tree": post, "key_order": ()})
+    series = make_series(series_dir, pre, (entry,))
+    (series_dir / entry.file).write_bytes(data)
+    assert verify_series(series, [Git(path).repo]).ok
