@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from patchctl.capture import Captured, capture_patch, new_patch
-from patchctl.cleanroom import Cleanroom, open_cleanroom
+from patchctl.cleanroom import Cleanroom, locked, open_cleanroom
 from patchctl.console import RichProgress, out, print_json
 from patchctl.docs import DocsOutOfDate, check_docs, doc_paths, stale_docs, write_docs
 from patchctl.errors import NotFound
@@ -94,8 +94,9 @@ def capture_command(
     directory = _series_dir(series)
     loaded = load_series(directory, check_files=False)
     room = open_cleanroom(loaded.dir, workdir)
-    updated, captured = capture_patch(loaded, room, patch_id)
-    changed = _save(updated)
+    with locked(room.path):  # never two patchctl runs changing one clean room
+        updated, captured = capture_patch(loaded, room, patch_id)
+        changed = _save(updated)
     if as_json:
         print_json(_capture_json(updated, captured, changed))
         return
@@ -231,9 +232,9 @@ def import_command(
     """Import an existing series on top of the stack, keeping every patch's bytes."""
     loaded = load_series(_series_dir(series))
     room = open_cleanroom(loaded.dir, workdir)
-    with RichProgress(enabled=False if as_json else None) as progress:
+    with locked(room.path), RichProgress(enabled=False if as_json else None) as progress:
         updated, added = import_patches(loaded, source, room.git, room.base_tree(), progress)
-    changed = _save(updated)
+        changed = _save(updated)
     if as_json:
         print_json({"ok": True, "imported": [_entry_json(p) for p in added]})
         return
