@@ -216,3 +216,23 @@ def test_git_apply_crash_is_reported_not_left_locked(tmp_path: Path) -> None:
     report = verify_series(series, [git.repo])
     assert not report.ok
     assert {s.step for _, s in report.failures()} >= {"forward", "reexport"}
+
+
+def test_verify_from_upstream_objects_only(tmp_path: Path) -> None:
+    """CI without a clean room: only the upstream's objects exist; verify builds every
+    pre/post tree itself (forward first, then reverse and checks on the computed trees)."""
+    series, _git = _captured_stack(
+        tmp_path, [{"a.txt": b"MARK-1\n", "n.bin": b"\0\1"}, {"b.c": b"int c;\n"}]
+    )
+    upstream, base = make_repo(tmp_path / "upstream-only", BASE)
+    assert base == series.upstream.tree
+    assert upstream.run_full("cat-file", "-e", f"{series.patches[-1].post_tree}")[0] != 0
+    report = verify_series(series, [upstream.repo])
+    assert report.ok, report.failures()
+    assert [s.step for s in report.patches[0].steps] == [
+        "chain",
+        "forward",
+        "reverse",
+        "reexport",
+        "markers",
+    ]
