@@ -246,6 +246,8 @@ def new_patch(
         )
     if "\n" in title or not title.strip():
         raise ConfigError("the title must be one non-empty line", path=series.path, key="title")
+    if any("\n" in m or not m.strip() for m in markers):
+        raise ConfigError("each marker must be one non-empty line", path=series.path, key="markers")
     entry = Patch(
         id=patch_id,
         file=f"{patch_id}.patch",

@@ -235,3 +235,22 @@ def test_worktree_attributes_do_not_change_the_bytes(tmp_path: Path) -> None:
     series = make_series(series_dir, pre, (entry,))
     (series_dir / entry.file).write_bytes(data)
     assert verify_series(series, [Git(path).repo]).ok
+
+
+def test_new_patch_validation(tmp_path: Path) -> None:
+    from patchctl.capture import new_patch
+    from patchctl.errors import ConfigError
+
+    series = make_series(tmp_path / "p" / "patches" / "s", "0" * 40)
+    updated, entry = new_patch(series, "0079-fix", "  Fix it  ", markers=("// m",))
+    assert entry.file == "0079-fix.patch" and entry.title == "Fix it"
+    assert updated.ids() == ("0079-fix",) and entry.upstream_status == "Pending"
+    for pid, title, markers in [
+        ("79-fix", "t", ()),
+        ("0079-fix", "t\nu", ()),
+        ("0079-fix", "t", ("a\nb",)),
+    ]:
+        with pytest.raises(ConfigError):
+            new_patch(series, pid, title, markers=markers)
+    with pytest.raises(ConfigError, match="already exists"):
+        new_patch(updated, "0079-fix", "again")
