@@ -157,7 +157,8 @@ class TreeBuilder:
         self.say(
             f"{label}: building tree {tree_id[:12]} of {room.path} "
             f"(cmake, targets {' '.join(cfg.targets)}, -j{cfg.parallel}, "
-            f"launcher {cfg.launcher or 'none'}); a cold build takes minutes"
+            f"launcher {cfg.launcher or 'none'}); a first build without ccache takes 10-20 min "
+            "on 2 cores, a rerun reuses the build dir"
         )
         started = time.monotonic()
         result = build_tree(room.path, cfg, builds_root(room.path), TerminalProgress(self.say))
