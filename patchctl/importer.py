@@ -17,6 +17,7 @@ from email.header import decode_header, make_header
 from itertools import pairwise
 from pathlib import Path
 
+from patchctl.apply import find_drift
 from patchctl.capture import temp_index, write_if_changed
 from patchctl.errors import ConfigError, NotFound, PatchDoesNotApply
 from patchctl.git import Git
@@ -177,29 +178,56 @@ def make_entry(incoming: Incoming, number: int, origin: str, taken: set[str]) ->
 # ----------------------------------------------------------------------------- applying
 
 
+@dataclass(frozen=True)
+class Applied:
+    """One imported patch applied in the temporary index: its trees and any offset hunks."""
+
+    pre: str
+    post: str
+    drift: str | None  # git placed a hunk at an offset: strict `cleanroom apply` will refuse
+
+
 def apply_chain(
     git: Git, base: str, patches: Sequence[tuple[Patch, bytes]], root: str = "."
-) -> list[tuple[str, str]]:
-    """(pre, post) tree ids of each patch applied in order onto tree `base` in `git`."""
-    trees = []
+) -> list[Applied]:
+    """Apply each patch in order onto tree `base` in `git`; its trees and offset notes."""
+    results = []
     directory = [] if root in (".", "") else [f"--directory={root.rstrip('/')}"]
     with temp_index(git) as env:
         git.run("read-tree", base, env=env)
         current = base
         for patch, data in patches:
-            args = ("apply", "--cached", "--whitespace=nowarn", "-p1", *directory)
+            args = ("apply", "--cached", "-v", "--whitespace=nowarn", "-p1", *directory)
             code, _, err = git.run_full(*args, stdin=data, env=env)
             if code != 0:
+                errors = [x for x in err.decode("utf-8", "replace").splitlines() if "error" in x]
                 raise PatchDoesNotApply(
                     f"{patch.id} does not apply to the tree before it ({current})",
                     patch=patch.id,
                     stderr=err,
-                    why=err.decode("utf-8", "replace").strip().splitlines()[0] if err else None,
+                    why=errors[0] if errors else None,
                 )
             post = git.run("write-tree", env=env).decode("ascii").strip()
-            trees.append((current, post))
+            results.append(Applied(current, post, _drift(err)))
             current = post
-    return trees
+    return results
+
+
+def _drift(err: bytes) -> str | None:
+    found = find_drift(err)
+    if not found:
+        return None
+    first = found[0]
+    return f"{len(found)} hunk(s) at an offset, first in {first.file}: {first.why}"
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    """The series with the imported entries appended, those entries, and offset notes."""
+
+    series: Series
+    added: tuple[Patch, ...]
+    drift: dict[str, str]
 
 
 def _last_tree(series: Series, base: str) -> str:
@@ -220,8 +248,8 @@ def import_patches(
     git: Git,
     base: str,
     progress: Progress | None = None,
-) -> tuple[Series, list[Patch]]:
-    """Copy the patches of `source` into the series (on top of the stack); return both."""
+) -> ImportResult:
+    """Copy the patches of `source` into the series (on top of the stack); nothing is saved."""
     kind, incoming = read_source(source)
     origin = f"{kind}:{source.name}"
     taken = set(series.ids())
@@ -233,11 +261,12 @@ def import_patches(
         entries.append((entry, item.data))
     prog = or_null(progress)
     prog.start("import", len(entries))
-    trees = apply_chain(git, _last_tree(series, base), entries, series.root)
+    applied = apply_chain(git, _last_tree(series, base), entries, series.root)
     done = []
-    for (entry, data), (pre, post) in zip(entries, trees, strict=True):
+    for (entry, data), result in zip(entries, applied, strict=True):
         write_if_changed(series.dir / entry.file, data)
-        done.append(replace(entry, pre_tree=pre, post_tree=post))
+        done.append(replace(entry, pre_tree=result.pre, post_tree=result.post))
         prog.advance("import")
     prog.done("import")
-    return series.with_patches((*series.patches, *done)), done
+    drift = {e.id: r.drift for (e, _), r in zip(entries, applied, strict=True) if r.drift}
+    return ImportResult(series.with_patches((*series.patches, *done)), tuple(done), drift)

@@ -93,7 +93,8 @@ def _quilt(tmp_path: Path) -> Path:
 def test_quilt_import_keeps_bytes_and_verifies(tmp_path: Path, upstream: tuple[Git, str]) -> None:
     git, base = upstream
     series = make_series(tmp_path / "project" / "patches" / "s", base)
-    updated, added = import_patches(series, _quilt(tmp_path), git, base)
+    result = import_patches(series, _quilt(tmp_path), git, base)
+    updated, added = result.series, result.added
     assert [p.id for p in added] == ["0001-fix-return", "0002-readme"]
     assert (series.dir / "0001-fix-return.patch").read_bytes() == DEP3
     assert (series.dir / "0002-readme.patch").read_bytes() == GBP
@@ -115,7 +116,8 @@ def test_flipping_an_imported_diff_byte_fails_verify(
 ) -> None:
     git, base = upstream
     series = make_series(tmp_path / "project" / "patches" / "s", base)
-    updated, added = import_patches(series, _quilt(tmp_path), git, base)
+    result = import_patches(series, _quilt(tmp_path), git, base)
+    updated, added = result.series, result.added
     path = updated.patch_path(added[0])
     path.write_bytes(DEP3.replace(b"+\treturn 1;", b"+\treturn 2;"))
     failures = {s.step for _, s in verify_series(updated, [git.repo]).failures()}
@@ -146,7 +148,8 @@ def test_mbox_import_applies_crlf(tmp_path: Path, upstream: tuple[Git, str]) -> 
     series = make_series(tmp_path / "project" / "patches" / "s", base)
     mbox = tmp_path / "one.mbox"
     mbox.write_bytes(FORMAT_PATCH_2)
-    updated, added = import_patches(series, mbox, git, base)
+    result = import_patches(series, mbox, git, base)
+    updated, added = result.series, result.added
     assert added[0].id == "0001-Add-a-file-with-CRLF"
     assert git.run("cat-file", "-p", f"{added[0].post_tree}:dos.txt") == b"one\r\ntwo\r\n"
     assert verify_series(updated, [git.repo]).ok
@@ -189,3 +192,13 @@ def test_header_fields_and_slug() -> None:
     assert "diff" not in fields
     assert slug("debian/0003-Fix: a bug (CVE-1)!.patch") == "0003-Fix-a-bug-CVE-1"
     assert slug("////") == "patch"
+
+
+def test_offset_hunks_are_noted(tmp_path: Path, upstream: tuple[Git, str]) -> None:
+    git, base = upstream
+    series = make_series(tmp_path / "project" / "patches" / "s", base)
+    source = tmp_path / "offset.patch"
+    source.write_bytes(DEP3.replace(b"@@ -1,4 +1,4 @@", b"@@ -3,4 +3,4 @@"))
+    result = import_patches(series, source, git, base)
+    assert "offset -2 lines" in result.drift["0001-offset"]
+    assert verify_series(result.series, [git.repo]).ok  # tree-exact, offsets only noted

@@ -233,14 +233,18 @@ def import_command(
     loaded = load_series(_series_dir(series))
     room = open_cleanroom(loaded.dir, workdir)
     with locked(room.path), RichProgress(enabled=False if as_json else None) as progress:
-        updated, added = import_patches(loaded, source, room.git, room.base_tree(), progress)
-        changed = _save(updated)
+        result = import_patches(loaded, source, room.git, room.base_tree(), progress)
+        changed = _save(result.series)
     if as_json:
-        print_json({"ok": True, "imported": [_entry_json(p) for p in added]})
+        added = [{**_entry_json(p), "drift": result.drift.get(p.id)} for p in result.added]
+        print_json({"ok": True, "imported": added})
         return
-    for patch in added:
+    for patch in result.added:
         out.print(f"imported {patch.id}: {patch.title}")
-    out.print(f"{len(added)} patch(es) added to {updated.path}; {len(changed)} file(s) updated")
+        if patch.id in result.drift:
+            out.print(f"  note: {result.drift[patch.id]}; strict `cleanroom apply` refuses it")
+    path = result.series.path
+    out.print(f"{len(result.added)} patch(es) added to {path}; {len(changed)} file(s) updated")
     out.print("  run `patchctl cleanroom apply` to apply them, `patchctl verify` to check them")
 
 
