@@ -11,7 +11,7 @@ import pytest
 from conftest import Files, Repo, git_upstream, write_series
 
 from patchctl.build import BuildStepFailed
-from patchctl.cleanroom import load_cleanroom
+from patchctl.cleanroom import default_workdir, load_cleanroom
 from patchctl.errors import DirtyTree
 from patchctl.series import Series, load_series
 
@@ -89,24 +89,44 @@ def _snapshot(root: Path) -> dict[Path, bytes]:
     return {p: p.read_bytes() for p in root.rglob("*") if p.is_file() and ".git" not in p.parts}
 
 
-@pytest.mark.parametrize("state", ["unsaved-edit", "new-file", "other-upto"])
-def test_default_room_not_at_the_series_is_left_alone(series: Series, state: str) -> None:
+@pytest.mark.parametrize("state", ["unsaved-edit", "new-file", "foreign-commit", "other-pin"])
+def test_default_room_with_unsaved_work_is_left_alone(
+    series: Series, state: str, tmp_path: Path, make_repo: Callable[..., Repo]
+) -> None:
     seen, say = _lines()
     default = dca_room(series, say).path
     if state == "unsaved-edit":
         (default / "main.c").write_bytes(b"/* my work */\n")
     elif state == "new-file":
         (default / "notes.txt").write_bytes(b"mine\n")
+    elif state == "foreign-commit":
+        room = load_cleanroom(default)
+        (default / "main.c").write_bytes(b"/* committed by hand */\n")
+        room.git.run("add", "main.c")
+        commit = room.git.commit_tree(room.git.write_tree(), b"mine\n", (room.head(),))
+        room.git.update_ref("HEAD", commit, "by hand")
     else:
-        bring_to(series.with_patches(()), default, say)
+        other = git_upstream(make_repo({**TINY, "extra.c": b"int x;\n"}, name="other"))
+        bring_to(series.with_upstream(other).with_patches(()), default, say)
     before = _snapshot(default)
     head = load_cleanroom(default).head()
 
     room = dca_room(series, say)
     assert room.path == default.with_name("tiny-test")
     assert room.applied_patches() == ["0001-x"]
-    assert any("tiny-test" in line for line in seen)
+    assert any("left alone" in line and "tiny-test" in line for line in seen)
     assert _snapshot(default) == before and load_cleanroom(default).head() == head
+
+
+def test_clean_default_room_at_another_state_is_brought_to_the_series(series: Series) -> None:
+    seen, say = _lines()
+    default = bring_to(series.with_patches(()), default_workdir(series.dir), say)
+    assert default.applied_patches() == []
+    room = dca_room(series, say)
+    assert room.path == default.path and room.applied_patches() == ["0001-x"]
+    assert (room.path / "lib.c").read_bytes() == PATCHED["lib.c"]
+    assert not default.path.with_name("tiny-test").exists()
+    assert any("applying the whole series" in line for line in seen)
 
 
 def test_test_owned_room_with_unsaved_work_is_refused_not_reset(series: Series) -> None:

@@ -2,10 +2,11 @@
 
 Two trees, each a patchctl clean room built with the cmake backend (CPU):
 
-- the DCA tree: the series with ALL its patches applied. The series' default clean room
-  (`cleanroom/<series>`) is used when it is missing (then it is created, as `make run` would)
-  or already exactly at that state; otherwise (unsaved work, another `--upto`, another pin) it
-  is left alone and the test-owned sibling `cleanroom/<series>-test` is brought there instead;
+- the DCA tree: the series with ALL its patches applied, in the series' default clean room
+  (`cleanroom/<series>`), created or brought there as `patchctl cleanroom apply` would. When
+  that room holds unsaved work (edits, new files, commits patchctl did not make), comes from
+  another upstream pin or is not patchctl's, it is left alone and the test-owned sibling
+  `cleanroom/<series>-test` is used instead;
 - the upstream tree: the same pin with NO patch applied, in `cleanroom/<series>-upstream`
   (the series with its patch list emptied, so apply stops at the base commit).
 
@@ -91,7 +92,7 @@ def bring_to(series: Series, path: Path, say: Say) -> Cleanroom:
             if why is not None:
                 raise DirtyTree(
                     f"{path} has unsaved work ({why}); the DCA tests do not touch it",
-                    hint="capture or remove that work, or set PATCHCTL_DCA_SRC/_BUILD",
+                    hint="capture or remove that work, or set the PATCHCTL_<KIND>_SRC/_BUILD override",
                 )
             if not same_pin(room, series):
                 say(f"{path}: made from another upstream pin; recreating it")
@@ -107,14 +108,24 @@ def bring_to(series: Series, path: Path, say: Say) -> Cleanroom:
 
 
 def dca_room(series: Series, say: Say) -> Cleanroom:
-    """The series fully applied: its default clean room when usable, else `<name>-test`."""
+    """The series fully applied: its default clean room unless that holds unsaved work (or
+    comes from another pin, or is not patchctl's), then the test-owned `<name>-test`."""
     default = default_workdir(series.dir)
     if not default.exists():
         return bring_to(series, default, say)
-    if is_cleanroom(default) and at_target(load_cleanroom(default), series):
-        return load_cleanroom(default)
+    if is_cleanroom(default):
+        room = load_cleanroom(default)
+        if at_target(room, series):
+            return room
+        why = _unsaved(room)
+        if why is None and same_pin(room, series):
+            say(f"{default}: applying the whole series (as `patchctl cleanroom apply` would)")
+            return bring_to(series, default, say)
+        reason = f"holds unsaved work ({why})" if why else "comes from another upstream pin"
+    else:
+        reason = "is not a patchctl clean room"
     fallback = default.with_name(default.name + TEST_SUFFIX)
-    say(f"{default} is not at the full series (or holds unsaved work): using {fallback}")
+    say(f"{default} {reason}: left alone, using {fallback}")
     return bring_to(series, fallback, say)
 
 
