@@ -92,7 +92,7 @@ def bring_to(series: Series, path: Path, say: Say) -> Cleanroom:
             if why is not None:
                 raise DirtyTree(
                     f"{path} has unsaved work ({why}); the DCA tests do not touch it",
-                    hint="capture or remove that work, or set the PATCHCTL_<KIND>_SRC/_BUILD override",
+                    hint="capture or remove that work, or set PATCHCTL_<KIND>_SRC and _BUILD",
                 )
             if not same_pin(room, series):
                 say(f"{path}: made from another upstream pin; recreating it")
