@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from patchctl.apply import _message as apply_message  # one commit format for apply + capture
+from patchctl.apply import commit_message as apply_message  # one commit format for apply + capture
 from patchctl.apply import patch_sha256
 from patchctl.cleanroom import Cleanroom
 from patchctl.errors import ConfigError, DirtyTree, NotFound, PatchctlError
