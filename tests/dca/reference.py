@@ -2,7 +2,11 @@
 
 The model is read back from its GGUF file with gguf's GGUFReader (no llama.cpp code involved).
 Supported archs: llama (NORM rope), qwen2 (q/k/v bias), qwen3 (q/k RMS norms), gemma3 (embedding
-scale, q/k norms, post norms, pre-scaled Q, GELU FFN, sliding-window layers).
+scale, q/k norms, post norms, pre-scaled Q, GELU FFN, sliding-window layers), gemma4 (as gemma3 plus
+attention scale 1.0, weightless V norm, per-layer SWA array, shared-KV layers, logit softcap 30).
+Where llama.cpp's CPU evaluation rounds in a way that the sharp tiny models amplify, the
+reference follows it: rope angles as ggml's float32 rope cache, GELU through ggml's f16 table,
+and (``RunConfig.kv_type``) the KV cache's f16 / Hadamard-rotated q8_0 round trip.
 
 DCA (shared/docs/dca-spec.md §2-§4), for chunk_size cs, local window w, chunk length cl = cs - w:
 keys are roped at ``p mod cl``; queries at ``p mod cl`` (intra), ``min(p mod cl + cl, cs)``
@@ -26,7 +30,8 @@ import numpy.typing as npt
 from gguf import GGUFReader
 
 F64 = npt.NDArray[np.float64]
-SUPPORTED_ARCHS: tuple[str, ...] = ("llama", "qwen2", "qwen3", "gemma3")
+SUPPORTED_ARCHS: tuple[str, ...] = ("llama", "qwen2", "qwen3", "gemma3", "gemma4")
+GEMMA_ARCHS = frozenset({"gemma3", "gemma4"})
 NEG_INF = -np.inf
 
 
@@ -76,10 +81,19 @@ class HParams:
     rope_base: float
     swa_layers: frozenset[int]
     sliding_window: int
+    attn_scale: float
+    softcap: float
+    kv_source: tuple[
+        int, ...
+    ]  # per layer: the layer whose K/V it attends to (itself if it owns KV)
 
     @property
     def neox(self) -> bool:
         return self.arch != "llama"
+
+    @property
+    def gemma(self) -> bool:
+        return self.arch in GEMMA_ARCHS
 
 
 @dataclass(frozen=True)
@@ -104,11 +118,34 @@ def _field(reader: GGUFReader, key: str, default: Any = None) -> Any:
 
 
 def _swa_layers(reader: GGUFReader, arch: str, n_layer: int) -> frozenset[int]:
+    if arch == "gemma4":  # a per-layer array
+        flags = list(_field(reader, f"{arch}.attention.sliding_window_pattern"))
+        return frozenset(il for il in range(n_layer) if flags[il])
     if arch != "gemma3" or int(_field(reader, f"{arch}.attention.sliding_window", 0)) == 0:
         return frozenset()
     pattern = int(_field(reader, f"{arch}.attention.sliding_window_pattern", 6))
     # llama_hparams::set_swa_pattern(n_pattern, dense_first=false)
     return frozenset(il for il in range(n_layer) if il % pattern < pattern - 1)
+
+
+def _kv_source(reader: GGUFReader, arch: str, n_layer: int, swa: frozenset[int]) -> tuple[int, ...]:
+    """gemma4 shared-KV layers read the KV of the last KV layer of their kind (the reuse lambda
+    of llama-model.cpp create_memory)."""
+    shared = int(_field(reader, f"{arch}.attention.shared_kv_layers", 0)) if arch == "gemma4" else 0
+    first_shared = n_layer - shared
+    return tuple(
+        il if il < first_shared else first_shared - (2 if il in swa else 1) for il in range(n_layer)
+    )
+
+
+def _attn_scale(arch: str, head_dim: int) -> float:
+    # gemma3 pre-scales Q by 1/sqrt(head_dim) (f_attention_scale); gemma4 uses 1.0
+    return 1.0 if arch == "gemma4" else 1.0 / float(np.sqrt(head_dim))
+
+
+def _softcap(reader: GGUFReader, arch: str) -> float:
+    default = {"gemma3": 0.0, "gemma4": 30.0}.get(arch, 0.0)  # llama_hparams default is 30
+    return float(_field(reader, f"{arch}.final_logit_softcapping", default)) if default else 0.0
 
 
 def load_model(path: Path) -> TinyModel:
@@ -120,16 +157,21 @@ def load_model(path: Path) -> TinyModel:
     n_layer = int(_field(reader, f"{arch}.block_count"))
     n_head = int(_field(reader, f"{arch}.attention.head_count"))
     n_embd = int(_field(reader, f"{arch}.embedding_length"))
+    head_dim = int(_field(reader, f"{arch}.attention.key_length", n_embd // n_head))
+    swa = _swa_layers(reader, arch, n_layer)
     hp = HParams(
         arch=arch,
         n_layer=n_layer,
         n_head=n_head,
         n_head_kv=int(_field(reader, f"{arch}.attention.head_count_kv", n_head)),
-        head_dim=int(_field(reader, f"{arch}.attention.key_length", n_embd // n_head)),
+        head_dim=head_dim,
         rms_eps=float(_field(reader, f"{arch}.attention.layer_norm_rms_epsilon")),
         rope_base=float(_field(reader, f"{arch}.rope.freq_base", 10000.0)),
-        swa_layers=_swa_layers(reader, arch, n_layer),
+        swa_layers=swa,
         sliding_window=int(_field(reader, f"{arch}.attention.sliding_window", 0)),
+        attn_scale=_attn_scale(arch, head_dim),
+        softcap=_softcap(reader, arch),
+        kv_source=_kv_source(reader, arch, n_layer, swa),
     )
     tensors = {t.name: np.array(t.data, dtype=np.float64) for t in reader.tensors}
     return TinyModel(hp=hp, tensors=tensors)
@@ -144,12 +186,28 @@ def rms_norm(x: F64, weight: F64, eps: float) -> F64:
     return x * scale * weight
 
 
+def rope_angles_ggml(pos: npt.NDArray[np.int64], base: float, dim: int) -> F64:
+    """theta[p, i] = p * base^(-2i/dim), evaluated as ggml's CPU rope cache does it: in float32,
+    theta_scale = powf(base, -2/dim) and theta *= theta_scale per pair (ops.cpp
+    ggml_rope_cache_init). Exact float64 angles drift from these by ~p * i * 6e-8 rad, which the
+    sharp tiny models turn into ~1e-5 of the logit scale at a few hundred tokens."""
+    scale = np.float32(np.power(np.float32(base), np.float32(-2.0 / dim), dtype=np.float32))
+    theta = np.empty((pos.shape[0], dim // 2), dtype=np.float32)
+    cur = pos.astype(np.float32)
+    for i in range(dim // 2):
+        theta[:, i] = cur
+        cur = (cur * scale).astype(np.float32)
+    out: F64 = theta.astype(np.float64)
+    return out
+
+
 def rope(x: F64, pos: npt.NDArray[np.int64], base: float, neox: bool) -> F64:
     """Rotate x (tokens, heads, dim) by positions ``pos`` (tokens,); NEOX or NORM pairing."""
     dim = x.shape[-1]
-    inv_freq = base ** (-np.arange(0, dim, 2, dtype=np.float64) / dim)
-    theta = pos.astype(np.float64)[:, None] * inv_freq[None, :]
-    cos, sin = np.cos(theta)[:, None, :], np.sin(theta)[:, None, :]
+    theta = rope_angles_ggml(pos, base, dim)
+    # cos/sin rounded to float32 as in the rope cache; the rotation itself in float64
+    cos = np.cos(theta).astype(np.float32).astype(np.float64)[:, None, :]
+    sin = np.sin(theta).astype(np.float32).astype(np.float64)[:, None, :]
     if neox:
         a, b = x[..., : dim // 2], x[..., dim // 2 :]
         return np.concatenate([a * cos - b * sin, a * sin + b * cos], axis=-1)
@@ -400,27 +458,42 @@ def _heads(x: F64, dim: int) -> F64:
     return x.reshape(x.shape[0], -1, dim)
 
 
-def _qkv(m: TinyModel, il: int, x: F64) -> tuple[F64, F64, F64]:
-    p, hd = f"blk.{il}.", m.hp.head_dim
-    outs: list[F64] = []
-    for name in ("q", "k", "v"):
-        y = x @ m.t(p + f"attn_{name}.weight").T
-        bias = m.opt(p + f"attn_{name}.bias")
-        outs.append(_heads(y if bias is None else y + bias, hd))
-    q, k, v = outs
-    if m.opt(p + "attn_q_norm.weight") is not None:
-        q = rms_norm(q, m.t(p + "attn_q_norm.weight"), m.hp.rms_eps)
-        k = rms_norm(k, m.t(p + "attn_k_norm.weight"), m.hp.rms_eps)
-    return q, k, v
+def _proj(m: TinyModel, name: str, x: F64) -> F64:
+    y = x @ m.t(name + ".weight").T
+    bias = m.opt(name + ".bias")
+    return _heads(y if bias is None else y + bias, m.hp.head_dim)
 
 
-def _attention(m: TinyModel, il: int, x: F64, run: RunConfig) -> F64:
-    q, k, v = _qkv(m, il, x)
+def _q(m: TinyModel, il: int, x: F64) -> F64:
+    q = _proj(m, f"blk.{il}.attn_q", x)
+    norm = m.opt(f"blk.{il}.attn_q_norm.weight")
+    return q if norm is None else rms_norm(q, norm, m.hp.rms_eps)
+
+
+def _kv(m: TinyModel, il: int, x: F64) -> tuple[F64, F64]:
+    k = _proj(m, f"blk.{il}.attn_k", x)
+    v = _proj(m, f"blk.{il}.attn_v", x)
+    norm = m.opt(f"blk.{il}.attn_k_norm.weight")
+    if norm is not None:
+        k = rms_norm(k, norm, m.hp.rms_eps)
+    if m.hp.arch == "gemma4":  # V is RMS-normed without a weight
+        v = rms_norm(v, np.ones(1), m.hp.rms_eps)
+    return k, v
+
+
+KvStore = dict[int, tuple[F64, F64]]
+
+
+def _attention(m: TinyModel, il: int, x: F64, run: RunConfig, kv_store: KvStore) -> F64:
+    src = m.hp.kv_source[il]
+    if src == il:
+        kv_store[il] = _kv(m, il, x)
+    k, v = kv_store[src]
     a = AttnInput(
-        q=q,
+        q=_q(m, il, x),
         k=k,
         v=v,
-        scale=1.0 / np.sqrt(m.hp.head_dim),
+        scale=m.hp.attn_scale,
         base=m.hp.rope_base,
         neox=m.hp.neox,
         kv_type=run.kv_type,
@@ -439,15 +512,15 @@ def _ffn(m: TinyModel, il: int, x: F64) -> F64:
     p = f"blk.{il}."
     gate = x @ m.t(p + "ffn_gate.weight").T
     up = x @ m.t(p + "ffn_up.weight").T
-    act = gelu_ggml_cpu(gate) if m.hp.arch == "gemma3" else silu(gate)
+    act = gelu_ggml_cpu(gate) if m.hp.gemma else silu(gate)
     out: F64 = (act * up) @ m.t(p + "ffn_down.weight").T
     return out
 
 
-def _layer(m: TinyModel, il: int, h: F64, run: RunConfig) -> F64:
+def _layer(m: TinyModel, il: int, h: F64, run: RunConfig, kv_store: KvStore) -> F64:
     p, eps = f"blk.{il}.", m.hp.rms_eps
-    attn = _attention(m, il, rms_norm(h, m.t(p + "attn_norm.weight"), eps), run)
-    if m.hp.arch == "gemma3":
+    attn = _attention(m, il, rms_norm(h, m.t(p + "attn_norm.weight"), eps), run, kv_store)
+    if m.hp.gemma:
         h = h + rms_norm(attn, m.t(p + "post_attention_norm.weight"), eps)
         ffn = _ffn(m, il, rms_norm(h, m.t(p + "ffn_norm.weight"), eps))
         out: F64 = h + rms_norm(ffn, m.t(p + "post_ffw_norm.weight"), eps)
@@ -461,14 +534,17 @@ def forward(m: TinyModel, tokens: Sequence[int], run: RunConfig = RunConfig()) -
     """Logits (n_tokens, n_vocab) for one sequence starting at position 0."""
     embd = m.t("token_embd.weight")
     h: F64 = embd[np.asarray(tokens, dtype=np.int64)]
-    if m.hp.arch == "gemma3":
+    if m.hp.gemma:
         h = h * np.sqrt(embd.shape[1])
+    kv_store: KvStore = {}
     for il in range(m.hp.n_layer):
-        h = _layer(m, il, h, run)
+        h = _layer(m, il, h, run, kv_store)
     out_w = m.opt("output.weight")
     logits: F64 = (
         rms_norm(h, m.t("output_norm.weight"), m.hp.rms_eps) @ (embd if out_w is None else out_w).T
     )
+    if m.hp.softcap:
+        logits = np.tanh(logits / m.hp.softcap) * m.hp.softcap
     return logits
 
 
