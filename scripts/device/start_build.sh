@@ -12,6 +12,6 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT
 python3 -m patchctl cleanroom apply --series patches/llamafile --workdir "$CR" --json | tee "$OUT/cleanroom-apply.json"
 cp -r "$PWD" "$W/repo"          # keep the scripts/tests beside the build for later calls
 setsid nohup bash -c "cd '$W/repo' && export PYTHONPATH='$PYTHONPATH' PATCHCTL_CACHE_DIR='$PATCHCTL_CACHE_DIR'; \
-  /usr/bin/time -v python3 -m patchctl build --series patches/llamafile --workdir '$CR' --cuda sm_86,sm_90 --jobs 16 --json \
+  python3 -m patchctl build --series patches/llamafile --workdir '$CR' --cuda sm_86,sm_90 --jobs 16 --build-dir '$W/build' --json \
   > '$W/build.json' 2> '$W/build.log'; echo \$? > '$W/build.rc'" > /dev/null 2>&1 < /dev/null &
 sleep 20; tail -3 "$W/build.log"
