@@ -16,9 +16,9 @@ $(BIN)/.installed: pyproject.toml
 
 venv: $(BIN)/.installed
 
-## run: the main job on the default series (clean-room apply)
+## run: the main job on the default series: clean-room apply, verify --all, CPU build, smoke test
 run: venv
-	$(BIN)/patchctl cleanroom apply --series $(SERIES)
+	PATCHCTL=$(BIN)/patchctl bash scripts/main_job.sh $(SERIES)
 
 ## test: the test suite (the integration test downloads the upstream sdist once, then caches it)
 test: venv

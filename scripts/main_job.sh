@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The main job on a series (default: the shipped patches/llamafile), as `make run` runs it:
+#   1. materialize the pinned upstream and apply the series strictly in its clean room;
+#   2. verify every patch round-trips byte for byte (forward, reverse, re-export, markers);
+#   3. build the clean room for the CPU (ccache when available) and run something real from it:
+#      test-backend-ops for the flash-attention ops the series touches.
+# Any failure stops the job with patchctl's exit code.
+set -euo pipefail
+series=${1:-patches/llamafile}
+pc=${PATCHCTL:-.venv/bin/patchctl}
+launcher=(); command -v ccache >/dev/null && launcher=(--launcher ccache)
+
+echo "== patchctl cleanroom apply --series $series"
+"$pc" cleanroom apply --series "$series"
+echo "== patchctl verify --all --series $series"
+"$pc" verify --all --series "$series"
+echo "== patchctl build --series $series ${launcher[*]} (CPU)"
+manifest=$("$pc" build --series "$series" "${launcher[@]}" -t test-backend-ops -t llama-completion --json)
+bin=$(printf '%s' "$manifest" | python3 -c 'import json,sys; print(json.load(sys.stdin)["build_dir"] + "/bin")')
+echo "   bin dir: $bin"
+ops=(FLASH_ATTN_EXT)
+grep -q FLASH_ATTN_EXT_LSE "$bin/test-backend-ops" && ops+=(FLASH_ATTN_EXT_LSE)
+for op in "${ops[@]}"; do
+  echo "== test-backend-ops test -b CPU -o $op"
+  "$bin/test-backend-ops" test -b CPU -o "$op" > "$bin/../test-backend-ops-$op.log" 2>&1 \
+    || { tail -20 "$bin/../test-backend-ops-$op.log"; echo "test-backend-ops -o $op failed" >&2; exit 1; }
+  grep -E "tests passed" "$bin/../test-backend-ops-$op.log" | tail -1
+done
+echo "== main job passed"
