@@ -1,6 +1,6 @@
 # Sourced by the device scripts: where things live on the GPU machine (state survives between
 # calls only while the machine stays warm; see ../../docs/benchmarks/README.md).
-W=${W:-$HOME/w}
+W=${W:-$HOME/lead}
 export PATCHCTL_CACHE_DIR=$W/cache
 export PYTHONPATH=$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 CR=$W/cr                       # the clean room of the shipped series

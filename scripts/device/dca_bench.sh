@@ -16,7 +16,8 @@ for r in rows:
     print(f'{kind}{r["n_prompt"] or r["n_gen"]:<4} d={r["n_depth"]:<7} dca={int(get(r,"dca",0))} {r["avg_ts"]:10.1f} t/s')
 PY
 for dca in off on; do
-  "$bin/llama-completion" -m "$model" -ngl 99 -fa on -c 131072 -n 4 -no-cnv -p "Hello" --dca $dca 2>&1 \
-    | grep -Ei "buffer size|memory breakdown|CUDA0 *\|" > "$OUT/mem-$name-$dca.txt"
+  "$bin/llama-completion" -m "$model" -ngl 99 -fa on -c 131072 -n 4 -no-cnv -p "Hello" --dca $dca \
+    > "$OUT/mem-$name-$dca.log" 2>&1; echo "llama-completion rc=$?"
+  grep -E "buffer size|memory breakdown" "$OUT/mem-$name-$dca.log" > "$OUT/mem-$name-$dca.txt"
   echo "== mem dca=$dca"; cat "$OUT/mem-$name-$dca.txt"
 done
