@@ -94,8 +94,6 @@ def commit_message(patch: Patch, sha: str) -> bytes:
     return f"{patch.id}: {title}\n\n{ID_TRAILER}: {patch.id}\n{SHA_TRAILER}: {sha}\n".encode()
 
 
-
-
 # ----------------------------------------------------------------------------- diagnostics
 
 

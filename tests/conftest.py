@@ -9,13 +9,13 @@ patchctl cache points into the fake HOME.
 from __future__ import annotations
 
 import io
-import os
 import tarfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from support_patch import Entry, Exe, Link, write_files  # one file-map vocabulary for all tests
 
 from patchctl.git import Git
 from patchctl.series import Patch, Series, Upstream, save_series
@@ -102,21 +102,6 @@ def hermetic_seal(
 # ----------------------------------------------------------------------------- content
 
 
-@dataclass(frozen=True)
-class Link:
-    """A symlink entry in a file map."""
-
-    target: str
-
-
-@dataclass(frozen=True)
-class Exe:
-    """An executable file entry in a file map."""
-
-    data: bytes
-
-
-Entry = bytes | Link | Exe | None
 Files = dict[str, Entry]
 
 # Hostile content: every case that has broken a patch tool somewhere.
@@ -149,25 +134,6 @@ CONTENT_MATRIX_AFTER: Files = {
     "trailing-ws.txt": b"keep   \nthese\t\nadded  \n",
     "src/main.c": b"".join(b"line %d\n" % i for i in range(1, 41)).replace(b"line 20\n", b"L20\n"),
 }
-
-
-def write_files(root: Path, files: Files) -> None:
-    """Create, overwrite or delete (None) the entries under `root`."""
-    for name, entry in files.items():
-        path = root / name
-        if path.is_symlink() or path.exists():
-            path.unlink()
-        if entry is None:
-            continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(entry, Link):
-            os.symlink(entry.target, path)
-        elif isinstance(entry, Exe):
-            path.write_bytes(entry.data)
-            path.chmod(0o755)
-        else:
-            path.write_bytes(entry)
-            path.chmod(0o644)
 
 
 @dataclass(frozen=True)

@@ -12,16 +12,8 @@ import typer
 from patchctl import build, cleanroom, toolchain
 from patchctl.console import RichProgress, out, print_json
 from patchctl.errors import NotFound
+from patchctl.options import DEFAULT_SERIES, JsonOpt, SeriesOpt, WorkdirOpt
 
-DEFAULT_SERIES = Path("patches/llamafile")
-
-SeriesOpt = Annotated[
-    Path, typer.Option("--series", help="Series directory; names the default clean room.")
-]
-WorkdirOpt = Annotated[
-    Path | None,
-    typer.Option("--workdir", help="The clean room to build (default: cleanroom/<series name>)."),
-]
 CudaOpt = Annotated[
     str | None,
     typer.Option(
@@ -97,7 +89,6 @@ DefineOpt = Annotated[
 DryRunOpt = Annotated[
     bool, typer.Option("--dry-run", help="Print the exact commands; run nothing.")
 ]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print the manifest as JSON on stdout.")]
 
 
 def register(app: typer.Typer) -> None:

@@ -11,16 +11,8 @@ import typer
 from patchctl.apply import ApplyReport, cleanroom_apply, patch_sha256
 from patchctl.cleanroom import Cleanroom, default_workdir, load_cleanroom, same_pin
 from patchctl.console import RichProgress, out, print_json
+from patchctl.options import DEFAULT_SERIES, JsonOpt, SeriesOpt, WorkdirOpt
 from patchctl.series import Series, load_series
-
-DEFAULT_SERIES = Path("patches/llamafile")
-
-SeriesOpt = Annotated[Path, typer.Option("--series", help="Series directory (or its series.yaml).")]
-WorkdirOpt = Annotated[
-    Path | None,
-    typer.Option("--workdir", help="Clean-room directory (default: cleanroom/<series name>)."),
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print a JSON report on stdout.")]
 
 group = typer.Typer(
     help="Create, update and inspect the clean room of a series.", no_args_is_help=True

@@ -14,17 +14,9 @@ from patchctl.console import RichProgress, out, print_json
 from patchctl.docs import DocsOutOfDate, check_docs, doc_paths, stale_docs, write_docs
 from patchctl.errors import NotFound
 from patchctl.importer import import_patches
+from patchctl.options import DEFAULT_SERIES, JsonOpt, SeriesOpt, WorkdirOpt
 from patchctl.series import Patch, Series, load_series, save_series
 from patchctl.verify import VerifyReport, verify_series
-
-DEFAULT_SERIES = Path("patches/llamafile")
-
-SeriesOpt = Annotated[Path, typer.Option("--series", help="Series directory (or its series.yaml).")]
-WorkdirOpt = Annotated[
-    Path | None,
-    typer.Option("--workdir", help="Clean-room directory (default: cleanroom/<series name>)."),
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print a JSON report on stdout.")]
 
 
 def register(app: typer.Typer) -> None:
