@@ -26,6 +26,8 @@ Relative error = max |a - b| / max |b| over all logits of all sequences.
 from __future__ import annotations
 
 import hashlib
+import os
+import shlex
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -153,6 +155,7 @@ def run_tool(tool: Path, plan: Plan, model: Path, args: Sequence[str], work: Pat
     plan_file, out = work / f"plan-{key}.txt", work / f"logits-{key}.bin"
     plan_file.write_text(plan.render())
     cmd = [str(tool), str(plan_file), str(out), "--", "-m", str(model), "-t", "2", *args]
+    cmd += shlex.split(os.environ.get("PATCHCTL_DCA_TOOL_ARGS", ""))  # e.g. "-ngl 99" on a GPU
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=300)
     if proc.returncode != 0:
         pytest.fail(
