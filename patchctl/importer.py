@@ -10,6 +10,7 @@ whitespace fixing). Headers (DEP-3, gbp-pq, mail) are only read, to fill title a
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -172,6 +173,7 @@ def make_entry(incoming: Incoming, number: int, origin: str, taken: set[str]) ->
         upstream_status=_status(fields),
         origin=fields.get("origin") or f"{origin}/{incoming.name}",
         imported=True,
+        sha256=hashlib.sha256(incoming.data).hexdigest(),
     )
 
 

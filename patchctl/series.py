@@ -37,6 +37,7 @@ PATCH_KEYS = (
     "pre_tree",
     "post_tree",
     "imported",
+    "sha256",
 )
 SERIES_KEYS = ("version", "upstream", "root", "patches")
 # Which upstream keys each kind requires / allows.
@@ -92,6 +93,7 @@ class Patch:
     pre_tree: str | None = None
     post_tree: str | None = None
     imported: bool = False
+    sha256: str | None = None  # imported patches: sha256 of the kept bytes, checked by verify
     key_order: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
 
@@ -356,6 +358,7 @@ def _patch_from(raw: Any, path: Path, i: int) -> Patch:
         pre_tree=get("pre_tree", HEX40),
         post_tree=get("post_tree", HEX40),
         imported=_bool(raw.get("imported", False), path, f"{at}.imported"),
+        sha256=get("sha256", HEX64),
         key_order=tuple(raw),
     )
 
@@ -460,6 +463,7 @@ def _patch_dict(p: Patch) -> dict[str, Any]:
         "pre_tree": p.pre_tree,
         "post_tree": p.post_tree,
         "imported": p.imported if p.imported or "imported" in p.key_order else None,
+        "sha256": p.sha256,
     }
     values.update({k: v for k, v in optional.items() if v is not None})
     return _ordered(values, PATCH_KEYS, p.key_order)

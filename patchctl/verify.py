@@ -467,11 +467,24 @@ def _check_pass(
 
 def _reexport(item: _Item, diff: bytes | None) -> StepResult:
     if item.patch.imported or diff is None:
-        return StepResult("reexport", True, "imported: original bytes kept verbatim")
+        return _kept_bytes(item)
     again = render_patch(item.patch, diff)
     if again != item.data:
         return StepResult("reexport", False, first_differing_byte(item.data, again))
     return StepResult("reexport", True, f"{len(item.data)} bytes identical")
+
+
+def _kept_bytes(item: _Item) -> StepResult:
+    """An imported patch re-exports as its own bytes: they must still be the recorded ones."""
+    recorded = item.patch.sha256
+    if recorded is None:
+        return StepResult("reexport", True, "imported: original bytes kept verbatim")
+    actual = hashlib.sha256(item.data).hexdigest()
+    if actual != recorded:
+        return StepResult(
+            "reexport", False, f"imported bytes changed: sha256 {actual} != recorded {recorded}"
+        )
+    return StepResult("reexport", True, "imported: original bytes kept verbatim (sha256 matches)")
 
 
 def _markers(item: _Item, checks: Sequence[MarkerCheck]) -> StepResult:

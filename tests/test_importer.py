@@ -124,6 +124,24 @@ def test_flipping_an_imported_diff_byte_fails_verify(
     assert "forward" in failures
 
 
+def test_flipping_an_imported_header_byte_fails_verify(
+    tmp_path: Path, upstream: tuple[Git, str]
+) -> None:
+    git, base = upstream
+    series = make_series(tmp_path / "project" / "patches" / "s", base)
+    result = import_patches(series, _quilt(tmp_path), git, base)
+    updated, added = result.series, result.added
+    assert added[0].sha256 is not None and len(added[0].sha256) == 64
+    path = updated.patch_path(added[0])
+    header_end = DEP3.index(b"---")
+    flipped = bytearray(DEP3)
+    flipped[header_end // 2] ^= 0x01  # a byte of the DEP-3 header: git apply never reads it
+    path.write_bytes(bytes(flipped))
+    failures = list(verify_series(updated, [git.repo]).failures())
+    assert [(pid, s.step) for pid, s in failures] == [("0001-fix-return", "reexport")]
+    assert "imported bytes changed" in failures[0][1].detail
+
+
 def test_format_patch_dir_and_mbox(tmp_path: Path) -> None:
     directory = tmp_path / "fp"
     directory.mkdir()
