@@ -246,6 +246,14 @@ def test_dca_off_is_byte_identical_to_upstream(
 # 2. --dca on with the chunk covering the sequence equals plain attention
 
 
+def run_plain_and_wide_dca(
+    tool: Path, plan: Plan, model: Path, args: Sequence[str], work: Path
+) -> tuple[Dump, Dump]:
+    """The same run with --dca off and with a chunk wider than the sequence (WIDE_DCA_ON)."""
+    plain = run_tool(tool, plan, model, (*args, "--dca", "off"), work / "plain")
+    return plain, run_tool(tool, plan, model, (*args, *WIDE_DCA_ON), work / "dca")
+
+
 @pytest.mark.parametrize("fa", ["off", "on"])
 @pytest.mark.parametrize("arch", VARIANTS)
 def test_dca_on_single_chunk_equals_plain(
@@ -255,14 +263,7 @@ def test_dca_on_single_chunk_equals_plain(
     model = model_path(models_dir, arch)
     plan = single_plan(100, n_gen=8)
     args = ("-c", "512", "-b", "512", "-ub", "32", "-fa", fa)
-    plain = run_tool(dca_tool, plan, model, (*args, "--dca", "off"), tmp_path / "plain")
-    dca = run_tool(
-        dca_tool,
-        plan,
-        model,
-        (*args, *WIDE_DCA_ON),
-        tmp_path / "dca",
-    )
+    plain, dca = run_plain_and_wide_dca(dca_tool, plan, model, args, tmp_path)
     assert dca.tokens == plain.tokens
     assert rel_err_all(dca.logits(), plain.logits()) <= SPEC_EQUAL_TOL
 
@@ -276,14 +277,7 @@ def test_dca_on_up_to_chunk_size_equals_plain_exact(
     model = model_path(models_dir, arch)
     plan = single_plan(129)
     args = ("-c", "512", "-b", "512", "-ub", "48", *EXACT)
-    plain = run_tool(dca_tool, plan, model, (*args, "--dca", "off"), tmp_path / "plain")
-    dca = run_tool(
-        dca_tool,
-        plan,
-        model,
-        (*args, *WIDE_DCA_ON),
-        tmp_path / "dca",
-    )
+    plain, dca = run_plain_and_wide_dca(dca_tool, plan, model, args, tmp_path)
     assert rel_err_all(dca.logits(), plain.logits()) <= SPEC_EQUAL_TOL
 
 

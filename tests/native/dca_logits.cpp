@@ -137,31 +137,33 @@ void add_token(llama_batch & batch, std::vector<int> & owner, seq_state & st, in
     st.n_done++;
 }
 
+// owns one llama_batch: freed on every path out of a call, errors included
+struct owned_batch {
+    llama_batch batch;
+    explicit owned_batch(int n_tokens) : batch(llama_batch_init(std::max(n_tokens, 1), 0, 1)) {}
+    ~owned_batch() { llama_batch_free(batch); }
+    owned_batch(const owned_batch &) = delete;
+    owned_batch & operator=(const owned_batch &) = delete;
+};
+
 void run_call(llama_context * ctx, const plan_step & step, std::vector<seq_state> & seqs, int n_vocab) {
     int total = 0;
     for (const piece & pc : step.pieces) {
         check_seq(seqs, pc.seq);
         total += pc.n;
     }
-    llama_batch batch = llama_batch_init(std::max(total, 1), 0, 1);
+    owned_batch ob(total);
     std::vector<int> owner;
     for (const piece & pc : step.pieces) {
         seq_state & st = seqs[pc.seq];
         if (st.n_done + pc.n > st.n_prompt) {
-            llama_batch_free(batch);
             throw std::runtime_error("call takes more tokens than sequence " + std::to_string(pc.seq) + " has");
         }
         for (int k = 0; k < pc.n; ++k) {
-            add_token(batch, owner, st, pc.seq);
+            add_token(ob.batch, owner, st, pc.seq);
         }
     }
-    try {
-        decode_and_collect(ctx, batch, owner, seqs, n_vocab);
-    } catch (...) {
-        llama_batch_free(batch);
-        throw;
-    }
-    llama_batch_free(batch);
+    decode_and_collect(ctx, ob.batch, owner, seqs, n_vocab);
 }
 
 llama_token argmax(const std::vector<float> & row) {
@@ -177,16 +179,10 @@ void run_gen(llama_context * ctx, const plan_step & step, std::vector<seq_state>
     }
     for (int k = 0; k < pc.n; ++k) {
         st.tokens.push_back(argmax(st.rows.back()));
-        llama_batch batch = llama_batch_init(1, 0, 1);
+        owned_batch ob(1);
         std::vector<int> owner;
-        add_token(batch, owner, st, pc.seq);
-        try {
-            decode_and_collect(ctx, batch, owner, seqs, n_vocab);
-        } catch (...) {
-            llama_batch_free(batch);
-            throw;
-        }
-        llama_batch_free(batch);
+        add_token(ob.batch, owner, st, pc.seq);
+        decode_and_collect(ctx, ob.batch, owner, seqs, n_vocab);
     }
 }
 
