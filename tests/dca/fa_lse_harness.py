@@ -345,11 +345,20 @@ def encode_request(
     return b"".join(parts)
 
 
+OP_EXISTING = 0
+"""Probe op: ggml_flash_attn_ext."""
+OP_LSE = 1
+"""Probe op: ggml_flash_attn_ext_lse."""
+OP_LSE_MERGED_HALVES = 2
+"""Probe op: ggml_flash_attn_ext_lse over each half of the keys, merged by ggml_flash_attn_ext_lse_merge."""
+
+
 def decode_result(case: FaCase, data: bytes, op: int, n_sink_sets: int) -> FaResult:
     """Split the probe's output file into arrays."""
     flat = np.frombuffer(data, dtype="<f4")
     o_shape = (case.ne3, case.n_batch, case.n_head, case.dv)
-    per_run = [math.prod(o_shape)] + ([math.prod(o_shape[:3])] if op == 1 else [])
+    with_lse = op in (OP_LSE, OP_LSE_MERGED_HALVES)
+    per_run = [math.prod(o_shape)] + ([math.prod(o_shape[:3])] if with_lse else [])
     n_kv_rows = case.ne3 * case.n_head_kv * case.n_kv
     sizes = per_run * (1 + n_sink_sets) + [n_kv_rows * case.dk, n_kv_rows * case.dv]
     if flat.size != sum(sizes):
@@ -357,7 +366,7 @@ def decode_result(case: FaCase, data: bytes, op: int, n_sink_sets: int) -> FaRes
     chunks = np.split(flat.astype(np.float32), np.cumsum(sizes)[:-1])
     runs = [chunks[i * len(per_run) : (i + 1) * len(per_run)] for i in range(1 + n_sink_sets)]
     o = tuple(run[0].reshape(o_shape) for run in runs)
-    lse = tuple(run[1].reshape(o_shape[:3]) for run in runs) if op == 1 else ()
+    lse = tuple(run[1].reshape(o_shape[:3]) for run in runs) if with_lse else ()
     kv_shape = (case.ne3, case.n_head_kv, case.n_kv)
     k_seen, v_seen = chunks[-2].reshape(*kv_shape, case.dk), chunks[-1].reshape(*kv_shape, case.dv)
     return FaResult(o[0], lse[0] if lse else None, o[1:], lse[1:], k_seen, v_seen)

@@ -24,6 +24,7 @@ and an O off by 1% (where the O bound is below 1e-3).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -127,6 +128,68 @@ def test_new_op_with_sinks(
     masked = m.ref.masked
     assert np.all(o[masked] == 0.0)
     assert np.array_equal(lse[masked], np.broadcast_to(sinks, masked.shape)[masked])
+
+
+@pytest.mark.parametrize("case", CASES, ids=_ids)
+def test_merge_of_two_key_halves_equals_attention_over_all_keys(
+    case: fa.FaCase, dca_build: LlamaBuild, measure: Callable[..., Measured]
+) -> None:
+    """ggml_flash_attn_ext_lse_merge (the DCA merge): the LSE op over keys [0, n/2) and [n/2, n),
+    merged, matches the float64 attention over all n keys. Rows with no visible key in one half
+    take the other half alone; rows with none in either give O = 0, LSE = -inf (masked cases).
+
+    Bound: O = c_a O_a + c_b O_b with c_a + c_b = 1, so an O error is at most the halves' O error
+    plus max|O| times the weights' error, and c_a (1 - c_a) <= 1/4 times the two LSE errors gives
+    at most bounds.lse / 2; the merged LSE = logaddexp of the halves' is off by at most theirs. The
+    halves are held to the whole op's bounds (fewer keys each) plus f32 rounding of the merge."""
+    m = measure(case)
+    probe = fa.probe_binary(dca_build, with_lse=True)
+    got = fa.run_probe(probe, case, fa.make_inputs(case), fa.OP_LSE_MERGED_HALVES)
+    assert got.lse is not None
+    live = fa.live_rows(m.ref)
+    max_o = float(np.abs(m.ref.o[live]).max()) if live.any() else 0.0
+    slack = fa.ROUNDOFF_ULPS * fa.F32_UNIT_ROUNDOFF
+    bounds = fa.Bounds(
+        o=m.bounds.o + (0.5 * m.bounds.lse + slack) * max(1.0, max_o), lse=m.bounds.lse + slack
+    )
+    problems = fa.new_op_problems(got.o, got.lse, m.ref, bounds)
+    assert not problems, problems
+
+
+def test_merge_comparator_catches_a_dropped_half(
+    dca_build: LlamaBuild, measure: Callable[..., Measured]
+) -> None:
+    """The merge check can fail: where rows see keys in both halves, the first half's attention
+    alone (a merge that gave the second half weight 0) is rejected, on every such case."""
+    probe = fa.probe_binary(dca_build, with_lse=True)
+    checked = 0
+    for case in LIVE_CASES:
+        m = measure(case)
+        half = case.n_kv // 2
+        inputs = fa.make_inputs(case)
+        mask = inputs.mask
+        both = np.ones(m.ref.lse.shape, dtype=bool)  # [s, t, h]
+        if mask is not None:
+            seen = np.isfinite(mask.astype(np.float32))  # [s, t, n]
+            both = np.broadcast_to(
+                (seen[..., :half].any(-1) & seen[..., half:].any(-1))[..., None], both.shape
+            )
+        if not both.any():
+            continue
+        cut = fa.FaInputs(
+            q=inputs.q,
+            k=inputs.k[:, :, :half],
+            v=inputs.v[:, :, :half],
+            mask=None if mask is None else mask[..., :half],
+        )
+        got = fa.run_probe(probe, dataclasses.replace(case, n_kv=half), cut, fa.OP_LSE)
+        assert got.lse is not None
+        o = m.ref.o.astype(np.float32)
+        lse = m.ref.lse.astype(np.float32)
+        o[both], lse[both] = got.o[both], got.lse[both]
+        assert fa.new_op_problems(o, lse, m.ref, m.bounds) != [], case.name
+        checked += 1
+    assert checked >= len(LIVE_CASES) // 2
 
 
 @pytest.mark.parametrize("case", CASES, ids=_ids)

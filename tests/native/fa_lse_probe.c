@@ -8,7 +8,8 @@
 //
 // IN (little endian):
 //   char[8] "FALSEPB1"
-//   int32[16]: op (0 = ggml_flash_attn_ext, 1 = ggml_flash_attn_ext_lse), n_threads, Dk, Dv, n_kv, n_batch,
+//   int32[16]: op (0 = ggml_flash_attn_ext, 1 = ggml_flash_attn_ext_lse, 2 = ggml_flash_attn_ext_lse over the
+//              keys [0, n_kv/2) and [n_kv/2, n_kv) merged by ggml_flash_attn_ext_lse_merge), n_threads, Dk, Dv, n_kv, n_batch,
 //              H, H_kv, ne3, kv_type (ggml_type: 0 F32, 1 F16, 8 Q8_0), has_mask, n_sink_sets, use_ref, 0, 0, 0
 //   float[4]:  scale, max_bias, logit_softcap, 0
 //   f32 q[ne3][H][n_batch][Dk], f32 k[ne3][H_kv][n_kv][Dk], f32 v[ne3][H_kv][n_kv][Dv]
@@ -16,8 +17,8 @@
 //   f32 sinks[n_sink_sets][H]
 // OUT:
 //   f32 O[ne3][n_batch][H][Dv]                      (the op's result as is, no sinks)
-//   if op == 1: f32 LSE[ne3][n_batch][H]
-//   for each sink set: f32 O[ne3][n_batch][H][Dv]   (same op with ggml_flash_attn_ext_add_sinks)
+//   if op >= 1: f32 LSE[ne3][n_batch][H]
+//   for each sink set: f32 O[ne3][n_batch][H][Dv]   (same op with ggml_flash_attn_ext_add_sinks; not for op 2)
 //                      and if op == 1: f32 LSE[ne3][n_batch][H]
 //   f32 k and v as the kernel saw them (after conversion to kv_type and back)
 //
@@ -70,14 +71,17 @@ static struct probe_params read_params(FILE * f) {
         ints[0], ints[1], ints[2], ints[3], ints[4], ints[5], ints[6], ints[7], ints[8], ints[9], ints[10], ints[11], ints[12],
         floats[0], floats[1], floats[2],
     };
-    if (p.op != 0 && p.op != 1) {
-        die(3, "op must be 0 or 1");
+    if (p.op < 0 || p.op > 2) {
+        die(3, "op must be 0, 1 or 2");
     }
 #ifndef PROBE_LSE
-    if (p.op == 1) {
-        die(3, "op 1 (ggml_flash_attn_ext_lse) requested but the probe was built without -DPROBE_LSE");
+    if (p.op != 0) {
+        die(3, "op 1/2 (ggml_flash_attn_ext_lse[_merge]) requested but the probe was built without -DPROBE_LSE");
     }
 #endif
+    if (p.op == 2 && (p.n_sink_sets != 0 || ints[4] < 2)) {
+        die(3, "op 2 takes no sinks and needs n_kv >= 2");
+    }
     if (p.n_threads < 1 || p.dk < 1 || p.dv < 1 || p.n_kv < 1 || p.n_batch < 1 || p.n_head < 1 || p.n_head_kv < 1 ||
         p.ne3 < 1 || p.n_head % p.n_head_kv != 0 || p.n_sink_sets < 0) {
         die(3, "bad shape");
@@ -151,7 +155,27 @@ static void compute(struct ggml_context * ctx, struct ggml_tensor * out, const s
     free(work);
 }
 
-// Build the requested op; returns the O tensor and sets *lse (op 1 only).
+#ifdef PROBE_LSE
+// keys [i0, i0 + n): views of K and V, a contiguous copy of the mask's columns (FA takes a contiguous mask)
+static struct ggml_tensor * fa_lse_keys(struct ggml_context * ctx, const struct inputs * in, const struct probe_params * p,
+                                        int64_t i0, int64_t n) {
+    struct ggml_tensor * k = ggml_view_4d(ctx, in->k, in->k->ne[0], n, in->k->ne[2], in->k->ne[3],
+                                          in->k->nb[1], in->k->nb[2], in->k->nb[3], (size_t) i0 * in->k->nb[1]);
+    struct ggml_tensor * v = ggml_view_4d(ctx, in->v, in->v->ne[0], n, in->v->ne[2], in->v->ne[3],
+                                          in->v->nb[1], in->v->nb[2], in->v->nb[3], (size_t) i0 * in->v->nb[1]);
+    struct ggml_tensor * m = NULL;
+    if (in->mask) {
+        m = ggml_new_tensor_4d(ctx, GGML_TYPE_F16, n, in->mask->ne[1], in->mask->ne[2], in->mask->ne[3]);
+        for (int64_t row = 0; row < ggml_nrows(m); ++row) {
+            memcpy((char *) m->data + row * m->nb[1], (const char *) in->mask->data + row * in->mask->nb[1] + i0 * sizeof(ggml_fp16_t),
+                   (size_t) n * sizeof(ggml_fp16_t));
+        }
+    }
+    return ggml_flash_attn_ext_lse(ctx, in->q, k, v, m, p->scale, p->max_bias, p->softcap);
+}
+#endif
+
+// Build the requested op; returns the O tensor and sets *lse (op 1 and 2 only).
 static struct ggml_tensor * build_fa(struct ggml_context * ctx, const struct inputs * in, const struct probe_params * p,
                                      struct ggml_tensor * sinks, struct ggml_tensor ** lse) {
     *lse = NULL;
@@ -172,6 +196,14 @@ static struct ggml_tensor * build_fa(struct ggml_context * ctx, const struct inp
         compute(ctx, res, p);
         return o;
     }
+    if (p->op == 2) {
+        const int64_t half = p->n_kv / 2;
+        struct ggml_tensor * res = ggml_flash_attn_ext_lse_merge(ctx, fa_lse_keys(ctx, in, p, 0, half),
+                                                                 fa_lse_keys(ctx, in, p, half, p->n_kv - half));
+        *lse = ggml_flash_attn_ext_lse_view_lse(ctx, res);
+        compute(ctx, res, p);
+        return ggml_flash_attn_ext_lse_view_o(ctx, res);
+    }
 #endif
     struct ggml_tensor * o = ggml_flash_attn_ext(ctx, in->q, in->k, in->v, in->mask, p->scale, p->max_bias, p->softcap);
     if (sinks) {
@@ -186,7 +218,8 @@ static size_t context_size(const struct probe_params * p) {
     const size_t kv = (size_t) (p->dk + p->dv) * p->n_kv * p->n_head_kv * p->ne3 * 4;
     const size_t o = (size_t) p->dv * p->n_head * p->n_batch * (p->ne3 + 1) * 4;
     const size_t mask = (size_t) p->n_kv * p->n_batch * p->ne3 * 2;
-    return q + kv + mask + (size_t) (p->n_sink_sets + 1) * (o + (size_t) p->n_head * 4) + (16u << 20);
+    // op 2: two more results and a copy of the mask
+    return q + kv + 2 * mask + (size_t) (p->n_sink_sets + 3) * (o + (size_t) p->n_head * 4) + (16u << 20);
 }
 
 int main(int argc, char ** argv) {
