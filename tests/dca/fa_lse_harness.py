@@ -350,7 +350,7 @@ OP_EXISTING = 0
 OP_LSE = 1
 """Probe op: ggml_flash_attn_ext_lse."""
 OP_LSE_MERGED_HALVES = 2
-"""Probe op: ggml_flash_attn_ext_lse on each half of the keys, merged (ggml_flash_attn_ext_lse_merge)."""
+"""Probe op: the LSE op on each half of the keys, merged by ggml_flash_attn_ext_lse_merge."""
 
 
 def decode_result(case: FaCase, data: bytes, op: int, n_sink_sets: int) -> FaResult:
