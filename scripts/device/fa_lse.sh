@@ -4,7 +4,8 @@
 # Raw output -> $OUT/fa-lse-*.txt (or ./fa-lse-out when $OUT is unset); a summary goes to stdout.
 #   1. test -o FLASH_ATTN_EXT_LSE : CUDA0 vs CPU for every LSE case (vec, tile, mma np==1/np>1,
 #      parallel-block combine, stream-k fixups, KV_max; fully masked rows; DCA-like masks)
-#   2. test -o FLASH_ATTN_EXT     : regression of the unchanged op
+#   2. test -o FLASH_ATTN_EXT_LSE_MERGE : the DCA merge of two LSE results (rows empty in one or both halves)
+#      test -o FLASH_ATTN_EXT     : regression of the unchanged op
 #   3. perf FLASH_ATTN_EXT vs FLASH_ATTN_EXT_LSE: hs 128, 32 Q heads / 8 KV heads, f16 K/V,
 #      kv 4096 / 32768 / 131072, batch 1 and 512 (the pairs added in make_test_cases_perf)
 set -uo pipefail
@@ -27,6 +28,7 @@ run() {  # run NAME ARGS... ; raw output to $out/fa-lse-NAME.txt
 }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv > "$out/fa-lse-gpu.txt" 2>&1
 run test-lse  test -b CUDA0 -o FLASH_ATTN_EXT_LSE || rc=1
+run test-merge test -b CUDA0 -o FLASH_ATTN_EXT_LSE_MERGE || rc=1
 run test-fa   test -b CUDA0 -o FLASH_ATTN_EXT     || rc=1
 run perf-fa   perf -b CUDA0 -o FLASH_ATTN_EXT     -p "$perf_params"                     || rc=1
 run perf-lse  perf -b CUDA0 -o FLASH_ATTN_EXT_LSE -p "$perf_params,mask_mode=plain"     || rc=1

@@ -2,10 +2,12 @@
 """Passkey retrieval past the trained context: naive vs linear vs YaRN vs DCA (one run, same build).
 
 usage: passkey.py BIN_DIR MODEL N_CTX_TRAIN OUT.json [--lengths 4096,16384,32768] [--trials 8]
+                  [--methods naive,linear,yarn,dca] [--jobs 8]
 
 A 5-digit key is hidden at depth 10..90% of repeated filler; the model continues "The pass key is".
 A trial passes when the key's digits appear in the first 8 generated tokens. Each cell reports
 passes/trials and a 95% Wilson interval. In-range lengths (<= trained context) give the ceiling.
+Trials of one cell run as --jobs concurrent llama-completion processes on the one GPU.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
@@ -73,19 +76,24 @@ def main() -> int:
     ap.add_argument("--lengths", default="4096,16384,32768")
     ap.add_argument("--trials", type=int, default=8)
     ap.add_argument("--chars-per-token", type=float, default=4.2)
+    ap.add_argument("--methods", default="naive,linear,yarn,dca")
+    ap.add_argument("--jobs", type=int, default=8)
     args = ap.parse_args()
     rng = random.Random(1234)
     cases = [(rng.randint(10000, 99999), 0.1 + 0.8 * i / max(1, args.trials - 1)) for i in range(args.trials)]
     cells = []
     for length in [int(x) for x in args.lengths.split(",")]:
         for name, extra in methods(length, args.n_ctx_train).items():
+            if name not in args.methods.split(","):
+                continue
             if length <= args.n_ctx_train and name != "naive":
                 continue
             t0 = time.time()
+            texts = [prompt(int((length - 100) * args.chars_per_token), key, depth) for key, depth in cases]
+            with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+                outs = list(pool.map(lambda t: run_one(args.bin_dir, args.model, t, length + 64, extra), texts))
             passes, samples = 0, []
-            for key, depth in cases:
-                text = prompt(int((length - 100) * args.chars_per_token), key, depth)
-                got = run_one(args.bin_dir, args.model, text, length + 64, extra)
+            for (key, depth), got in zip(cases, outs):
                 ok = str(key) in got.replace(" ", "")
                 passes += ok
                 samples.append({"key": key, "depth": round(depth, 2), "ok": ok, "out": got[:80]})
