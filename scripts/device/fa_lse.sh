@@ -29,9 +29,9 @@ run() {  # run NAME ARGS... ; raw output to $out/fa-lse-NAME.txt
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv > "$out/fa-lse-gpu.txt" 2>&1
 run test-lse  test -b CUDA0 -o FLASH_ATTN_EXT_LSE || rc=1
 run test-merge test -b CUDA0 -o FLASH_ATTN_EXT_LSE_MERGE || rc=1
-run test-fa   test -b CUDA0 -o FLASH_ATTN_EXT     || rc=1
 run perf-fa   perf -b CUDA0 -o FLASH_ATTN_EXT     -p "$perf_params"                     || rc=1
 run perf-lse  perf -b CUDA0 -o FLASH_ATTN_EXT_LSE -p "$perf_params,mask_mode=plain"     || rc=1
+run test-fa   test -b CUDA0 -o FLASH_ATTN_EXT     || rc=1
 
 # side by side: us/run of FA vs FA+LSE for the same shape
 python3 - "$out/fa-lse-perf-fa.txt" "$out/fa-lse-perf-lse.txt" <<'PY' | tee "$out/fa-lse-perf-summary.txt"
