@@ -15,9 +15,9 @@ for r in rows:
     kind = "pp" if r["n_prompt"] else "tg"
     print(f'{kind}{r["n_prompt"] or r["n_gen"]:<4} d={r["n_depth"]:<7} dca={int(get(r,"dca",0))} {r["avg_ts"]:10.1f} t/s')
 PY
-for dca in off on; do
-  "$bin/llama-completion" -m "$model" -ngl 99 -fa on -c 131072 -n 4 -no-cnv -p "Hello" --dca $dca \
-    > "$OUT/mem-$name-$dca.log" 2>&1; echo "llama-completion rc=$?"
-  grep -E "buffer size|memory breakdown" "$OUT/mem-$name-$dca.log" > "$OUT/mem-$name-$dca.txt"
-  echo "== mem dca=$dca"; cat "$OUT/mem-$name-$dca.txt"
-done
+for dca in off on; do  # -v: the buffer sizes are info-level log lines
+  echo "== mem dca=$dca: llama-completion -m MODEL -ngl 99 -fa on -c 131072 -n 4 -no-cnv -p Hello --dca $dca -v"
+  "$bin/llama-completion" -m "$model" -ngl 99 -fa on -c 131072 -n 4 -no-cnv -p "Hello" --dca $dca -v \
+    > "$W/mem-$name-$dca.log" 2>&1; echo "llama-completion rc=$?"
+  grep -E "buffer size|memory breakdown|CUDA0 \(|Host  " "$W/mem-$name-$dca.log"
+done 2>&1 | tee "$OUT/mem-$name.txt"

@@ -26,6 +26,7 @@ Relative error = max |a - b| / max |b| over all logits of all sequences.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import shlex
 import subprocess
@@ -68,6 +69,26 @@ MODES: dict[str, tuple[str, ...]] = {
 # not modelled, so the float64 (f32) reference is used; q8_0: Hadamard rotation + q8_0 round trip
 # (without them the q8_0 noise, amplified by the sharp attention, is ~3-7% of the logit scale).
 MODE_KV_TYPE = {"exact": "f32", "flash": "f32", "flash-q8_0": "q8_0"}
+
+def _on_gpu(tool_args: str) -> bool:
+    """True when the dump tool runs layers on a GPU (-ngl / --n-gpu-layers N with N != 0)."""
+    args = shlex.split(tool_args)
+    for flag, value in itertools.pairwise(args):
+        if flag in ("-ngl", "--gpu-layers", "--n-gpu-layers") and value not in ("0", "0.0"):
+            return True
+    return False
+
+
+# On a GPU (PATCHCTL_DCA_TOOL_ARGS="-ngl 99", scripts/device/dca_cuda_tests.sh) plain attention
+# itself is far from the float64 reference on these sharp tiny models (measured on the H200:
+# 2.7e-3..2.6e-2 of the logit scale with f32 KV and FA off, ~2.8e-2 with q8_0 KV), so the CPU's
+# fixed tolerances do not apply there: every tolerance is GPU_PLAIN_FACTOR x the same build's
+# plain-attention error in the same configuration (the CPU exact mode uses the same factor), and
+# the reference sanity bound is GPU_PLAIN_MAX. The deliberate-mistake tests (the power of these
+# tolerances) are run on the CPU.
+ON_GPU = _on_gpu(os.environ.get("PATCHCTL_DCA_TOOL_ARGS", ""))
+GPU_PLAIN_FACTOR = 3.0
+GPU_PLAIN_MAX = 5e-2
 SPEC_EXACT_TOL = 1e-3  # issue 6: f32 KV, FA off
 SPEC_EQUAL_TOL = 1e-4  # issue 6: chunk >= sequence vs plain attention
 MISTAKE_MARGIN = 10.0  # every deliberate mistake must be this many tolerances away
@@ -278,7 +299,15 @@ def test_dca_on_up_to_chunk_size_equals_plain_exact(
     plan = single_plan(129)
     args = ("-c", "512", "-b", "512", "-ub", "48", *EXACT)
     plain, dca = run_plain_and_wide_dca(dca_tool, plan, model, args, tmp_path)
-    assert rel_err_all(dca.logits(), plain.logits()) <= SPEC_EQUAL_TOL
+    if not ON_GPU:
+        assert rel_err_all(dca.logits(), plain.logits()) <= SPEC_EQUAL_TOL
+        return
+    # GPU: both against the float64 plain-attention reference (DCA with every distance true is plain
+    # attention), DCA held to GPU_PLAIN_FACTOR x the plain path's own error
+    want = reference_logits(model, plain.tokens, ref.RunConfig(kv_type="f32"))
+    plain_err = rel_err_all(plain.logits(), want)
+    assert plain_err <= GPU_PLAIN_MAX
+    assert rel_err_all(dca.logits(), want) <= max(GPU_PLAIN_FACTOR * plain_err, SPEC_EQUAL_TOL)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -305,6 +334,9 @@ _RESULTS: dict[tuple[str, str, str], MultiChunkResult] = {}
 
 
 def _tolerance(mode: str, plain_err: float) -> float:
+    if ON_GPU:
+        # q8_0: the same discreteness floor as on the CPU (below)
+        return max(GPU_PLAIN_FACTOR * plain_err, 5e-3 if mode == "flash-q8_0" else 1e-5)
     if mode == "exact":
         # 3x the plain path's own f32 error, floored at 1e-5; never looser than the issue's 1e-3
         return min(max(3.0 * plain_err, 1e-5), SPEC_EXACT_TOL)
@@ -347,10 +379,11 @@ def test_multichunk_exact_matches_reference(
     arch: str, layout: str, dca_tool: Path, models_dir: Path, tmp_path: Path
 ) -> None:
     r = multichunk_result(arch, "exact", layout, dca_tool, models_dir, tmp_path)
-    assert r.plain_err <= 1e-4, (
+    assert r.plain_err <= (GPU_PLAIN_MAX if ON_GPU else 1e-4), (
         f"reference itself disagrees with plain llama.cpp: {r.plain_err:.3g}"
     )
-    assert r.dca_err <= SPEC_EXACT_TOL, f"DCA vs reference {r.dca_err:.3g} > {SPEC_EXACT_TOL}"
+    if not ON_GPU:
+        assert r.dca_err <= SPEC_EXACT_TOL, f"DCA vs reference {r.dca_err:.3g} > {SPEC_EXACT_TOL}"
     assert r.dca_err <= r.tolerance, (
         f"DCA vs reference {r.dca_err:.3g} > tolerance {r.tolerance:.3g}"
     )
@@ -369,7 +402,7 @@ def test_multichunk_flash_attn_matches_reference(
     arch: str, layout: str, mode: str, dca_tool: Path, models_dir: Path, tmp_path: Path
 ) -> None:
     r = multichunk_result(arch, mode, layout, dca_tool, models_dir, tmp_path)
-    assert r.plain_err <= 1e-2, (
+    assert r.plain_err <= (GPU_PLAIN_MAX if ON_GPU else 1e-2), (
         f"plain FA vs float64 reference unexpectedly large: {r.plain_err:.3g}"
     )
     assert r.dca_err <= r.tolerance, (
@@ -448,7 +481,15 @@ def test_multichunk_split_decode_equals_one_shot(
     base = ("-c", "512", "-b", "512", *EXACT, *DCA_ON)
     a = run_tool(dca_tool, one_shot, model, (*base, "-ub", "512"), tmp_path / "one")
     b = run_tool(dca_tool, split, model, (*base, "-ub", "40"), tmp_path / "split")
-    assert rel_err_all(b.logits(), a.logits()) <= SPEC_EQUAL_TOL
+    tol = SPEC_EQUAL_TOL
+    if ON_GPU:
+        # GPU kernels differ between one 300-token ubatch and 40-token / single-token steps: the
+        # same two runs with --dca off give the backend's own split-vs-one-shot difference
+        plain = ("-c", "512", "-b", "512", *EXACT, "--dca", "off")
+        pa = run_tool(dca_tool, one_shot, model, (*plain, "-ub", "512"), tmp_path / "plain-one")
+        pb = run_tool(dca_tool, split, model, (*plain, "-ub", "40"), tmp_path / "plain-split")
+        tol = max(GPU_PLAIN_FACTOR * rel_err_all(pb.logits(), pa.logits()), SPEC_EQUAL_TOL)
+    assert rel_err_all(b.logits(), a.logits()) <= tol
 
 
 BAD_VALUES: dict[str, tuple[tuple[str, ...], str]] = {
@@ -565,3 +606,9 @@ def test_reference_matches_upstream_plain_attention(
     dump = run_tool(upstream_tool, multichunk_plan(), model, args, tmp_path)
     err = rel_err_all(dump.logits(), reference_logits(model, dump.tokens, ref.RunConfig()))
     assert err <= (1e-4 if mode == "exact" else 1e-2)
+
+
+def test_on_gpu_reads_the_tool_args() -> None:
+    """The GPU tolerances apply only when the dump tool offloads layers."""
+    assert _on_gpu("-ngl 99") and _on_gpu("--n-gpu-layers 5")
+    assert not _on_gpu("") and not _on_gpu("-ngl 0") and not _on_gpu("-t 2")
