@@ -91,7 +91,7 @@ def main() -> int:
             t0 = time.time()
             texts = [prompt(int((length - 100) * args.chars_per_token), key, depth) for key, depth in cases]
             with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-                outs = list(pool.map(lambda t: run_one(args.bin_dir, args.model, t, length + 64, extra), texts))
+                outs = list(pool.map(lambda t: run_one(args.bin_dir, args.model, t, int(length * 1.3) + 64, extra), texts))
             passes, samples = 0, []
             for (key, depth), got in zip(cases, outs):
                 ok = str(key) in got.replace(" ", "")
