@@ -75,7 +75,7 @@ def main() -> int:
     ap.add_argument("out", type=Path)
     ap.add_argument("--lengths", default="4096,16384,32768")
     ap.add_argument("--trials", type=int, default=8)
-    ap.add_argument("--chars-per-token", type=float, default=4.2)
+    ap.add_argument("--chars-per-token", type=float, default=3.8)
     ap.add_argument("--methods", default="naive,linear,yarn,dca")
     ap.add_argument("--jobs", type=int, default=8)
     args = ap.parse_args()
