@@ -492,6 +492,67 @@ def test_multichunk_split_decode_equals_one_shot(
     assert rel_err_all(b.logits(), a.logits()) <= tol
 
 
+def _reuse_vs_fresh(
+    tool: Path, model: Path, args: Sequence[str], work: Path
+) -> float:
+    """|logits of a new tail decoded after llama_memory_seq_rm - the same tail in a fresh run|."""
+    old, new = random_tokens(200, seed=1), random_tokens(100, seed=2)
+    reuse = Plan(seqs=(old + new,), steps=("call 0:200", "rm 0 150", "call 0:100"))
+    fresh = Plan(seqs=(old[:150] + new,), steps=("call 0:150", "call 0:100"))
+    a = run_tool(tool, reuse, model, args, work / "reuse")
+    b = run_tool(tool, fresh, model, args, work / "fresh")
+    return rel_err_all([a.logits()[0][200:]], [b.logits()[0][150:]])
+
+
+@pytest.mark.parametrize("mode", ["exact", "flash"])
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_dca_after_seq_rm_equals_fresh_run(
+    arch: str, mode: str, dca_tool: Path, models_dir: Path, tmp_path: Path
+) -> None:
+    """llama-server reuses a cached prompt by dropping its tail (llama_memory_seq_rm) and decoding
+    the new tail at the same positions: until refilled, the freed cells are holes inside the DCA
+    windows (300 tokens, chunk_len 56: the holes and the new tail span three chunks). The new
+    tail's logits equal a fresh run's, as closely as plain attention's do (cell order may differ)."""
+    model = model_path(models_dir, arch)
+    args = ("-c", "512", "-b", "512", "-ub", "32", *MODES[mode])
+    plain = _reuse_vs_fresh(dca_tool, model, (*args, "--dca", "off"), tmp_path / "plain")
+    dca = _reuse_vs_fresh(dca_tool, model, (*args, *DCA_ON), tmp_path / "dca")
+    assert plain <= (GPU_PLAIN_MAX if ON_GPU else 1e-2)
+    assert dca <= max(3.0 * plain, SPEC_EQUAL_TOL), (dca, plain)
+
+
+def _fragmented_vs_fresh(
+    tool: Path, model: Path, args: Sequence[str], work: Path
+) -> float:
+    """Sequence 0 decoded in turns with sequence 1 in one unified cache, sequence 1 removed, then
+    200 more tokens of sequence 0: they fill the freed cells, so cell order no longer follows
+    position. |their logits - a fresh single-sequence run's|."""
+    s0, s1 = random_tokens(300, seed=1), random_tokens(100, seed=3)
+    turns = tuple("call 0:20 1:20" for _ in range(5))
+    frag = Plan(seqs=(s0, s1), steps=(*turns, "rm 1 0", "call 0:200"))
+    fresh = Plan(seqs=(s0, ()), steps=("call 0:100", "call 0:200"))
+    a = run_tool(tool, frag, model, args, work / "frag")
+    b = run_tool(tool, fresh, model, args, work / "fresh")
+    return rel_err_all([a.logits()[0][100:]], [b.logits()[0][100:]])
+
+
+@pytest.mark.parametrize("mode", ["exact", "flash"])
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_dca_on_a_fragmented_cache_equals_fresh_run(
+    arch: str, mode: str, dca_tool: Path, models_dir: Path, tmp_path: Path
+) -> None:
+    """After another sequence is removed (llama_memory_seq_rm), the remaining one owns every used
+    cell but its positions are out of cell order and the freed cells are refilled by later tokens
+    (six chunks of 56): the DCA windows hold holes and foreign-order cells and need masks. The
+    logits equal a fresh run's as closely as plain attention's do."""
+    model = model_path(models_dir, arch)
+    args = ("-c", "1024", "-b", "512", "-ub", "32", "-np", "2", "-kvu", *MODES[mode])
+    plain = _fragmented_vs_fresh(dca_tool, model, (*args, "--dca", "off"), tmp_path / "plain")
+    dca = _fragmented_vs_fresh(dca_tool, model, (*args, *DCA_ON), tmp_path / "dca")
+    assert plain <= (GPU_PLAIN_MAX if ON_GPU else 1e-2)
+    assert dca <= max(3.0 * plain, SPEC_EQUAL_TOL), (dca, plain)
+
+
 BAD_VALUES: dict[str, tuple[tuple[str, ...], str]] = {
     "local-equals-chunk": (
         ("--dca-chunk-size", "64", "--dca-local-window", "64"),

@@ -12,6 +12,9 @@
 //                        S:N in order (llama_decode splits it into ubatches of -ub tokens)
 //   gen S N              greedy generation: N single-token llama_decode calls on sequence S, each
 //                        feeding back the argmax of the previous logits row
+//   rm S P               llama_memory_seq_rm(S, P, -1): drop positions >= P of sequence S from the
+//                        cache (as llama-server does to reuse a cached prompt); the next tokens of S
+//                        are decoded at positions P, P+1, ...
 // Every prompt token must be consumed by the "call" lines before the end of the plan.
 //
 // OUT receives, for each sequence in order, one float32 row of n_vocab logits per token position
@@ -36,7 +39,8 @@ namespace {
 struct seq_state {
     std::vector<llama_token> tokens;       // prompt tokens, then generated tokens
     size_t n_prompt = 0;
-    size_t n_done = 0;                     // tokens already decoded (== next position)
+    size_t n_done = 0;                     // tokens already decoded
+    llama_pos next_pos = 0;                // position of the next decoded token (n_done until an rm)
     std::vector<std::vector<float>> rows;  // logits per decoded position
 };
 
@@ -47,6 +51,7 @@ struct piece {
 
 struct plan_step {
     bool is_gen = false;
+    bool is_rm  = false;        // rm: pieces[0] = (seq, first removed position)
     std::vector<piece> pieces;  // call: pieces; gen: one piece (seq, count)
 };
 
@@ -97,6 +102,13 @@ plan read_plan(const char * path) {
             ls >> pc.seq >> pc.n;
             step.pieces.push_back(pc);
             p.steps.push_back(step);
+        } else if (kind == "rm") {
+            plan_step step;
+            step.is_rm = true;
+            piece pc{};
+            ls >> pc.seq >> pc.n;
+            step.pieces.push_back(pc);
+            p.steps.push_back(step);
         } else {
             throw std::runtime_error("unknown plan directive '" + kind + "'");
         }
@@ -129,7 +141,7 @@ void decode_and_collect(llama_context * ctx, const llama_batch & batch, const st
 void add_token(llama_batch & batch, std::vector<int> & owner, seq_state & st, int s) {
     const int i = batch.n_tokens++;
     batch.token[i] = st.tokens[st.n_done];
-    batch.pos[i] = (llama_pos) st.n_done;
+    batch.pos[i] = st.next_pos++;
     batch.n_seq_id[i] = 1;
     batch.seq_id[i][0] = s;
     batch.logits[i] = 1;
@@ -184,6 +196,19 @@ void run_gen(llama_context * ctx, const plan_step & step, std::vector<seq_state>
         add_token(ob.batch, owner, st, pc.seq);
         decode_and_collect(ctx, ob.batch, owner, seqs, n_vocab);
     }
+}
+
+void run_rm(llama_context * ctx, const plan_step & step, std::vector<seq_state> & seqs) {
+    const piece pc = step.pieces.at(0);
+    check_seq(seqs, pc.seq);
+    seq_state & st = seqs[pc.seq];
+    if (pc.n < 0 || pc.n > st.next_pos) {
+        throw std::runtime_error("rm position " + std::to_string(pc.n) + " outside sequence " + std::to_string(pc.seq));
+    }
+    if (!llama_memory_seq_rm(llama_get_memory(ctx), pc.seq, pc.n, -1)) {
+        throw std::runtime_error("llama_memory_seq_rm failed");
+    }
+    st.next_pos = pc.n;
 }
 
 void write_outputs(const std::string & out, const std::vector<seq_state> & seqs) {
@@ -247,6 +272,8 @@ int run(int argc, char ** argv) {
         for (const plan_step & step : p.steps) {
             if (step.is_gen) {
                 run_gen(ctx, step, seqs, n_vocab);
+            } else if (step.is_rm) {
+                run_rm(ctx, step, seqs);
             } else {
                 run_call(ctx, step, seqs, n_vocab);
             }
