@@ -512,7 +512,8 @@ def test_dca_after_seq_rm_equals_fresh_run(
     """llama-server reuses a cached prompt by dropping its tail (llama_memory_seq_rm) and decoding
     the new tail at the same positions: until refilled, the freed cells are holes inside the DCA
     windows (300 tokens, chunk_len 56: the holes and the new tail span three chunks). The new
-    tail's logits equal a fresh run's, as closely as plain attention's do (cell order may differ)."""
+    tail's logits equal a fresh run's as closely as plain attention's do (the cells are refilled
+    in order, so both runs are in fact bitwise equal here)."""
     model = model_path(models_dir, arch)
     args = ("-c", "512", "-b", "512", "-ub", "32", *MODES[mode])
     plain = _reuse_vs_fresh(dca_tool, model, (*args, "--dca", "off"), tmp_path / "plain")
