@@ -504,24 +504,6 @@ def _reuse_vs_fresh(
     return rel_err_all([a.logits()[0][200:]], [b.logits()[0][150:]])
 
 
-@pytest.mark.parametrize("mode", ["exact", "flash"])
-@pytest.mark.parametrize("arch", ["llama", "gemma3"])
-def test_dca_after_seq_rm_equals_fresh_run(
-    arch: str, mode: str, dca_tool: Path, models_dir: Path, tmp_path: Path
-) -> None:
-    """llama-server reuses a cached prompt by dropping its tail (llama_memory_seq_rm) and decoding
-    the new tail at the same positions: until refilled, the freed cells are holes inside the DCA
-    windows (300 tokens, chunk_len 56: the holes and the new tail span three chunks). The new
-    tail's logits equal a fresh run's as closely as plain attention's do (the cells are refilled
-    in order, so both runs are in fact bitwise equal here)."""
-    model = model_path(models_dir, arch)
-    args = ("-c", "512", "-b", "512", "-ub", "32", *MODES[mode])
-    plain = _reuse_vs_fresh(dca_tool, model, (*args, "--dca", "off"), tmp_path / "plain")
-    dca = _reuse_vs_fresh(dca_tool, model, (*args, *DCA_ON), tmp_path / "dca")
-    assert plain <= (GPU_PLAIN_MAX if ON_GPU else 1e-2)
-    assert dca <= max(3.0 * plain, SPEC_EQUAL_TOL), (dca, plain)
-
-
 def _fragmented_vs_fresh(
     tool: Path, model: Path, args: Sequence[str], work: Path
 ) -> float:
@@ -537,19 +519,32 @@ def _fragmented_vs_fresh(
     return rel_err_all([a.logits()[0][100:]], [b.logits()[0][100:]])
 
 
+# llama_memory_seq_rm scenarios: (run, args) -> |new logits - a fresh run's|
+SEQ_RM_CASES = {
+    # llama-server reuses a cached prompt by dropping its tail and decoding the new tail at the same
+    # positions: until refilled, the freed cells are holes inside the DCA windows (300 tokens,
+    # chunk_len 56: three chunks). The cells are refilled in order, so the runs are bitwise equal.
+    "tail-reuse": (_reuse_vs_fresh, ("-c", "512")),
+    # another sequence removed: the remaining one owns every used cell but its positions are out of
+    # cell order and the freed cells are refilled by later tokens (six chunks): windows with holes
+    # and foreign-order cells, so masks are needed.
+    "fragmented": (_fragmented_vs_fresh, ("-c", "1024", "-np", "2", "-kvu")),
+}
+
+
+@pytest.mark.parametrize("case", list(SEQ_RM_CASES))
 @pytest.mark.parametrize("mode", ["exact", "flash"])
 @pytest.mark.parametrize("arch", ["llama", "gemma3"])
-def test_dca_on_a_fragmented_cache_equals_fresh_run(
-    arch: str, mode: str, dca_tool: Path, models_dir: Path, tmp_path: Path
+def test_dca_after_seq_rm_equals_fresh_run(
+    arch: str, mode: str, case: str, dca_tool: Path, models_dir: Path, tmp_path: Path
 ) -> None:
-    """After another sequence is removed (llama_memory_seq_rm), the remaining one owns every used
-    cell but its positions are out of cell order and the freed cells are refilled by later tokens
-    (six chunks of 56): the DCA windows hold holes and foreign-order cells and need masks. The
-    logits equal a fresh run's as closely as plain attention's do."""
+    """After llama_memory_seq_rm the new logits equal a fresh run's as closely as plain
+    attention's do (see SEQ_RM_CASES)."""
+    run, extra = SEQ_RM_CASES[case]
     model = model_path(models_dir, arch)
-    args = ("-c", "1024", "-b", "512", "-ub", "32", "-np", "2", "-kvu", *MODES[mode])
-    plain = _fragmented_vs_fresh(dca_tool, model, (*args, "--dca", "off"), tmp_path / "plain")
-    dca = _fragmented_vs_fresh(dca_tool, model, (*args, *DCA_ON), tmp_path / "dca")
+    args = (*extra, "-b", "512", "-ub", "32", *MODES[mode])
+    plain = run(dca_tool, model, (*args, "--dca", "off"), tmp_path / "plain")
+    dca = run(dca_tool, model, (*args, *DCA_ON), tmp_path / "dca")
     assert plain <= (GPU_PLAIN_MAX if ON_GPU else 1e-2)
     assert dca <= max(3.0 * plain, SPEC_EQUAL_TOL), (dca, plain)
 

@@ -95,16 +95,10 @@ plan read_plan(const char * path) {
                 step.pieces.push_back(parse_piece(word));
             }
             p.steps.push_back(step);
-        } else if (kind == "gen") {
-            plan_step step;
-            step.is_gen = true;
-            piece pc{};
-            ls >> pc.seq >> pc.n;
-            step.pieces.push_back(pc);
-            p.steps.push_back(step);
-        } else if (kind == "rm") {
-            plan_step step;
-            step.is_rm = true;
+        } else if (kind == "gen" || kind == "rm") {
+            plan_step step;  // one (sequence, count or position) piece
+            step.is_gen = kind == "gen";
+            step.is_rm  = kind == "rm";
             piece pc{};
             ls >> pc.seq >> pc.n;
             step.pieces.push_back(pc);
