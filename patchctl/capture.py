@@ -22,6 +22,7 @@ from patchctl.apply import commit_message as apply_message  # one commit format 
 from patchctl.apply import patch_sha256
 from patchctl.cleanroom import Cleanroom
 from patchctl.errors import ConfigError, DirtyTree, NotFound, PatchctlError
+from patchctl.fsio import write_if_changed
 from patchctl.git import Git
 from patchctl.series import PATCH_ID, Patch, Series
 
@@ -145,17 +146,6 @@ def snapshot_worktree(git: Git) -> str:
     with temp_index(git, git_dir(git) / "index") as env:
         git.run("add", "-A", "--", ".", env=env)
         return git.run("write-tree", env=env).decode("ascii").strip()
-
-
-def write_if_changed(path: Path, data: bytes) -> bool:
-    """Write `data` atomically unless the file already holds exactly these bytes."""
-    if path.is_file() and path.read_bytes() == data:
-        return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-    return True
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from unidiff import PatchSet
 
-from patchctl.capture import write_if_changed
 from patchctl.errors import StaleDocs
+from patchctl.fsio import write_if_changed
 from patchctl.markers import files_adding
 from patchctl.series import Patch, Series
 

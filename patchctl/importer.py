@@ -19,8 +19,9 @@ from itertools import pairwise
 from pathlib import Path
 
 from patchctl.apply import find_drift
-from patchctl.capture import temp_index, write_if_changed
+from patchctl.capture import temp_index
 from patchctl.errors import ConfigError, NotFound, PatchDoesNotApply
+from patchctl.fsio import write_if_changed
 from patchctl.git import Git
 from patchctl.progress import Progress, or_null
 from patchctl.series import PATCH_ID, Patch, Series

@@ -7,7 +7,6 @@ order (keys a hand-edited file had keep their position), so it stays readable an
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -17,6 +16,7 @@ from typing import Any
 import yaml
 
 from patchctl.errors import ConfigError, NotFound
+from patchctl.fsio import write_if_changed
 
 SERIES_FILE = "series.yaml"
 SCHEMA_VERSION = 1
@@ -498,10 +498,4 @@ def dump_series(series: Series) -> bytes:
 def save_series(series: Series, path: Path | None = None) -> bool:
     """Write the series atomically (to `path` or series.path); False when bytes were equal."""
     target = series_file(path) if path is not None else series.path
-    data = dump_series(series)
-    if target.is_file() and target.read_bytes() == data:
-        return False
-    tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, target)
-    return True
+    return write_if_changed(target, dump_series(series))

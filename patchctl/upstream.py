@@ -23,6 +23,7 @@ from urllib.parse import urljoin
 
 from patchctl.archive import extract_archive, is_archive
 from patchctl.errors import ChecksumMismatch, ConfigError, GitFailed, NotFound, PatchctlError
+from patchctl.fsio import write_atomic
 from patchctl.git import Git
 from patchctl.progress import Progress, or_null
 from patchctl.series import Series, Upstream
@@ -82,10 +83,7 @@ def store(source: Path, sha256: str, filename: str, cache: Path | None = None) -
     if actual != sha256:
         raise ChecksumMismatch(f"{source} has sha256 {actual}, expected {sha256}")
     target = cached_path(sha256, filename, cache)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{filename}.tmp{os.getpid()}")
-    tmp.write_bytes(source.read_bytes())
-    os.replace(tmp, target)
+    write_atomic(target, source.read_bytes())
     return target
 
 

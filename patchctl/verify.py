@@ -27,6 +27,7 @@ from pathlib import Path
 from patchctl.apply import find_drift
 from patchctl.capture import diff_tree_pairs, render_patch, scratch_repo
 from patchctl.errors import NotFound, VerifyFailed
+from patchctl.fsio import write_atomic
 from patchctl.git import Git
 from patchctl.markers import (
     MarkerCheck,
@@ -316,10 +317,7 @@ def upstream_markers(git: Git, tree: str, markers: tuple[str, ...]) -> frozenset
         pass
     found = markers_in_tree(git, tree, markers)
     with suppress(OSError):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(json.dumps({"tree": tree, "found": sorted(found)}), encoding="utf-8")
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps({"tree": tree, "found": sorted(found)}).encode("utf-8"))
     return found
 
 
