@@ -70,6 +70,7 @@ MODES: dict[str, tuple[str, ...]] = {
 # (without them the q8_0 noise, amplified by the sharp attention, is ~3-7% of the logit scale).
 MODE_KV_TYPE = {"exact": "f32", "flash": "f32", "flash-q8_0": "q8_0"}
 
+
 def _on_gpu(tool_args: str) -> bool:
     """True when the dump tool runs layers on a GPU (-ngl / --n-gpu-layers N with N != 0)."""
     args = shlex.split(tool_args)
@@ -492,44 +493,46 @@ def test_multichunk_split_decode_equals_one_shot(
     assert rel_err_all(b.logits(), a.logits()) <= tol
 
 
-def _reuse_vs_fresh(
-    tool: Path, model: Path, args: Sequence[str], work: Path
-) -> float:
-    """|logits of a new tail decoded after llama_memory_seq_rm - the same tail in a fresh run|."""
-    old, new = random_tokens(200, seed=1), random_tokens(100, seed=2)
-    reuse = Plan(seqs=(old + new,), steps=("call 0:200", "rm 0 150", "call 0:100"))
-    fresh = Plan(seqs=(old[:150] + new,), steps=("call 0:150", "call 0:100"))
-    a = run_tool(tool, reuse, model, args, work / "reuse")
-    b = run_tool(tool, fresh, model, args, work / "fresh")
-    return rel_err_all([a.logits()[0][200:]], [b.logits()[0][150:]])
+@dataclass(frozen=True)
+class SeqRmCase:
+    """A run that uses llama_memory_seq_rm and a fresh run ending in the same sequence 0."""
+
+    args: tuple[str, ...]
+    run: Plan
+    fresh: Plan
+    skip: tuple[int, int]  # sequence-0 rows to skip in run / fresh: the rest are compared
 
 
-def _fragmented_vs_fresh(
-    tool: Path, model: Path, args: Sequence[str], work: Path
-) -> float:
-    """Sequence 0 decoded in turns with sequence 1 in one unified cache, sequence 1 removed, then
-    200 more tokens of sequence 0: they fill the freed cells, so cell order no longer follows
-    position. |their logits - a fresh single-sequence run's|."""
-    s0, s1 = random_tokens(300, seed=1), random_tokens(100, seed=3)
-    turns = tuple("call 0:20 1:20" for _ in range(5))
-    frag = Plan(seqs=(s0, s1), steps=(*turns, "rm 1 0", "call 0:200"))
-    fresh = Plan(seqs=(s0, ()), steps=("call 0:100", "call 0:200"))
-    a = run_tool(tool, frag, model, args, work / "frag")
-    b = run_tool(tool, fresh, model, args, work / "fresh")
-    return rel_err_all([a.logits()[0][100:]], [b.logits()[0][100:]])
+_OLD, _NEW = random_tokens(200, seed=1), random_tokens(100, seed=2)
+_S0, _S1 = random_tokens(300, seed=1), random_tokens(100, seed=3)
 
-
-# llama_memory_seq_rm scenarios: (run, args) -> |new logits - a fresh run's|
 SEQ_RM_CASES = {
     # llama-server reuses a cached prompt by dropping its tail and decoding the new tail at the same
     # positions: until refilled, the freed cells are holes inside the DCA windows (300 tokens,
     # chunk_len 56: three chunks). The cells are refilled in order, so the runs are bitwise equal.
-    "tail-reuse": (_reuse_vs_fresh, ("-c", "512")),
-    # another sequence removed: the remaining one owns every used cell but its positions are out of
-    # cell order and the freed cells are refilled by later tokens (six chunks): windows with holes
-    # and foreign-order cells, so masks are needed.
-    "fragmented": (_fragmented_vs_fresh, ("-c", "1024", "-np", "2", "-kvu")),
+    "tail-reuse": SeqRmCase(
+        args=("-c", "512"),
+        run=Plan(seqs=(_OLD + _NEW,), steps=("call 0:200", "rm 0 150", "call 0:100")),
+        fresh=Plan(seqs=(_OLD[:150] + _NEW,), steps=("call 0:150", "call 0:100")),
+        skip=(200, 150),
+    ),
+    # sequence 0 decoded in turns with sequence 1 in one unified cache, sequence 1 removed, then 200
+    # more tokens of sequence 0: they fill the freed cells, so cell order no longer follows position
+    # (six chunks): windows with holes and foreign-order cells, so masks are needed.
+    "fragmented": SeqRmCase(
+        args=("-c", "1024", "-np", "2", "-kvu"),
+        run=Plan(seqs=(_S0, _S1), steps=(*("call 0:20 1:20",) * 5, "rm 1 0", "call 0:200")),
+        fresh=Plan(seqs=(_S0, ()), steps=("call 0:100", "call 0:200")),
+        skip=(100, 100),
+    ),
 }
+
+
+def _seq_rm_err(case: SeqRmCase, tool: Path, model: Path, args: Sequence[str], work: Path) -> float:
+    """|sequence 0's compared logits after llama_memory_seq_rm - the fresh run's|."""
+    a = run_tool(tool, case.run, model, args, work / "run")
+    b = run_tool(tool, case.fresh, model, args, work / "fresh")
+    return rel_err_all([a.logits()[0][case.skip[0] :]], [b.logits()[0][case.skip[1] :]])
 
 
 @pytest.mark.parametrize("case", list(SEQ_RM_CASES))
@@ -540,11 +543,11 @@ def test_dca_after_seq_rm_equals_fresh_run(
 ) -> None:
     """After llama_memory_seq_rm the new logits equal a fresh run's as closely as plain
     attention's do (see SEQ_RM_CASES)."""
-    run, extra = SEQ_RM_CASES[case]
+    c = SEQ_RM_CASES[case]
     model = model_path(models_dir, arch)
-    args = (*extra, "-b", "512", "-ub", "32", *MODES[mode])
-    plain = run(dca_tool, model, (*args, "--dca", "off"), tmp_path / "plain")
-    dca = run(dca_tool, model, (*args, *DCA_ON), tmp_path / "dca")
+    args = (*c.args, "-b", "512", "-ub", "32", *MODES[mode])
+    plain = _seq_rm_err(c, dca_tool, model, (*args, "--dca", "off"), tmp_path / "plain")
+    dca = _seq_rm_err(c, dca_tool, model, (*args, *DCA_ON), tmp_path / "dca")
     assert plain <= (GPU_PLAIN_MAX if ON_GPU else 1e-2)
     assert dca <= max(3.0 * plain, SPEC_EQUAL_TOL), (dca, plain)
 
