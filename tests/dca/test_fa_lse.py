@@ -130,16 +130,13 @@ def test_new_op_with_sinks(
     assert np.array_equal(lse[masked], np.broadcast_to(sinks, masked.shape)[masked])
 
 
-@pytest.mark.parametrize("op", [fa.OP_LSE_MERGED_HALVES, fa.OP_LSE_FOLDED_HALVES], ids=["merge", "fold"])
 @pytest.mark.parametrize("case", CASES, ids=_ids)
 def test_merge_of_two_key_halves_equals_attention_over_all_keys(
-    case: fa.FaCase, op: int, dca_build: LlamaBuild, measure: Callable[..., Measured]
+    case: fa.FaCase, dca_build: LlamaBuild, measure: Callable[..., Measured]
 ) -> None:
     """ggml_flash_attn_ext_lse_merge (the DCA merge): the LSE op over keys [0, n/2) and [n/2, n),
     merged, matches the float64 attention over all n keys. Rows with no visible key in one half
     take the other half alone; rows with none in either give O = 0, LSE = -inf (masked cases).
-    ggml_flash_attn_ext_lse_fold (DCA's stacked decode): the same two halves as two stacked copies
-    of the queries in ONE LSE call, each copy masked to its half, folded: the same result.
 
     Bound: O = c_a O_a + c_b O_b with c_a + c_b = 1, so an O error is at most the halves' O error
     plus max|O| times the weights' error, and c_a (1 - c_a) <= 1/4 times the two LSE errors gives
@@ -147,7 +144,7 @@ def test_merge_of_two_key_halves_equals_attention_over_all_keys(
     halves are held to the whole op's bounds (fewer keys each) plus f32 rounding of the merge."""
     m = measure(case)
     probe = fa.probe_binary(dca_build, with_lse=True)
-    got = fa.run_probe(probe, case, fa.make_inputs(case), op)
+    got = fa.run_probe(probe, case, fa.make_inputs(case), fa.OP_LSE_MERGED_HALVES)
     assert got.lse is not None
     live = fa.live_rows(m.ref)
     max_o = float(np.abs(m.ref.o[live]).max()) if live.any() else 0.0

@@ -9,9 +9,7 @@
 // IN (little endian):
 //   char[8] "FALSEPB1"
 //   int32[16]: op (0 = ggml_flash_attn_ext, 1 = ggml_flash_attn_ext_lse, 2 = ggml_flash_attn_ext_lse over the
-//              keys [0, n_kv/2) and [n_kv/2, n_kv) merged by ggml_flash_attn_ext_lse_merge, 3 = one
-//              ggml_flash_attn_ext_lse with the queries stacked twice along the batch, the first copy masked to keys
-//              [0, n_kv/2), the second to [n_kv/2, n_kv), folded by ggml_flash_attn_ext_lse_fold), n_threads, Dk, Dv, n_kv, n_batch,
+//              keys [0, n_kv/2) and [n_kv/2, n_kv) merged by ggml_flash_attn_ext_lse_merge), n_threads, Dk, Dv, n_kv, n_batch,
 //              H, H_kv, ne3, kv_type (ggml_type: 0 F32, 1 F16, 8 Q8_0), has_mask, n_sink_sets, use_ref, 0, 0, 0
 //   float[4]:  scale, max_bias, logit_softcap, 0
 //   f32 q[ne3][H][n_batch][Dk], f32 k[ne3][H_kv][n_kv][Dk], f32 v[ne3][H_kv][n_kv][Dv]
@@ -20,7 +18,7 @@
 // OUT:
 //   f32 O[ne3][n_batch][H][Dv]                      (the op's result as is, no sinks)
 //   if op >= 1: f32 LSE[ne3][n_batch][H]
-//   for each sink set: f32 O[ne3][n_batch][H][Dv]   (same op with ggml_flash_attn_ext_add_sinks; not for op 2/3)
+//   for each sink set: f32 O[ne3][n_batch][H][Dv]   (same op with ggml_flash_attn_ext_add_sinks; not for op 2)
 //                      and if op == 1: f32 LSE[ne3][n_batch][H]
 //   f32 k and v as the kernel saw them (after conversion to kv_type and back)
 //
@@ -73,16 +71,16 @@ static struct probe_params read_params(FILE * f) {
         ints[0], ints[1], ints[2], ints[3], ints[4], ints[5], ints[6], ints[7], ints[8], ints[9], ints[10], ints[11], ints[12],
         floats[0], floats[1], floats[2],
     };
-    if (p.op < 0 || p.op > 3) {
-        die(3, "op must be 0, 1, 2 or 3");
+    if (p.op < 0 || p.op > 2) {
+        die(3, "op must be 0, 1 or 2");
     }
 #ifndef PROBE_LSE
     if (p.op != 0) {
-        die(3, "op 1/2/3 (ggml_flash_attn_ext_lse[_merge|_fold]) requested but the probe was built without -DPROBE_LSE");
+        die(3, "op 1/2 (ggml_flash_attn_ext_lse[_merge]) requested but the probe was built without -DPROBE_LSE");
     }
 #endif
-    if (p.op >= 2 && (p.n_sink_sets != 0 || ints[4] < 2)) {
-        die(3, "op 2/3 take no sinks and need n_kv >= 2");
+    if (p.op == 2 && (p.n_sink_sets != 0 || ints[4] < 2)) {
+        die(3, "op 2 takes no sinks and needs n_kv >= 2");
     }
     if (p.n_threads < 1 || p.dk < 1 || p.dv < 1 || p.n_kv < 1 || p.n_batch < 1 || p.n_head < 1 || p.n_head_kv < 1 ||
         p.ne3 < 1 || p.n_head % p.n_head_kv != 0 || p.n_sink_sets < 0) {
@@ -206,30 +204,6 @@ static struct ggml_tensor * build_fa(struct ggml_context * ctx, const struct inp
         compute(ctx, res, p);
         return ggml_flash_attn_ext_lse_view_o(ctx, res);
     }
-    if (p->op == 3) {
-        // rows g*n_batch + t: query t, masked to keys [0, half) for g = 0 and [half, n_kv) for g = 1
-        const int64_t half = p->n_kv / 2;
-        struct ggml_tensor * q2 = ggml_concat(ctx, in->q, in->q, 1);
-        struct ggml_tensor * m2 = ggml_new_tensor_4d(ctx, GGML_TYPE_F16, p->n_kv, 2 * p->n_batch, 1, p->ne3);
-        for (int64_t s = 0; s < p->ne3; ++s) {
-            for (int64_t g = 0; g < 2; ++g) {
-                for (int64_t t = 0; t < p->n_batch; ++t) {
-                    ggml_fp16_t * row = (ggml_fp16_t *) ((char *) m2->data + (g * p->n_batch + t) * m2->nb[1] + s * m2->nb[3]);
-                    const ggml_fp16_t * src = in->mask ? (const ggml_fp16_t *) ((const char *) in->mask->data + t * in->mask->nb[1] +
-                                                                                s * in->mask->nb[3]) : NULL;
-                    for (int64_t j = 0; j < p->n_kv; ++j) {
-                        const int in_group = g == 0 ? j < half : j >= half;
-                        row[j] = !in_group ? ggml_fp32_to_fp16(-INFINITY) : (src ? src[j] : ggml_fp32_to_fp16(0.0f));
-                    }
-                }
-            }
-        }
-        struct ggml_tensor * fa = ggml_flash_attn_ext_lse(ctx, q2, in->k, in->v, m2, p->scale, p->max_bias, p->softcap);
-        struct ggml_tensor * res = ggml_flash_attn_ext_lse_fold(ctx, fa, 2);
-        *lse = ggml_flash_attn_ext_lse_view_lse(ctx, res);
-        compute(ctx, res, p);
-        return ggml_flash_attn_ext_lse_view_o(ctx, res);
-    }
 #endif
     struct ggml_tensor * o = ggml_flash_attn_ext(ctx, in->q, in->k, in->v, in->mask, p->scale, p->max_bias, p->softcap);
     if (sinks) {
@@ -244,8 +218,8 @@ static size_t context_size(const struct probe_params * p) {
     const size_t kv = (size_t) (p->dk + p->dv) * p->n_kv * p->n_head_kv * p->ne3 * 4;
     const size_t o = (size_t) p->dv * p->n_head * p->n_batch * (p->ne3 + 1) * 4;
     const size_t mask = (size_t) p->n_kv * p->n_batch * p->ne3 * 2;
-    // op 2: two more results and a copy of the mask; op 3: the stacked queries, mask and result
-    return 3 * q + kv + 3 * mask + (size_t) (p->n_sink_sets + 5) * (o + (size_t) p->n_head * 4) + (16u << 20);
+    // op 2: two more results and a copy of the mask
+    return q + kv + 2 * mask + (size_t) (p->n_sink_sets + 3) * (o + (size_t) p->n_head * 4) + (16u << 20);
 }
 
 int main(int argc, char ** argv) {
