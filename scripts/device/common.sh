@@ -1,5 +1,5 @@
 # Sourced by the device scripts: where things live on the GPU machine (state survives between
-# calls only while the machine stays warm; see ../../docs/benchmarks/README.md).
+# calls only while the machine stays warm; see README.md here).
 W=${W:-$HOME/lead}
 export PATCHCTL_CACHE_DIR=$W/cache
 export PYTHONPATH=$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
