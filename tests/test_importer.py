@@ -16,6 +16,7 @@ from patchctl.importer import (
     slug,
     split_mbox,
 )
+from patchctl.series import Patch, Series
 from patchctl.verify import verify_series
 
 BASE = {"main.c": b"int main(void)\n{\n\treturn 0;\n}\n", "README": b"hello\n"}
@@ -111,13 +112,19 @@ def test_quilt_import_keeps_bytes_and_verifies(tmp_path: Path, upstream: tuple[G
     assert "kept verbatim" in reexport.detail
 
 
-def test_flipping_an_imported_diff_byte_fails_verify(
-    tmp_path: Path, upstream: tuple[Git, str]
-) -> None:
+def _import_quilt(tmp_path: Path, upstream: tuple[Git, str]) -> tuple[Series, tuple[Patch, ...]]:
+    """The quilt series imported into a fresh series on the upstream base: (series, added)."""
     git, base = upstream
     series = make_series(tmp_path / "project" / "patches" / "s", base)
     result = import_patches(series, _quilt(tmp_path), git, base)
-    updated, added = result.series, result.added
+    return result.series, result.added
+
+
+def test_flipping_an_imported_diff_byte_fails_verify(
+    tmp_path: Path, upstream: tuple[Git, str]
+) -> None:
+    git, _ = upstream
+    updated, added = _import_quilt(tmp_path, upstream)
     path = updated.patch_path(added[0])
     path.write_bytes(DEP3.replace(b"+\treturn 1;", b"+\treturn 2;"))
     failures = {s.step for _, s in verify_series(updated, [git.repo]).failures()}
@@ -127,10 +134,8 @@ def test_flipping_an_imported_diff_byte_fails_verify(
 def test_flipping_an_imported_header_byte_fails_verify(
     tmp_path: Path, upstream: tuple[Git, str]
 ) -> None:
-    git, base = upstream
-    series = make_series(tmp_path / "project" / "patches" / "s", base)
-    result = import_patches(series, _quilt(tmp_path), git, base)
-    updated, added = result.series, result.added
+    git, _ = upstream
+    updated, added = _import_quilt(tmp_path, upstream)
     assert added[0].sha256 is not None and len(added[0].sha256) == 64
     path = updated.patch_path(added[0])
     header_end = DEP3.index(b"---")
