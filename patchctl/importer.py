@@ -10,7 +10,6 @@ whitespace fixing). Headers (DEP-3, gbp-pq, mail) are only read, to fill title a
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -18,7 +17,7 @@ from email.header import decode_header, make_header
 from itertools import pairwise
 from pathlib import Path
 
-from patchctl.apply import find_drift
+from patchctl.apply import find_drift, patch_sha256
 from patchctl.capture import temp_index
 from patchctl.errors import ConfigError, NotFound, PatchDoesNotApply
 from patchctl.fsio import write_if_changed
@@ -174,7 +173,7 @@ def make_entry(incoming: Incoming, number: int, origin: str, taken: set[str]) ->
         upstream_status=_status(fields),
         origin=fields.get("origin") or f"{origin}/{incoming.name}",
         imported=True,
-        sha256=hashlib.sha256(incoming.data).hexdigest(),
+        sha256=patch_sha256(incoming.data),
     )
 
 

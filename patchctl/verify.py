@@ -24,7 +24,7 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from patchctl.apply import find_drift
+from patchctl.apply import find_drift, patch_sha256
 from patchctl.capture import diff_tree_pairs, render_patch, scratch_repo
 from patchctl.errors import NotFound, VerifyFailed
 from patchctl.fsio import write_atomic
@@ -477,7 +477,7 @@ def _kept_bytes(item: _Item) -> StepResult:
     recorded = item.patch.sha256
     if recorded is None:
         return StepResult("reexport", True, "imported: original bytes kept verbatim")
-    actual = hashlib.sha256(item.data).hexdigest()
+    actual = patch_sha256(item.data)
     if actual != recorded:
         return StepResult(
             "reexport", False, f"imported bytes changed: sha256 {actual} != recorded {recorded}"
