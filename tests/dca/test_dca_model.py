@@ -87,7 +87,8 @@ def _on_gpu(tool_args: str) -> bool:
 # plain-attention error in the same configuration (the CPU exact mode uses the same factor), and
 # the reference sanity bound is GPU_PLAIN_MAX. The deliberate-mistake tests (the power of these
 # tolerances) are run on the CPU.
-ON_GPU = _on_gpu(os.environ.get("PATCHCTL_DCA_TOOL_ARGS", ""))
+TOOL_ARGS = os.environ.get("PATCHCTL_DCA_TOOL_ARGS", "")  # extra dca_logits flags, e.g. "-ngl 99"
+ON_GPU = _on_gpu(TOOL_ARGS)
 GPU_PLAIN_FACTOR = 3.0
 GPU_PLAIN_MAX = 5e-2
 SPEC_EXACT_TOL = 1e-3  # issue 6: f32 KV, FA off
@@ -177,7 +178,7 @@ def run_tool(tool: Path, plan: Plan, model: Path, args: Sequence[str], work: Pat
     plan_file, out = work / f"plan-{key}.txt", work / f"logits-{key}.bin"
     plan_file.write_text(plan.render())
     cmd = [str(tool), str(plan_file), str(out), "--", "-m", str(model), "-t", "2", *args]
-    cmd += shlex.split(os.environ.get("PATCHCTL_DCA_TOOL_ARGS", ""))  # e.g. "-ngl 99" on a GPU
+    cmd += shlex.split(TOOL_ARGS)
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=300)
     if proc.returncode != 0:
         pytest.fail(
