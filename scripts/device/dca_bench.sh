@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Device: DCA on vs off throughput (llama-bench pp512 / tg64 at depth 32k and 128k, FA on, all layers
 # on the GPU) and device memory (the buffer sizes llama.cpp logs), same build, same run.
-# usage: dca_bench.sh MODEL NAME   (raw output -> $OUT/bench-NAME.json, $OUT/mem-NAME.txt)
+# usage: [R=4] dca_bench.sh MODEL NAME   (raw output -> $OUT/bench-NAME.json, $OUT/mem-NAME.txt)
+#   R: llama-bench repetitions per cell (decode varies by a few % between repetitions; -r 2 until the 4th session)
 set -uo pipefail
 source scripts/device/common.sh
 model=$1; name=$2; bin="$(build_dir)bin"
-"$bin/llama-bench" -m "$model" -ngl 99 -fa 1 -p 512 -n 64 -d 32768,131072 -dca 0,1 -r 2 -o json \
+"$bin/llama-bench" -m "$model" -ngl 99 -fa 1 -p 512 -n 64 -d 32768,131072 -dca 0,1 -r "${R:-4}" -o json \
   > "$OUT/bench-$name.json" 2> "$OUT/bench-$name.err"; echo "llama-bench rc=$?"
 python3 - "$OUT/bench-$name.json" <<'PY'
 import json, sys
