@@ -8,14 +8,8 @@ source scripts/device/common.sh
 model=$1; name=$2; bin="$(build_dir)bin"
 "$bin/llama-bench" -m "$model" -ngl 99 -fa 1 -p 512 -n 64 -d 32768,131072 -dca 0,1 -r "${R:-4}" -o json \
   > "$OUT/bench-$name.json" 2> "$OUT/bench-$name.err"; echo "llama-bench rc=$?"
-python3 - "$OUT/bench-$name.json" <<'PY'
-import json, sys
-rows = json.load(open(sys.argv[1]))
-get = lambda r, k, d=None: r.get(k, d)
-for r in rows:
-    kind = "pp" if r["n_prompt"] else "tg"
-    print(f'{kind}{r["n_prompt"] or r["n_gen"]:<4} d={r["n_depth"]:<7} dca={int(get(r,"dca",0))} {r["avg_ts"]:10.1f} t/s')
-PY
+# DCA / plain per cell (the summary JSON stays in $W: $OUT keeps at most 8 files per call)
+python3 scripts/device/throughput_summary.py "$W/summary-$name.json" "$name=$OUT/bench-$name.json"
 for dca in off on; do  # -v: the buffer sizes are info-level log lines
   echo "== mem dca=$dca: llama-completion -m MODEL -ngl 99 -fa on -c 131072 -n 4 -no-cnv -p Hello --dca $dca -v"
   "$bin/llama-completion" -m "$model" -ngl 99 -fa on -c 131072 -n 4 -no-cnv -p "Hello" --dca $dca -v \
