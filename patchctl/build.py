@@ -10,6 +10,7 @@ wall time) into that directory. This module and git.py are the only ones that ru
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import hashlib
 import json
@@ -36,6 +37,7 @@ SCHEMA = 1
 MANIFEST = "patchctl-build.json"
 BACKENDS = ("auto", "cmake", "llamafile")
 LAUNCHERS = ("ccache", "sccache")
+PARTS = ("cuda",)  # --only: llamafile parts that build on their own (cuda: cuda.sh, no cosmocc)
 DEFAULT_CMAKE_TARGETS = (
     "llama",
     "llama-completion",
@@ -64,15 +66,17 @@ ERROR_LINE = re.compile(
     rb"(\berror:|\berror :|\bError:|^FAILED:|CMake Error|\*\*\*|fatal error|undefined reference)"
 )
 SHIM_NVCC = """#!/bin/sh
-# Written by patchctl: build for {archs} only. Replaces every -gencode/-arch option the
-# calling script passes (llamafile's cuda.sh fixes its own list) with the requested ones.
+# Written by patchctl: build for {archs} only. Replaces every -gencode/-arch/-code option the
+# calling script passes (llamafile's cuda.sh fixes its own list) with the requested ones, and
+# logs each call: patchctl fails a build whose script never came through here.
+printf '%s\\n' "$*" >> {log}
 skip=0
 for arg do
   shift
   if [ "$skip" = 1 ]; then skip=0; continue; fi
   case "$arg" in
-    -gencode|--generate-code|-arch|--gpu-architecture) skip=1; continue ;;
-    -gencode=*|--generate-code=*|-arch=*|--gpu-architecture=*) continue ;;
+    -gencode|--generate-code|-arch|--gpu-architecture|-code|--gpu-code) skip=1; continue ;;
+    -gencode=*|--generate-code=*|-arch=*|--gpu-architecture=*|-code=*|--gpu-code=*) continue ;;
   esac
   set -- "$@" "$arg"
 done
@@ -91,6 +95,7 @@ class BuildConfig:
     launcher: str | None = None  # "ccache" | "sccache"
     cosmocc: Path | None = None  # llamafile: explicit toolchain dir
     defines: tuple[str, ...] = ()  # cmake: extra KEY=VALUE
+    only: str | None = None  # llamafile: build just this part ("cuda": ggml-cuda.so)
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -99,6 +104,13 @@ class BuildConfig:
             raise PatchctlError(f"unknown launcher {self.launcher!r}; use one of {LAUNCHERS}")
         if self.jobs is not None and self.jobs < 1:
             raise PatchctlError(f"--jobs must be at least 1, not {self.jobs}")
+        if self.only is not None and self.only not in PARTS:
+            raise PatchctlError(f"unknown part {self.only!r} for --only; use one of {PARTS}")
+        if self.only == "cuda" and not self.cuda:
+            raise PatchctlError(
+                "--only cuda builds ggml-cuda.so for the archs given with --cuda",
+                hint="add --cuda sm_XY, e.g. --only cuda --cuda sm_86",
+            )
         for arch in self.cuda:
             if not toolchain.CUDA_ARCH.fullmatch(arch):
                 toolchain.parse_cuda_archs(arch)  # raises with the usual message and hint
@@ -140,10 +152,26 @@ class Step:
 
 @dataclass(frozen=True)
 class NvccShim:
-    """A CUDA_PATH whose bin/nvcc forces the requested archs (llamafile's cuda.sh)."""
+    """A CUDA_PATH whose bin/nvcc forces the requested archs (llamafile's cuda.sh).
+
+    A script that runs an absolute nvcc path (cuda.sh: /usr/local/cuda/bin/nvcc) is run as
+    `script_copy`: its bytes with each such path (`rewrites`) replaced by the shim.
+    """
 
     cuda_path: Path
     script: str
+    script_copy: Path | None = None
+    rewrites: tuple[str, ...] = ()
+
+    @property
+    def nvcc(self) -> Path:
+        """The shim's nvcc."""
+        return self.cuda_path / "bin" / "nvcc"
+
+    @property
+    def log(self) -> Path:
+        """One line per nvcc call that came through the shim."""
+        return self.cuda_path / "calls.log"
 
 
 @dataclass(frozen=True)
@@ -175,8 +203,14 @@ class BuildPlan:
                 "(git read-tree + checkout-index into a temporary index)"
             )
         if self.shim is not None:
-            lines.append(f"# write {self.shim.cuda_path / 'bin' / 'nvcc'}:")
+            lines.append(f"# write {self.shim.nvcc}:")
             lines += ["#   " + line for line in self.shim.script.splitlines()]
+            if self.shim.script_copy is not None:
+                lines.append(
+                    f"# write {self.shim.script_copy}: llamafile/cuda.sh with "
+                    + ", ".join(self.shim.rewrites)
+                    + f" replaced by {self.shim.nvcc}"
+                )
         return lines + [step.shell() for step in self.steps]
 
     def to_json(self) -> dict[str, object]:
@@ -314,6 +348,12 @@ def plan_build(
     tree = tree.absolute()
     tree_id, dirty = worktree_id(tree)
     backend = toolchain.detect_backend(tree) if config.backend == "auto" else config.backend
+    if config.only is not None and backend != "llamafile":
+        raise PatchctlError(
+            f"--only {config.only} is for the llamafile backend (its llamafile/cuda.sh); "
+            f"{tree} builds with {backend}",
+            hint="drop --only: the cmake backend builds CUDA with --cuda alone",
+        )
     if backend == "cmake":
         return _plan_cmake(tree, tree_id, dirty, config, build_root, build_dir)
     return _plan_llamafile(tree, tree_id, dirty, config, build_root, build_dir)
@@ -431,29 +471,37 @@ def _plan_llamafile(
             f"{tree} is not a llamafile tree (needs Makefile, build/config.mk and llamafile/)",
             hint="use --backend cmake for a llama.cpp tree",
         )
-    make = toolchain.require_tool(
-        "make", "install GNU make >= 4 (apt install make, or the bin/make shipped in cosmocc.zip)"
-    )
-    cosmocc = toolchain.find_cosmocc(tree, config.cosmocc)
+    cosmocc = None if config.only == "cuda" else _find_cosmocc(tree, config)
+    make = None
+    if cosmocc is not None:
+        make = toolchain.require_tool(
+            "make",
+            "install GNU make >= 4 (apt install make, or the bin/make shipped in cosmocc.zip)",
+        )
     launcher = _launcher(config)
     nvcc = toolchain.find_nvcc() if config.cuda else None
-    if config.cuda:
-        toolchain.cuda_script(tree)
+    if nvcc is not None:
+        script = toolchain.cuda_script(tree)
+        if toolchain.cuda_script_links_libcuda(script) and toolchain.find_libcuda(nvcc) is None:
+            raise toolchain.libcuda_missing(nvcc, script)
     settings: dict[str, object] = {
         "schema": SCHEMA,
         "backend": "llamafile",
-        "cosmocc": str(cosmocc.root),
+        "cosmocc": None if cosmocc is None else str(cosmocc),
         "cuda": list(config.cuda),
         "launcher": config.launcher,
     }
+    if config.only is not None:
+        settings["only"] = config.only
     digest, bdir = _keyed_dir(build_root, tree_id, settings, build_dir)
     source = bdir / "src"
     env = _cache_env(config, bdir)
-    steps = [Step("make", _make_argv(make, cosmocc.root, launcher, config), source, env)]
+    steps = []
+    if make is not None and cosmocc is not None:
+        steps.append(Step("make", _make_argv(make, cosmocc, config), source, env))
     shim = None
-    if config.cuda:
-        assert nvcc is not None
-        shim = _nvcc_shim(bdir, nvcc, launcher, config.cuda)
+    if nvcc is not None:
+        shim = _script_copy(tree, source, _nvcc_shim(bdir, nvcc, launcher, config.cuda))
         steps.append(_cuda_step(tree, source, bdir, shim, config, env))
     return BuildPlan(
         tree,
@@ -471,26 +519,47 @@ def _plan_llamafile(
     )
 
 
-def _make_argv(
-    make: Path, cosmocc: Path, launcher: Path | None, config: BuildConfig
-) -> tuple[str, ...]:
-    argv = [str(make), f"-j{config.parallel}", f"COSMOCC={cosmocc}"]
-    if launcher is not None:
-        argv += [
-            f"CC={launcher} {cosmocc / 'bin' / 'cosmocc'}",
-            f"CXX={launcher} {cosmocc / 'bin' / 'cosmoc++'}",
-        ]
-    return (*argv, *config.targets)
+def _find_cosmocc(tree: Path, config: BuildConfig) -> Path:
+    """The toolchain dir; when missing, the error also offers the CUDA-only build."""
+    try:
+        return toolchain.find_cosmocc(tree, config.cosmocc).root
+    except ToolchainMissing as exc:
+        raise ToolchainMissing(
+            exc.message,
+            hint=f"{exc.hint}. To build only ggml-cuda.so (llamafile/cuda.sh, no cosmocc): "
+            "--only cuda --cuda sm_XY",
+        ) from None
+
+
+def _make_argv(make: Path, cosmocc: Path, config: BuildConfig) -> tuple[str, ...]:
+    """`make -jN COSMOCC=<dir> [targets]`: the command line overrides config.mk's pinned dir,
+    and with it every tool the Makefile derives from it (CC, CXX, AR, ZIPOBJ, MKDEPS).
+
+    No compiler launcher: cosmocc writes a second object, `.aarch64/<name>.o`, beside each
+    `-o <name>.o`, which ccache neither caches nor restores on a hit.
+    """
+    return (str(make), f"-j{config.parallel}", f"COSMOCC={cosmocc}", *config.targets)
 
 
 def _nvcc_shim(bdir: Path, nvcc: Path, launcher: Path | None, archs: tuple[str, ...]) -> NvccShim:
+    cuda_path = bdir / "cuda-shim"
     script = SHIM_NVCC.format(
         archs=",".join(archs),
+        log=shlex.quote(str(cuda_path / "calls.log")),
         nvcc=shlex.quote(str(nvcc)),
         launcher="" if launcher is None else shlex.quote(str(launcher)) + " ",
         gencode=shlex.join(toolchain.gencode_flags(archs)),
     )
-    return NvccShim(bdir / "cuda-shim", script)
+    return NvccShim(cuda_path, script)
+
+
+def _script_copy(tree: Path, source: Path, shim: NvccShim) -> NvccShim:
+    """The shim, plus a copy of cuda.sh to run when the script names nvcc by a fixed path."""
+    rewrites = toolchain.cuda_script_nvcc_paths(toolchain.cuda_script(tree))
+    if not rewrites:
+        return shim
+    copy = source / "llamafile" / ".patchctl-cuda.sh"
+    return dataclasses.replace(shim, script_copy=copy, rewrites=rewrites)
 
 
 def _cuda_step(
@@ -506,12 +575,20 @@ def _cuda_step(
     cuda.sh keeps objects in $HOME/.cache/llamafile-cuda-build and skips any object newer
     than its source: with the real HOME, a build of another tree would be reused.
     """
-    argv = [str(source / "llamafile" / "cuda.sh")]
+    script = shim.script_copy or source / "llamafile" / "cuda.sh"
+    argv = [str(script)]
     if toolchain.cuda_script_accepts(tree, "-j*"):
         argv.append(f"-j{config.parallel}")
     if toolchain.cuda_script_accepts(tree, "--output"):
         argv += ["--output", str(bdir / "ggml-cuda.so")]
-    env = (("HOME", str(bdir / "cuda-home")), ("CUDA_PATH", str(shim.cuda_path)), *cache_env)
+    path = os.pathsep.join([str(shim.nvcc.parent), os.environ.get("PATH", os.defpath)])
+    env = (
+        ("HOME", str(bdir / "cuda-home")),
+        ("CUDA_PATH", str(shim.cuda_path)),  # scripts that run $CUDA_PATH/bin/nvcc
+        ("PATH", path),  # scripts that run `nvcc` from PATH (llamafile's build/cudacc)
+        ("TMPDIR", str(bdir / "cuda-tmp")),  # cuda.sh's `mktemp -d`, never removed; nvcc's
+        *cache_env,
+    )
     return Step("cuda", tuple(argv), source, env)
 
 
@@ -543,7 +620,8 @@ def execute_plan(plan: BuildPlan, progress: Progress | None = None) -> BuildResu
                 _write_manifest(plan, runs, "failed", time.monotonic() - started)
                 raise _step_failure(plan, run)
         _check_tree_unchanged(plan, runs, started)
-        return _finish(plan, tuple(runs), time.monotonic() - started)
+        checks = _check_cuda_archs(plan, runs, started)
+        return _finish(plan, tuple(runs), time.monotonic() - started, checks)
 
 
 @contextmanager
@@ -558,11 +636,24 @@ def _prepare(plan: BuildPlan) -> None:
     if plan.export_source:
         _export_tree(plan)
     if plan.shim is not None:
-        nvcc = plan.shim.cuda_path / "bin" / "nvcc"
-        nvcc.parent.mkdir(parents=True, exist_ok=True)
-        nvcc.write_text(plan.shim.script)
-        nvcc.chmod(0o755)
+        _write_shim(plan.shim)
         (plan.build_dir / "cuda-home").mkdir(exist_ok=True)
+        (plan.build_dir / "cuda-tmp").mkdir(exist_ok=True)
+
+
+def _write_shim(shim: NvccShim) -> None:
+    """The shim nvcc, an empty call log and, for a script with a fixed nvcc path, its copy."""
+    shim.nvcc.parent.mkdir(parents=True, exist_ok=True)
+    shim.nvcc.write_text(shim.script)
+    shim.nvcc.chmod(0o755)
+    shim.log.unlink(missing_ok=True)
+    if shim.script_copy is None:
+        return
+    data = (shim.script_copy.parent / "cuda.sh").read_bytes()
+    for path in shim.rewrites:
+        data = data.replace(path.encode(), str(shim.nvcc).encode())
+    shim.script_copy.write_bytes(data)
+    shim.script_copy.chmod(0o755)
 
 
 def _export_tree(plan: BuildPlan) -> None:
@@ -707,17 +798,79 @@ def _check_tree_unchanged(plan: BuildPlan, runs: list[StepRun], started: float) 
         )
 
 
-def _finish(plan: BuildPlan, runs: tuple[StepRun, ...], wall: float) -> BuildResult:
+def _finish(
+    plan: BuildPlan,
+    runs: tuple[StepRun, ...],
+    wall: float,
+    checks: Mapping[str, object] | None = None,
+) -> BuildResult:
     bin_dir, lib_dir = output_dirs(plan)
     artifacts = collect_artifacts(plan)
     if not artifacts:
-        _write_manifest(plan, list(runs), "no-artifacts", wall)
+        _write_manifest(plan, list(runs), "no-artifacts", wall, checks=checks)
         raise BuildFailed(
             f"the build of {plan.tree_id[:12]} succeeded but produced no artifacts in {bin_dir}",
             hint=f"check --target and the logs in {plan.build_dir / 'logs'}",
         )
-    manifest = _write_manifest(plan, list(runs), "ok", wall, artifacts)
+    manifest = _write_manifest(plan, list(runs), "ok", wall, artifacts, checks)
     return BuildResult(plan, plan.build_dir, bin_dir, lib_dir, artifacts, manifest, wall, runs)
+
+
+def _check_cuda_archs(
+    plan: BuildPlan, runs: list[StepRun], started: float
+) -> dict[str, object] | None:
+    """llamafile: every nvcc call went through the arch shim, and ggml-cuda.so holds SASS for
+    exactly the requested archs (`cuobjdump --list-elf`, when the toolkit has cuobjdump)."""
+    if plan.shim is None:
+        return None
+    calls = plan.shim.log.read_text().splitlines() if plan.shim.log.is_file() else []
+    dso = cuda_dso(plan)
+    check: dict[str, object] = {"nvcc_calls": len(calls), "dso": None, "elf_archs": None}
+    problem, status = None, "wrong-archs"
+    if not calls:
+        problem = (
+            "llamafile/cuda.sh ran no nvcc through patchctl's arch shim: the archs of its "
+            "output are not the requested ones"
+        )
+    elif dso is None:
+        problem, status = "llamafile/cuda.sh succeeded but wrote no ggml-cuda.so", "no-artifacts"
+    else:
+        check["dso"] = str(dso.relative_to(plan.build_dir))
+        listing = _list_elf(plan, dso)
+        if listing is not None:
+            found = toolchain.elf_archs(listing)
+            check["elf_archs"] = list(found)
+            if set(found) != set(plan.config.cuda):
+                problem = (
+                    f"{dso.name} holds SASS for {', '.join(found) or 'no arch'}, "
+                    f"not exactly {', '.join(plan.config.cuda)}"
+                )
+    if problem is not None:
+        _write_manifest(plan, runs, status, time.monotonic() - started, checks=check)
+        raise BuildFailed(problem, hint=f"see {plan.build_dir / 'logs'} and {plan.shim.log}")
+    return check
+
+
+def cuda_dso(plan: BuildPlan) -> Path | None:
+    """ggml-cuda.so as cuda.sh left it: `--output` in the build dir, else in its $HOME."""
+    for path in (plan.build_dir / "ggml-cuda.so", plan.build_dir / "cuda-home" / "ggml-cuda.so"):
+        if path.is_file():
+            return path
+    return None
+
+
+def _list_elf(plan: BuildPlan, dso: Path) -> str | None:
+    """`cuobjdump --list-elf <dso>`, kept in logs/cuobjdump.log; None without cuobjdump."""
+    cuobjdump = toolchain.find_cuobjdump(toolchain.find_nvcc())
+    if cuobjdump is None:
+        return None
+    argv = [str(cuobjdump), "--list-elf", str(dso)]
+    proc = subprocess.run(
+        argv, capture_output=True, timeout=300, check=False, stdin=subprocess.DEVNULL
+    )
+    text = proc.stdout.decode("utf-8", "replace") + proc.stderr.decode("utf-8", "replace")
+    (plan.build_dir / "logs" / "cuobjdump.log").write_text(f"$ {shlex.join(argv)}\n{text}")
+    return text
 
 
 def output_dirs(plan: BuildPlan) -> tuple[Path, Path]:
@@ -767,6 +920,7 @@ def _write_manifest(
     status: str,
     wall: float,
     artifacts: tuple[Artifact, ...] = (),
+    checks: Mapping[str, object] | None = None,
 ) -> Path:
     """Write `<build dir>/patchctl-build.json` atomically and return its path."""
     data = {
@@ -788,6 +942,8 @@ def _write_manifest(
         "tools": tool_versions(plan),
         "artifacts": [{"path": a.path, "sha256": a.sha256, "size": a.size} for a in artifacts],
     }
+    if checks is not None:
+        data["cuda_check"] = dict(checks)
     path = plan.build_dir / MANIFEST
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(data, indent=2) + "\n")
@@ -809,17 +965,20 @@ def tool_versions(plan: BuildPlan) -> dict[str, str]:
     """Versions of the tools this plan used: build tools, compilers, nvcc, launcher."""
     tools: dict[str, Path] = {}
     for step in plan.steps:
-        tools.setdefault(Path(step.argv[0]).name, Path(step.argv[0]))
-    tools.pop("cuda.sh", None)
+        if step.name != "cuda":  # a script: `cuda.sh --version` would start a build
+            tools.setdefault(Path(step.argv[0]).name, Path(step.argv[0]))
     if plan.backend == "cmake":
         tools.update(_cmake_compilers(plan.build_dir / "CMakeCache.txt"))
         ninja = toolchain.which("ninja")
         if ninja is not None and plan.settings.get("generator") == "Ninja":
             tools["ninja"] = ninja
-    else:
+    elif plan.settings.get("cosmocc"):
         tools["cosmocc"] = Path(str(plan.settings["cosmocc"])) / "bin" / "cosmocc"
     if plan.config.cuda:
         tools["nvcc"] = toolchain.find_nvcc()
+        cuobjdump = toolchain.find_cuobjdump(tools["nvcc"])
+        if plan.shim is not None and cuobjdump is not None:
+            tools["cuobjdump"] = cuobjdump
     if plan.config.launcher:
         launcher = toolchain.which(plan.config.launcher)
         if launcher is not None:

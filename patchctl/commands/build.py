@@ -33,6 +33,12 @@ class Backend(StrEnum):
     llamafile = "llamafile"
 
 
+class Part(StrEnum):
+    """--only choices."""
+
+    cuda = "cuda"
+
+
 class Launcher(StrEnum):
     """--launcher choices."""
 
@@ -86,6 +92,14 @@ DefineOpt = Annotated[
     list[str] | None,
     typer.Option("--define", "-D", metavar="KEY=VALUE", help="cmake: an extra -D (repeatable)."),
 ]
+OnlyOpt = Annotated[
+    Part | None,
+    typer.Option(
+        "--only",
+        help="llamafile: build only this part. cuda: ggml-cuda.so through llamafile/cuda.sh "
+        "for the --cuda archs, without make and without cosmocc.",
+    ),
+]
 DryRunOpt = Annotated[
     bool, typer.Option("--dry-run", help="Print the exact commands; run nothing.")
 ]
@@ -107,6 +121,7 @@ def build_command(
     build_dir: BuildDirOpt = None,
     cosmocc: CosmoccOpt = None,
     define: DefineOpt = None,
+    only: OnlyOpt = None,
     dry_run: DryRunOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
@@ -120,6 +135,7 @@ def build_command(
         launcher=None if launcher is None else launcher.value,
         cosmocc=cosmocc,
         defines=tuple(define or ()),
+        only=None if only is None else only.value,
     )
     plan = build.plan_build(tree, config, builds_root(tree), build_dir)
     if dry_run:
