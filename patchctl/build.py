@@ -570,10 +570,10 @@ def _cuda_step(
     config: BuildConfig,
     cache_env: tuple[tuple[str, str], ...],
 ) -> Step:
-    """llamafile/cuda.sh with the shim as CUDA_PATH and HOME inside the build dir.
-
-    cuda.sh keeps objects in $HOME/.cache/llamafile-cuda-build and skips any object newer
-    than its source: with the real HOME, a build of another tree would be reused.
+    """llamafile/cuda.sh (or its copy) with the shim in nvcc's place and HOME inside the
+    build dir: cuda.sh writes ~/ggml-cuda.so, and newer scripts keep objects in
+    $HOME/.cache/llamafile-cuda-build, skipping any newer than its source, so with the real
+    HOME a build of another tree would be reused.
     """
     script = shim.script_copy or source / "llamafile" / "cuda.sh"
     argv = [str(script)]
@@ -638,6 +638,8 @@ def _prepare(plan: BuildPlan) -> None:
     if plan.shim is not None:
         _write_shim(plan.shim)
         (plan.build_dir / "cuda-home").mkdir(exist_ok=True)
+        for stale in _cuda_dso_paths(plan):  # the check afterwards must see this run's DSO
+            stale.unlink(missing_ok=True)
         (plan.build_dir / "cuda-tmp").mkdir(exist_ok=True)
 
 
@@ -851,12 +853,14 @@ def _check_cuda_archs(
     return check
 
 
+def _cuda_dso_paths(plan: BuildPlan) -> tuple[Path, Path]:
+    """Where cuda.sh leaves ggml-cuda.so: `--output` in the build dir, else in its $HOME."""
+    return plan.build_dir / "ggml-cuda.so", plan.build_dir / "cuda-home" / "ggml-cuda.so"
+
+
 def cuda_dso(plan: BuildPlan) -> Path | None:
-    """ggml-cuda.so as cuda.sh left it: `--output` in the build dir, else in its $HOME."""
-    for path in (plan.build_dir / "ggml-cuda.so", plan.build_dir / "cuda-home" / "ggml-cuda.so"):
-        if path.is_file():
-            return path
-    return None
+    """The ggml-cuda.so this build's cuda.sh wrote, if any."""
+    return next((path for path in _cuda_dso_paths(plan) if path.is_file()), None)
 
 
 def _list_elf(plan: BuildPlan, dso: Path) -> str | None:
@@ -896,7 +900,7 @@ def collect_artifacts(plan: BuildPlan) -> tuple[Artifact, ...]:
     bin_dir, _ = output_dirs(plan)
     if plan.backend == "llamafile":
         found = [p for p in bin_dir.rglob("*") if ".aarch64" not in p.parts]
-        found += [plan.build_dir / "ggml-cuda.so", plan.build_dir / "cuda-home" / "ggml-cuda.so"]
+        found += _cuda_dso_paths(plan)
     else:
         found = list(bin_dir.iterdir()) if bin_dir.is_dir() else []
     arts = [_artifact(plan.build_dir, p) for p in found if _is_artifact(p)]
