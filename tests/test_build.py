@@ -633,6 +633,31 @@ def test_cli_llamafile_toolchain_missing_exit_14(
     assert "cosmocc toolchain .cosmocc/4.0.2 not found" in captured.err
 
 
+def test_cli_only_cuda(
+    make_repo: Callable[..., Repo],
+    fake_nvcc: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("COSMOCC", raising=False)
+    repo = make_repo(LLAMAFILE_TREE, name="llamafile")
+    assert main(["build", "--workdir", str(repo.path), "--only", "cuda"]) == 1
+    assert "--only cuda builds ggml-cuda.so for the archs given with --cuda" in (
+        capsys.readouterr().err
+    )
+    args = ["build", "--workdir", str(repo.path), "--only", "cuda", "--cuda", "sm_86"]
+    assert main([*args, "--dry-run"]) == 0
+    shell = capsys.readouterr().out.splitlines()
+    commands = [line for line in shell if not line.startswith("#")]
+    assert len(commands) == 1 and "/src/llamafile/cuda.sh -j" in commands[0]  # no make
+    assert not any("COSMOCC=" in line for line in shell)
+    assert main([*args, "--json"]) == 0
+    manifest = json.loads(capsys.readouterr().out)
+    assert manifest["ok"] and manifest["settings"]["only"] == "cuda"
+    assert manifest["cuda_check"]["elf_archs"] == ["sm_86"]
+    assert main([*args, "--only", "make"]) == 2  # not a part
+
+
 def test_environment_is_inherited_for_steps(
     tiny: Repo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

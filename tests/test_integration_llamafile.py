@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from patchctl import build
+from patchctl import build, toolchain
 from patchctl.build import BuildConfig
 from patchctl.cli import main
 
@@ -185,6 +185,7 @@ def test_real_tree_is_llamafile_and_missing_cosmocc_exits_14(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.delenv("COSMOCC", raising=False)
+    assert toolchain.detect_backend(cleanroom) == "llamafile"
     capsys.readouterr()
     assert main(["build", "--workdir", str(cleanroom), "--json"]) == 14
     error = json.loads(capsys.readouterr().out)
