@@ -293,7 +293,7 @@ def apply_series(
     targets = series.upto(upto)
     kept = reusable_prefix(cleanroom, series, targets)
     cleanroom.reset_to(kept[-1].commit if kept else cleanroom.base_commit())
-    cleanroom.git.run("update-index", "-q", "--refresh", ok=(0, 1))
+    cleanroom.git.refresh_index()
     report = or_null(progress)
     report.start("apply", len(targets))
     report.advance("apply", len(kept))
@@ -390,6 +390,6 @@ def _repin(room: Cleanroom, series: Series, progress: Progress | None) -> Cleanr
         old.rename(room.path)
         raise
     # Backups live on in the new clean room (their objects are fetched along).
-    new.git.run("fetch", "--quiet", "--no-tags", str(old), f"+{BACKUP_REFS}*:{BACKUP_REFS}*")
+    new.git.fetch(str(old), f"+{BACKUP_REFS}*:{BACKUP_REFS}*")
     shutil.rmtree(old)
     return new

@@ -19,7 +19,6 @@ import shlex
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -29,7 +28,7 @@ from pathlib import Path
 
 from patchctl import __version__, toolchain
 from patchctl.errors import BuildFailed, NotFound, PatchctlError, ToolchainMissing
-from patchctl.git import Git
+from patchctl.git import Git, temp_index
 from patchctl.progress import Progress, or_null
 
 SCHEMA = 1
@@ -275,33 +274,19 @@ class BuildStepFailed(BuildFailed):
 
 
 def worktree_id(tree: Path) -> tuple[str, bool]:
-    """(tree id of the work tree, dirty?): HEAD's tree when clean, else via a temp index."""
+    """(tree id of the work tree, dirty?): dirty means the snapshot differs from HEAD's tree.
+
+    The id always comes from `Git.snapshot_worktree` (racy-git safe, the index untouched),
+    never from a status check that could call a same-second edit clean.
+    """
     git = Git(tree)
     if not git.is_repo():
         raise NotFound(
             f"{tree} is not a git work tree",
             hint="build a clean room made by `patchctl cleanroom apply`",
         )
-    # GIT_OPTIONAL_LOCKS=0: status must not rewrite the user's index (stat refresh).
-    no_locks = {"GIT_OPTIONAL_LOCKS": "0"}
-    status = git.run("status", "--porcelain=v1", "-z", "--untracked-files=all", env=no_locks)
-    head = git.maybe_rev("HEAD^{tree}")
-    if head is not None and not status:
-        return head, False
-    return _tree_with_worktree(git), True
-
-
-def _tree_with_worktree(git: Git) -> str:
-    """`git add -A` + `write-tree` into a copy of the index: the user's index is untouched."""
-    index = Path(git.text("rev-parse", "--git-path", "index"))
-    index = index if index.is_absolute() else git.repo / index
-    with tempfile.TemporaryDirectory(prefix="patchctl-index-") as tmp:
-        temp_index = Path(tmp) / "index"
-        if index.is_file():  # a copy keeps the stat cache: only changed files are hashed
-            shutil.copyfile(index, temp_index)
-        env = {"GIT_INDEX_FILE": str(temp_index)}
-        git.run("add", "-A", "--", ".", env=env)
-        return git.text("write-tree", env=env)
+    snapshot = git.snapshot_worktree()
+    return snapshot, snapshot != git.maybe_rev("HEAD^{tree}")
 
 
 # --- planning --------------------------------------------------------------------------
@@ -573,11 +558,9 @@ def _export_tree(plan: BuildPlan) -> None:
     if plan.source_dir.exists():  # a partial export from an interrupted run: ours to redo
         shutil.rmtree(plan.source_dir)
     plan.source_dir.mkdir(parents=True)
-    git = Git(plan.tree)
-    with tempfile.TemporaryDirectory(prefix="patchctl-index-") as tmp:
-        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
-        git.run("read-tree", plan.tree_id, env=env)
-        git.run("checkout-index", "-a", "-f", f"--prefix={plan.source_dir}/", env=env)
+    with temp_index(Git(plan.tree)) as index:
+        index.read_tree(plan.tree_id)
+        index.checkout(plan.source_dir)
     stamp.write_text(plan.tree_id + "\n")
 
 

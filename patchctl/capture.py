@@ -1,7 +1,8 @@
 """Capture: a clean-room working tree -> deterministic patch bytes, committed as the patch.
 
-The worktree is snapshotted through a temporary index (GIT_INDEX_FILE), so the user's index
-is never touched; `add -A` picks up modified, new, deleted, mode-changed and symlinked files.
+The work tree is read with `Git.snapshot_worktree` (a copy of the index, so the clean room's
+own index is never touched); `add -A` picks up modified, new, deleted, mode-changed and
+symlinked files.
 The diff comes from `diff-tree` (plumbing) with every byte-changing knob written out below,
 and the header is a format-patch look-alike built only from series metadata: no clock, no
 local identity, a zero commit id. The same trees and metadata always give the same bytes,
@@ -10,20 +11,15 @@ which is what `verify`'s re-export step relies on.
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from patchctl.apply import commit_message as apply_message  # one commit format for apply + capture
 from patchctl.apply import patch_sha256
 from patchctl.cleanroom import Cleanroom
-from patchctl.errors import ConfigError, DirtyTree, NotFound, PatchctlError
+from patchctl.errors import ConfigError, DirtyTree, PatchctlError
 from patchctl.fsio import write_if_changed
-from patchctl.git import Git
+from patchctl.git import Git, scratch_repo
 from patchctl.series import PATCH_ID, Patch, Series
 
 ZERO_COMMIT = "0" * 40
@@ -61,7 +57,7 @@ class NothingToCapture(PatchctlError):
 def diff_trees(git: Git, pre: str, post: str, root: str = ".") -> bytes:
     """The canonical diff bytes from tree `pre` to tree `post` (optionally under `root`)."""
     relative = () if root in (".", "") else (f"--relative={root.rstrip('/')}/",)
-    return git.run(*DIFF_TREE_FLAGS, *relative, pre, post, "--")
+    return git.run(*DIFF_TREE_FLAGS, *relative, "--end-of-options", pre, post, "--")
 
 
 def diff_tree_pairs(git: Git, pairs: Sequence[tuple[str, str]], root: str = ".") -> list[bytes]:
@@ -126,28 +122,6 @@ def export_patch(git: Git, patch: Patch, pre: str, post: str, root: str = ".") -
     return render_patch(patch, diff_trees(git, pre, post, root))
 
 
-@contextmanager
-def temp_index(git: Git, seed: Path | None = None) -> Iterator[dict[str, str]]:
-    """A throwaway index file (a copy of `seed` when given); yields the env that selects it."""
-    with tempfile.TemporaryDirectory(prefix="patchctl-index-") as tmp:
-        index = Path(tmp) / "index"
-        if seed is not None and seed.is_file():
-            shutil.copy2(seed, index)  # stat data AND mtime kept: racy-git checks stay valid
-        yield {"GIT_INDEX_FILE": str(index)}
-
-
-def git_dir(git: Git) -> Path:
-    """The absolute .git directory of a repository."""
-    return Path(os.fsdecode(git.run("rev-parse", "--absolute-git-dir").strip()))
-
-
-def snapshot_worktree(git: Git) -> str:
-    """The tree id of the whole working tree as `git add -A` sees it; the index is untouched."""
-    with temp_index(git, git_dir(git) / "index") as env:
-        git.run("add", "-A", "--", ".", env=env)
-        return git.run("write-tree", env=env).decode("ascii").strip()
-
-
 @dataclass(frozen=True)
 class Captured:
     """What a capture produced: the patch bytes and the trees around them."""
@@ -157,33 +131,6 @@ class Captured:
     pre_tree: str
     post_tree: str
     written: bool
-
-
-def objects_dir(source: Path) -> Path:
-    """The object directory of a repository given as worktree, git dir or objects dir."""
-    for candidate in (source / ".git" / "objects", source / "objects", source):
-        if (candidate / "info").is_dir() or (candidate / "pack").is_dir():
-            return candidate.resolve()
-    raise NotFound(f"{source} is not a git repository", hint="run patchctl cleanroom apply first")
-
-
-@contextmanager
-def scratch_repo(sources: Sequence[Path]) -> Iterator[Git]:
-    """A temporary bare repository that reads objects from `sources` (via alternates).
-
-    Bare and empty, it reads no .gitattributes: diffs made here (capture and verify's
-    re-export alike) never depend on a worktree's `diff=`/`-diff`/`binary` attributes.
-    """
-    with tempfile.TemporaryDirectory(prefix="patchctl-scratch-") as tmp:
-        git = Git.init(Path(tmp) / "scratch.git", bare=True)
-        # A throwaway repository: nothing in it needs to survive a crash, so no fsync.
-        with (git.repo / "config").open("a", encoding="utf-8") as config:
-            # index v4 (prefix-compressed paths) makes each apply/write-tree read less.
-            config.write("[core]\n\tfsync = none\n[index]\n\tversion = 4\n")
-        alternates = "".join(f"{objects_dir(s)}\n" for s in sources)
-        (git.repo / "objects" / "info").mkdir(parents=True, exist_ok=True)
-        (git.repo / "objects" / "info" / "alternates").write_text(alternates)
-        yield git
 
 
 def capture_trees(git: Git, patch: Patch, pre: str, post: str, root: str = ".") -> bytes:
@@ -210,9 +157,7 @@ def paths_outside_root(git: Git, pre: str, post: str, root: str) -> list[str]:
     if root in (".", ""):
         return []
     prefix = root.rstrip("/") + "/"
-    out = git.run("diff-tree", "-r", "--name-only", "-z", "--no-renames", pre, post, "--")
-    names = [os.fsdecode(n) for n in out.split(b"\0") if n]
-    return [n for n in names if not n.startswith(prefix)]
+    return [n for n in git.changed_paths(pre, post) if not n.startswith(prefix)]
 
 
 # ----------------------------------------------------------------------------- the commands
@@ -276,8 +221,8 @@ def commit_capture(room: Cleanroom, patch: Patch, data: bytes, parent: str) -> s
     commit = room.git.commit_tree(patch.post_tree, message, (parent,))
     room.git.update_ref("HEAD", commit, f"patchctl capture {patch.id}")
     # The index follows the new commit (stat data kept where blobs match); worktree untouched.
-    room.git.run("read-tree", "--reset", "HEAD")
-    room.git.run("update-index", "-q", "--refresh", ok=(0, 1))
+    room.git.read_tree("HEAD", reset=True)
+    room.git.refresh_index()
     return commit
 
 
@@ -286,7 +231,7 @@ def capture_patch(series: Series, room: Cleanroom, patch_id: str) -> tuple[Serie
     patch = series.patch(patch_id)
     parent, _recapture = stack_position(room, series, patch_id)
     pre = room.git.tree_of(parent)
-    post = snapshot_worktree(room.git)
+    post = room.git.snapshot_worktree()
     data = capture_trees(room.git, patch, pre, post, series.root)
     written = write_if_changed(series.patch_path(patch), data)
     recorded = replace(patch, pre_tree=pre, post_tree=post, imported=False)

@@ -88,10 +88,7 @@ class Cleanroom:
             f"%H%x00%(trailers:key={ID_TRAILER},valueonly,separator=%x2C)"
             f"%x00%(trailers:key={SHA_TRAILER},valueonly,separator=%x2C)%x00"
         )
-        raw = self.git.run(
-            "log", "--reverse", "-z", f"--format={fmt}", f"{BASE_REF}..HEAD", "--"
-        ).decode("utf-8")
-        fields = raw.split("\0")
+        fields = self.git.log_records(fmt, f"{BASE_REF}..HEAD")
         entries = []
         for i in range(0, len(fields) - 3, 4):
             commit, pid, sha = (fields[i + j].strip() for j in range(3))
@@ -111,8 +108,7 @@ class Cleanroom:
 
     def dirty_paths(self) -> list[str]:
         """Paths with unsaved work: modified, staged, deleted or untracked (not ignored)."""
-        raw = self.git.run("status", "--porcelain=v1", "-z", "--untracked-files=all")
-        return _parse_status(raw)
+        return self.git.status_paths()
 
     def is_dirty(self) -> bool:
         """True when there is unsaved work."""
@@ -125,32 +121,21 @@ class Cleanroom:
     def save_unsaved_work(self) -> Backup:
         """Commit all unsaved work to `refs/patchctl/backups/<n>` and write `<n>.patch`."""
         paths = tuple(self.dirty_paths())
-        tree = self._snapshot_tree()
+        tree = self.git.snapshot_worktree()
         number = self._next_backup_number()
         message = f"patchctl backup {number}: {len(paths)} path(s)\n".encode()
         commit = self.git.commit_tree(tree, message, (self.head(),))
         ref = f"{BACKUP_REFS}{number}"
         self.git.update_ref(ref, commit, "patchctl backup")
-        patch = self.git.run("diff", *DIFF_FLAGS, "HEAD", commit, "--")
+        patch = self.git.run("diff", *DIFF_FLAGS, "--end-of-options", "HEAD", commit, "--")
         target = self.backups_dir() / f"{number}.patch"
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(patch)
         return Backup(ref, commit, target, paths)
 
-    def _snapshot_tree(self) -> str:
-        """The tree of HEAD plus every unsaved change, via a temporary index."""
-        index = self.git.repo / ".git" / "patchctl-backup.index"
-        env = {"GIT_INDEX_FILE": str(index)}
-        try:
-            self.git.run("read-tree", "HEAD", env=env)
-            self.git.run("add", "-A", "--", ".", env=env)
-            return self.git.text("write-tree", env=env)
-        finally:
-            index.unlink(missing_ok=True)
-
     def _next_backup_number(self) -> int:
-        refs = self.git.text("for-each-ref", "--format=%(refname)", BACKUP_REFS)
-        numbers = [int(r.rsplit("/", 1)[1]) for r in refs.split() if r.rsplit("/", 1)[1].isdigit()]
+        names = [ref.rsplit("/", 1)[1] for ref in self.git.refs(BACKUP_REFS)]
+        numbers = [int(name) for name in names if name.isdigit()]
         files = [int(p.stem) for p in self._backup_files() if p.stem.isdigit()]
         return max([0, *numbers, *files]) + 1
 
@@ -166,8 +151,8 @@ class Cleanroom:
         """
         if self.git.rev_parse(backup.ref) != backup.commit:
             raise PatchctlError(f"backup {backup.ref} is missing; not discarding anything")
-        self.git.run("reset", "--quiet", "--hard", "HEAD")
-        tracked = set(self.git.run("ls-files", "-z").split(b"\0"))
+        self.git.reset_hard_to_head()
+        tracked = self.git.tracked_paths()
         for rel in backup.paths:
             target = self.path / rel
             if os.fsencode(rel) not in tracked and (target.is_symlink() or target.is_file()):
@@ -175,22 +160,7 @@ class Cleanroom:
 
     def reset_to(self, commit: str) -> None:
         """Move the branch to `commit`, touching only files that differ (`reset --keep`)."""
-        self.git.run("reset", "--quiet", "--keep", commit)
-
-
-def _parse_status(raw: bytes) -> list[str]:
-    paths: list[str] = []
-    fields = raw.split(b"\0")
-    i = 0
-    while i < len(fields):
-        entry = fields[i]
-        i += 1
-        if len(entry) < 4:
-            continue
-        if entry[:1] in (b"R", b"C"):
-            i += 1  # the rename/copy source follows as its own field
-        paths.append(os.fsdecode(entry[3:]))
-    return paths
+        self.git.reset_keep(commit)
 
 
 # ----------------------------------------------------------------------------- locating
@@ -286,7 +256,7 @@ def _build(series: Series, tmp: Path, progress: Progress | None) -> None:
     message = f"upstream: {series.upstream.describe()}\n".encode()
     base = git.commit_tree(result.tree, message)
     git.update_ref(BRANCH, base)
-    git.run("symbolic-ref", "HEAD", BRANCH)
+    git.set_head(BRANCH)
     git.update_ref(BASE_REF, base)
     meta = {
         "created_by": f"patchctl {__version__}",

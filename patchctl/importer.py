@@ -18,10 +18,9 @@ from itertools import pairwise
 from pathlib import Path
 
 from patchctl.apply import find_drift, patch_sha256
-from patchctl.capture import temp_index
 from patchctl.errors import ConfigError, NotFound, PatchDoesNotApply
 from patchctl.fsio import write_if_changed
-from patchctl.git import Git
+from patchctl.git import Git, temp_index
 from patchctl.progress import Progress, or_null
 from patchctl.series import PATCH_ID, Patch, Series
 
@@ -195,12 +194,12 @@ def apply_chain(
     """Apply each patch in order onto tree `base` in `git`; its trees and offset notes."""
     results = []
     directory = [] if root in (".", "") else [f"--directory={root.rstrip('/')}"]
-    with temp_index(git) as env:
-        git.run("read-tree", base, env=env)
+    with temp_index(git) as index:
+        index.read_tree(base)
         current = base
         for patch, data in patches:
-            args = ("apply", "--cached", "-v", "--whitespace=nowarn", "-p1", *directory)
-            code, _, err = git.run_full(*args, stdin=data, env=env)
+            flags = ("-v", "--whitespace=nowarn", "-p1", *directory)
+            code, err = index.apply(data, flags)
             if code != 0:
                 errors = [x for x in err.decode("utf-8", "replace").splitlines() if "error" in x]
                 raise PatchDoesNotApply(
@@ -209,7 +208,7 @@ def apply_chain(
                     stderr=err,
                     why=errors[0] if errors else None,
                 )
-            post = git.run("write-tree", env=env).decode("ascii").strip()
+            post = index.write_tree()
             results.append(Applied(current, post, _drift(err)))
             current = post
     return results

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import suppress
@@ -25,10 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from patchctl.apply import find_drift, patch_sha256
-from patchctl.capture import diff_tree_pairs, render_patch, scratch_repo
+from patchctl.capture import diff_tree_pairs, render_patch
 from patchctl.errors import NotFound, VerifyFailed
 from patchctl.fsio import write_atomic
-from patchctl.git import Git
+from patchctl.git import Git, Index, scratch_repo
 from patchctl.markers import (
     MarkerCheck,
     added_by,
@@ -42,7 +41,7 @@ from patchctl.upstream import cache_dir
 
 STEPS = ("chain", "forward", "reverse", "reexport", "markers")
 # `git apply` flags: index only (no worktree), never rewrite whitespace, never fuzz context.
-APPLY_FLAGS = ("apply", "--cached", "--whitespace=nowarn", "-p1")
+APPLY_FLAGS = ("--whitespace=nowarn", "-p1")
 
 
 @dataclass(frozen=True)
@@ -129,31 +128,18 @@ class RoundTripFailed(VerifyFailed):
 # ----------------------------------------------------------------------------- scratch repo
 
 
-class Index:
-    """A private index file inside the scratch repository."""
+def _index(git: Git, name: str) -> Index:
+    """An index file of its own inside the scratch repository (one per pass)."""
+    return Index(git, git.repo / f"{name}.index")
 
-    def __init__(self, git: Git, name: str) -> None:
-        self.git = git
-        self.env = {"GIT_INDEX_FILE": str(git.repo / f"{name}.index")}
 
-    def read(self, tree: str) -> None:
-        """Load `tree` into the index."""
-        self.git.run("read-tree", tree, env=self.env)
-
-    def apply(self, data: bytes, *, reverse: bool = False, root: str = ".") -> tuple[bool, bytes]:
-        """Apply patch bytes to the index; (ok, git's verbose stderr)."""
-        args = [*APPLY_FLAGS, "-v", *(["-R"] if reverse else []), *_directory(root)]
-        code, _, err = self.git.run_full(*args, stdin=data, env=self.env)
-        if code < 0:
-            # git 2.39 can abort on some corrupt patches (apply.c assertion), leaving its
-            # lock behind; the index is ours, so drop the lock and report the crash.
-            Path(self.env["GIT_INDEX_FILE"] + ".lock").unlink(missing_ok=True)
-            err += f"error: git apply crashed (signal {-code})\n".encode()
-        return code == 0, err
-
-    def tree(self) -> str:
-        """Write the index as a tree and return its id."""
-        return self.git.run("write-tree", env=self.env).decode("ascii").strip()
+def _apply(
+    index: Index, data: bytes, *, reverse: bool = False, root: str = "."
+) -> tuple[bool, bytes]:
+    """Apply patch bytes to the index; (ok, git's verbose stderr)."""
+    flags = [*APPLY_FLAGS, "-v", *(["-R"] if reverse else []), *_directory(root)]
+    code, err = index.apply(data, flags)
+    return code == 0, err
 
 
 def _directory(root: str) -> list[str]:
@@ -175,21 +161,12 @@ def _drift_note(err: bytes) -> str:
     return f" (note: {len(drift)} hunk(s) at an offset, first in {first.file}: {first.why})"
 
 
-def has_object(git: Git, oid: str | None) -> bool:
-    """True when `oid` names an object the scratch repository can read."""
-    if oid is None:
-        return False
-    code, _, _ = git.run_full("cat-file", "-e", f"{oid}^{{tree}}")
-    return code == 0
-
-
 def first_differing_path(git: Git, expected: str, actual: str) -> str:
     """The first path whose entry differs between two trees (both readable)."""
-    if not (has_object(git, expected) and has_object(git, actual)):
+    if not (git.has_tree(expected) and git.has_tree(actual)):
         return f"tree {actual} instead of {expected}"
-    out = git.run("diff-tree", "-r", "--name-only", "-z", "--no-renames", expected, actual, "--")
-    names = [n for n in out.split(b"\0") if n]
-    first = os.fsdecode(names[0]) if names else "(none)"
+    names = git.changed_paths(expected, actual)
+    first = names[0] if names else "(none)"
     return f"tree {actual} instead of {expected}; first differing path: {first}"
 
 
@@ -276,7 +253,7 @@ def verify_series(
     prog = or_null(progress)
     prog.start("verify", 3 * len(patches))
     with scratch_repo(sources) as git, ThreadPoolExecutor(max_workers=3) as pool:
-        if not has_object(git, start):
+        if not git.has_tree(start):
             raise NotFound(
                 f"upstream tree {start} is not in {', '.join(map(str, sources))}",
                 hint="materialize the clean room first: patchctl cleanroom apply",
@@ -353,8 +330,8 @@ def _forward_pass(
     start: str,
     prog: Progress,
 ) -> list[_Forward]:
-    index = Index(git, "forward")
-    index.read(start)
+    index = _index(git, "forward")
+    index.read_tree(start)
     current: str | None = start
     results = []
     for patch, data in zip(patches, datas, strict=True):
@@ -381,11 +358,11 @@ def _forward(
 ) -> tuple[str | None, StepResult]:
     if pre is None:
         return _resume(git, index, patch), StepResult("forward", False, "no tree to apply to")
-    applied, err = index.apply(data, root=series.root)
+    applied, err = _apply(index, data, root=series.root)
     if not applied:
         why = f"does not apply: {_first_error(err)}"
         return _resume(git, index, patch), StepResult("forward", False, why)
-    post = index.tree()
+    post = index.write_tree()
     if patch.post_tree is not None and post != patch.post_tree:
         return post, StepResult("forward", False, first_differing_path(git, patch.post_tree, post))
     return post, StepResult("forward", True, post + _drift_note(err))
@@ -395,12 +372,12 @@ def _resume(git: Git, index: Index, patch: Patch) -> str | None:
     """After a failed forward step, continue from the recorded post-tree if readable."""
     post = _readable(git, patch.post_tree)
     if post is not None:
-        index.read(post)
+        index.read_tree(post)
     return post
 
 
 def _readable(git: Git, oid: str | None) -> str | None:
-    return oid if has_object(git, oid) else None
+    return oid if git.has_tree(oid) else None
 
 
 def _trees(git: Git, result: _Forward) -> tuple[str | None, str | None]:
@@ -413,7 +390,7 @@ def _trees(git: Git, result: _Forward) -> tuple[str | None, str | None]:
 def _reverse_pass(
     git: Git, series: Series, items: Sequence[_Item], prog: Progress
 ) -> dict[str, StepResult]:
-    index = Index(git, "reverse")
+    index = _index(git, "reverse")
     state: str | None = None  # the tree the reverse index holds
     steps = {}
     for item in reversed(items):
@@ -421,7 +398,7 @@ def _reverse_pass(
             steps[item.patch.id] = StepResult("reverse", False, "no readable pre/post tree")
             continue
         if state != item.post:
-            index.read(item.post)
+            index.read_tree(item.post)
         steps[item.patch.id], state = _reverse(git, index, series, item.data, item.pre)
         prog.advance("verify")
     return steps
@@ -430,10 +407,10 @@ def _reverse_pass(
 def _reverse(
     git: Git, index: Index, series: Series, data: bytes, pre: str
 ) -> tuple[StepResult, str | None]:
-    applied, err = index.apply(data, reverse=True, root=series.root)
+    applied, err = _apply(index, data, reverse=True, root=series.root)
     if not applied:
         return StepResult("reverse", False, f"does not reverse-apply: {_first_error(err)}"), None
-    back = index.tree()
+    back = index.write_tree()
     if back != pre:
         return StepResult("reverse", False, first_differing_path(git, pre, back)), back
     return StepResult("reverse", True, back), back

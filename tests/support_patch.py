@@ -8,11 +8,11 @@ writes the user settings that are known to change patch bytes into both the repo
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchctl.capture import snapshot_worktree
 from patchctl.git import Git
 from patchctl.series import Patch, Series, Upstream, save_series
 
@@ -110,7 +110,7 @@ def make_series(directory: Path, base: str, patches: tuple[Patch, ...] = ()) -> 
 
 def worktree_tree(git: Git) -> str:
     """The tree of the working tree (as capture sees it)."""
-    return snapshot_worktree(git)
+    return git.snapshot_worktree()
 
 
 def make_project(root: Path, files: dict[str, bytes]) -> Path:
@@ -137,3 +137,28 @@ def make_project(root: Path, files: dict[str, bytes]) -> Path:
         f"  path: ../../../{archive.name}\n  sha256: {sha}\npatches: []\n"
     )
     return series_dir
+
+
+def racy_same_size_edit(git: Git, name: str, data: bytes) -> None:
+    """Rewrite `name` with `data` (same size) so that only git's racy-clean check can see it.
+
+    Within one second: the file is rewritten with its committed bytes, the index records its
+    stat data, then the new bytes land. Stat data (seconds, size, inode) still match the index;
+    git re-reads the file only because its mtime is not older than the index file's. The call
+    returns in a later second, so a copy of the index with a fresh mtime would miss the edit.
+    """
+    path = git.repo / name
+    old = git.cat_file("blob", git.rev_parse(f"HEAD:{name}"))
+    assert len(old) == len(data) and old != data
+    for _attempt in range(5):
+        time.sleep(1.02 - time.time() % 1)  # early in a fresh second
+        second = int(time.time())
+        path.write_bytes(old)
+        git.refresh_index()
+        path.write_bytes(data)
+        stamps = (path.stat().st_mtime, path.stat().st_ctime, git.index_path().stat().st_mtime)
+        if {int(t) for t in stamps} == {second}:
+            break
+    else:
+        raise AssertionError("could not edit within the second of the index write")
+    time.sleep(1.02 - time.time() % 1)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import Exe, Files, Repo, git_upstream, write_files, write_series
+from support_patch import racy_same_size_edit
 
 from patchctl import build, toolchain
 from patchctl.build import BuildConfig, BuildStepFailed
@@ -224,6 +225,17 @@ def test_tree_id_clean_dirty_untracked_and_index_untouched(tiny: Repo) -> None:
     assert build.worktree_id(tiny.path) == (tiny.tree, False)
     assert index.read_bytes() == before
     assert tiny.git.run("diff", "--cached", "--name-only") == b""
+
+
+def test_tree_id_sees_a_same_size_edit_made_in_the_second_of_the_index_write(tiny: Repo) -> None:
+    # The snapshot must not trust stat data that git's racy-clean check would distrust: a
+    # copy of the index with a fresh mtime once returned HEAD's tree here (while "dirty").
+    lib = TINY_CMAKE["lib.c"]
+    assert isinstance(lib, bytes)
+    racy_same_size_edit(tiny.git, "lib.c", lib.replace(b"42", b"43"))
+    tree_id, dirty = build.worktree_id(tiny.path)
+    assert dirty and tree_id != tiny.tree
+    assert tiny.git.cat_file("blob", f"{tree_id}:lib.c") == lib.replace(b"42", b"43")
 
 
 # ----------------------------------------------------------------------------- real builds

@@ -6,18 +6,30 @@ import os
 from pathlib import Path
 
 import pytest
-from support_patch import Entry, Exe, Link, hostile, make_repo, make_series, write_files
+from support_patch import (
+    Entry,
+    Exe,
+    Link,
+    hostile,
+    make_project,
+    make_repo,
+    make_series,
+    racy_same_size_edit,
+    write_files,
+)
 
+from patchctl.apply import cleanroom_apply
 from patchctl.capture import (
     NothingToCapture,
+    capture_patch,
     capture_trees,
     diff_trees,
-    git_dir,
+    new_patch,
     patch_header,
-    snapshot_worktree,
     write_if_changed,
 )
-from patchctl.series import Patch
+from patchctl.cleanroom import open_cleanroom
+from patchctl.series import Patch, load_series
 from patchctl.verify import verify_series
 
 GOLDEN = Path(__file__).parent / "golden" / "capture"
@@ -76,7 +88,7 @@ def _capture(path: Path) -> tuple[bytes, str, str]:
 
     git = Git(path)
     pre = git.tree_of("HEAD")
-    post = snapshot_worktree(git)
+    post = git.snapshot_worktree()
     return capture_trees(git, META, pre, post), pre, post
 
 
@@ -166,9 +178,9 @@ def test_diff_trees_root_is_relative(repo: Path) -> None:
 
     git = Git(repo)
     write_files(repo, {"dir/keep.c": b"int y;\n"})
-    diff = diff_trees(git, git.tree_of("HEAD"), snapshot_worktree(git), root="dir")
+    diff = diff_trees(git, git.tree_of("HEAD"), git.snapshot_worktree(), root="dir")
     assert diff.startswith(b"diff --git a/keep.c b/keep.c\n")
-    assert git_dir(git) == (repo / ".git").resolve()
+    assert git.git_dir() == (repo / ".git").resolve()
 
 
 def test_foundation_content_matrix_golden(tmp_path: Path) -> None:
@@ -186,7 +198,7 @@ def test_foundation_content_matrix_golden(tmp_path: Path) -> None:
     git.update_ref("HEAD", git.commit_tree(base, b"base\n"))
     hostile(path)
     seal_write(path, CONTENT_MATRIX_AFTER)
-    post = snapshot_worktree(git)
+    post = git.snapshot_worktree()
     data = capture_trees(git, META, base, post)
     golden = GOLDEN / "foundation-matrix.patch"
     if UPDATE:
@@ -206,7 +218,7 @@ def test_changes_outside_the_root_are_refused(repo: Path) -> None:
     git = Git(repo)
     write_files(repo, {"dir/keep.c": b"int y;\n", "gone.txt": b"changed\n"})
     with pytest.raises(PatchctlError, match=r"outside the series root 'dir'.*gone\.txt"):
-        capture_trees(git, META, git.tree_of("HEAD"), snapshot_worktree(git), root="dir")
+        capture_trees(git, META, git.tree_of("HEAD"), git.snapshot_worktree(), root="dir")
 
 
 def test_worktree_attributes_do_not_change_the_bytes(tmp_path: Path) -> None:
@@ -254,3 +266,16 @@ def test_new_patch_validation(tmp_path: Path) -> None:
             new_patch(series, pid, title, markers=markers)
     with pytest.raises(ConfigError, match="already exists"):
         new_patch(updated, "0079-fix", "again")
+
+
+def test_capture_sees_a_same_size_edit_made_in_the_second_of_the_index_write(
+    tmp_path: Path,
+) -> None:
+    series_dir = make_project(tmp_path, {"main.c": b"int main(void) { return 0; }\n"})
+    cleanroom_apply(series_dir)
+    series, _entry = new_patch(load_series(series_dir), "0001-one", "Return one")
+    room = open_cleanroom(series.dir)
+    racy_same_size_edit(room.git, "main.c", b"int main(void) { return 1; }\n")
+    _updated, captured = capture_patch(series, room, "0001-one")
+    assert b"+int main(void) { return 1; }" in captured.data
+    assert room.git.cat_file("blob", f"{captured.post_tree}:main.c").endswith(b"return 1; }\n")

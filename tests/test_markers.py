@@ -6,7 +6,6 @@ from pathlib import Path
 
 from support_patch import make_repo, write_files
 
-from patchctl.capture import snapshot_worktree
 from patchctl.markers import (
     MarkerCheck,
     added_by,
@@ -54,7 +53,7 @@ def test_presence_in_trees(tmp_path: Path) -> None:
     files = {"a.c": b"int a; // MARK-A\n", "b.bin": b"\0MARK-B\n", "c.h": b"int c;\n"}
     git, base = make_repo(tmp_path / "r", files)
     write_files(tmp_path / "r", {"c.h": b"int c; // MARK-C\n"})
-    post = snapshot_worktree(git)
+    post = git.snapshot_worktree()
     assert markers_in_tree(git, base, ["MARK-A", "MARK-B", "MARK-C"]) == frozenset({"MARK-A"})
     assert markers_in_tree(git, base, ["MARK-A"], paths=["c.h"]) == frozenset()
     assert markers_in_tree(git, base, ["MARK-A"], paths=[]) == frozenset()

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support_patch import Entry, Exe, Link, make_repo, make_series, write_files
 
-from patchctl.capture import capture_trees, snapshot_worktree
+from patchctl.capture import capture_trees
 from patchctl.errors import NotFound, VerifyFailed
 from patchctl.git import Git
 from patchctl.series import Patch, Series
@@ -33,7 +33,7 @@ def _captured_stack(tmp: Path, edits: list[dict[str, Entry]]) -> tuple[Series, G
     pre = base
     for n, edit in enumerate(edits, 1):
         write_files(repo, edit)
-        post = snapshot_worktree(git)
+        post = git.snapshot_worktree()
         entry = Patch(
             id=f"{n:04d}-p{n}",
             file=f"{n:04d}-p{n}.patch",
@@ -188,7 +188,7 @@ def test_random_edits_capture_verify_and_any_flipped_byte_fails(
         repo = Path(tmp) / "repo"
         git, base = make_repo(repo, BASE)
         write_files(repo, edits)
-        post = snapshot_worktree(git)
+        post = git.snapshot_worktree()
         if post == base:
             return  # the edits rewrote files with their own bytes: nothing to capture
         entry = Patch(
