@@ -22,6 +22,7 @@ from typing import Any
 from patchctl import __version__
 from patchctl.errors import DirtyTree, NotFound, PatchctlError
 from patchctl.git import Git
+from patchctl.patchapply import ID_TRAILER, SHA_TRAILER
 from patchctl.progress import Progress
 from patchctl.series import Series, series_to_dict
 from patchctl.upstream import Materialized, materialize
@@ -30,8 +31,6 @@ MARKER = "patchctl-cleanroom.json"
 BRANCH = "refs/heads/main"
 BASE_REF = "refs/patchctl/base"
 BACKUP_REFS = "refs/patchctl/backups/"
-ID_TRAILER = "Patchctl-Id"
-SHA_TRAILER = "Patchctl-Patch-Sha256"
 # Worktree bytes must equal blob bytes whatever attributes upstream ships (eol, filters).
 INFO_ATTRIBUTES = b"* -text -eol -filter -ident -working-tree-encoding\n"
 # Capture/diff flags for backup patch files: bytes-exact, config-free.

@@ -293,6 +293,14 @@ class Git:
         flags = [*(["--reset"] if reset else []), *(["-u"] if update else [])]
         self.run("read-tree", *flags, "--end-of-options", tree)
 
+    def apply(self, data: bytes, flags: Sequence[str]) -> tuple[int, bytes]:
+        """`git apply --index <flags>` of patch bytes on stdin: (exit status, stderr).
+
+        The index and the work tree move together; `--check` in `flags` writes nothing.
+        """
+        code, _out, err = self.run_full("apply", "--index", *flags, stdin=data)
+        return code, err
+
     def refresh_index(self) -> None:
         """Refresh the index's stat data so later status/diff calls hash only changed files."""
         self.run("update-index", "-q", "--refresh", ok=(0, 1))

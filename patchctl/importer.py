@@ -17,10 +17,10 @@ from email.header import decode_header, make_header
 from itertools import pairwise
 from pathlib import Path
 
-from patchctl.apply import find_drift, patch_sha256
-from patchctl.errors import ConfigError, NotFound, PatchDoesNotApply
+from patchctl.errors import ConfigError, NotFound
 from patchctl.fsio import write_if_changed
 from patchctl.git import Git, temp_index
+from patchctl.patchapply import apply_to_index, conflict, drift_summary, patch_sha256
 from patchctl.progress import Progress, or_null
 from patchctl.series import PATCH_ID, Patch, Series
 
@@ -193,33 +193,24 @@ def apply_chain(
 ) -> list[Applied]:
     """Apply each patch in order onto tree `base` in `git`; its trees and offset notes."""
     results = []
-    directory = [] if root in (".", "") else [f"--directory={root.rstrip('/')}"]
     with temp_index(git) as index:
         index.read_tree(base)
         current = base
         for patch, data in patches:
-            flags = ("-v", "--whitespace=nowarn", "-p1", *directory)
-            code, err = index.apply(data, flags)
-            if code != 0:
-                errors = [x for x in err.decode("utf-8", "replace").splitlines() if "error" in x]
-                raise PatchDoesNotApply(
-                    f"{patch.id} does not apply to the tree before it ({current})",
-                    patch=patch.id,
-                    stderr=err,
-                    why=errors[0] if errors else None,
+            outcome = apply_to_index(index, data, root)
+            if not outcome.ok:
+                raise conflict(
+                    patch.id,
+                    data,
+                    outcome.stderr,
+                    root,
+                    onto=f" to the tree before it ({current})",
+                    hint="nothing was written; fix the patch or import onto the upstream it needs",
                 )
             post = index.write_tree()
-            results.append(Applied(current, post, _drift(err)))
+            results.append(Applied(current, post, drift_summary(outcome.drift())))
             current = post
     return results
-
-
-def _drift(err: bytes) -> str | None:
-    found = find_drift(err)
-    if not found:
-        return None
-    first = found[0]
-    return f"{len(found)} hunk(s) at an offset, first in {first.file}: {first.why}"
 
 
 @dataclass(frozen=True)

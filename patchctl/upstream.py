@@ -22,6 +22,7 @@ from typing import Any
 from urllib.parse import urljoin
 
 from patchctl.archive import extract_archive, is_archive
+from patchctl.cache import cache_dir
 from patchctl.errors import ChecksumMismatch, ConfigError, GitFailed, NotFound, PatchctlError
 from patchctl.fsio import write_atomic
 from patchctl.git import Git
@@ -31,16 +32,6 @@ from patchctl.series import Series, Upstream
 PYPI_URL = "https://pypi.org"
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 CHUNK = 1 << 20
-
-
-def cache_dir() -> Path:
-    """`$PATCHCTL_CACHE_DIR`, else `$XDG_CACHE_HOME/patchctl`, else `~/.cache/patchctl`."""
-    explicit = os.environ.get("PATCHCTL_CACHE_DIR")
-    if explicit:
-        return Path(explicit)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg) if xdg else Path.home() / ".cache"
-    return base / "patchctl"
 
 
 def pypi_url() -> str:

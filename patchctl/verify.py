@@ -23,8 +23,7 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from patchctl.apply import find_drift, patch_sha256
-from patchctl.capture import diff_tree_pairs, render_patch
+from patchctl.cache import cache_dir
 from patchctl.errors import NotFound, VerifyFailed
 from patchctl.fsio import write_atomic
 from patchctl.git import Git, Index, scratch_repo
@@ -35,13 +34,12 @@ from patchctl.markers import (
     markers_in_tree,
     touched_paths,
 )
+from patchctl.patchapply import Outcome, apply_to_index, drift_summary, patch_sha256
+from patchctl.patchfile import diff_tree_pairs, render_patch
 from patchctl.progress import Progress, or_null
 from patchctl.series import Patch, Series
-from patchctl.upstream import cache_dir
 
 STEPS = ("chain", "forward", "reverse", "reexport", "markers")
-# `git apply` flags: index only (no worktree), never rewrite whitespace, never fuzz context.
-APPLY_FLAGS = ("--whitespace=nowarn", "-p1")
 
 
 @dataclass(frozen=True)
@@ -133,32 +131,10 @@ def _index(git: Git, name: str) -> Index:
     return Index(git, git.repo / f"{name}.index")
 
 
-def _apply(
-    index: Index, data: bytes, *, reverse: bool = False, root: str = "."
-) -> tuple[bool, bytes]:
-    """Apply patch bytes to the index; (ok, git's verbose stderr)."""
-    flags = [*APPLY_FLAGS, "-v", *(["-R"] if reverse else []), *_directory(root)]
-    code, err = index.apply(data, flags)
-    return code == 0, err
-
-
-def _directory(root: str) -> list[str]:
-    return [] if root in (".", "") else [f"--directory={root.rstrip('/')}"]
-
-
-def _first_error(err: bytes) -> str:
-    lines = err.decode("utf-8", "backslashreplace").strip().splitlines()
-    errors = [line for line in lines if line.startswith("error: ")]
-    return (errors or lines or ["git apply failed"])[0]
-
-
-def _drift_note(err: bytes) -> str:
+def _drift_note(outcome: Outcome) -> str:
     """Hunks git placed at an offset (possible only for imported patches; not a failure)."""
-    drift = find_drift(err)
-    if not drift:
-        return ""
-    first = drift[0]
-    return f" (note: {len(drift)} hunk(s) at an offset, first in {first.file}: {first.why})"
+    summary = drift_summary(outcome.drift())
+    return "" if summary is None else f" (note: {summary})"
 
 
 def first_differing_path(git: Git, expected: str, actual: str) -> str:
@@ -358,14 +334,14 @@ def _forward(
 ) -> tuple[str | None, StepResult]:
     if pre is None:
         return _resume(git, index, patch), StepResult("forward", False, "no tree to apply to")
-    applied, err = _apply(index, data, root=series.root)
-    if not applied:
-        why = f"does not apply: {_first_error(err)}"
+    outcome = apply_to_index(index, data, series.root)
+    if not outcome.ok:
+        why = f"does not apply: {outcome.first_error()}"
         return _resume(git, index, patch), StepResult("forward", False, why)
     post = index.write_tree()
     if patch.post_tree is not None and post != patch.post_tree:
         return post, StepResult("forward", False, first_differing_path(git, patch.post_tree, post))
-    return post, StepResult("forward", True, post + _drift_note(err))
+    return post, StepResult("forward", True, post + _drift_note(outcome))
 
 
 def _resume(git: Git, index: Index, patch: Patch) -> str | None:
@@ -407,9 +383,10 @@ def _reverse_pass(
 def _reverse(
     git: Git, index: Index, series: Series, data: bytes, pre: str
 ) -> tuple[StepResult, str | None]:
-    applied, err = _apply(index, data, reverse=True, root=series.root)
-    if not applied:
-        return StepResult("reverse", False, f"does not reverse-apply: {_first_error(err)}"), None
+    outcome = apply_to_index(index, data, series.root, reverse=True)
+    if not outcome.ok:
+        why = f"does not reverse-apply: {outcome.first_error()}"
+        return StepResult("reverse", False, why), None
     back = index.write_tree()
     if back != pre:
         return StepResult("reverse", False, first_differing_path(git, pre, back)), back

@@ -19,16 +19,10 @@ from support_patch import (
 )
 
 from patchctl.apply import cleanroom_apply
-from patchctl.capture import (
-    NothingToCapture,
-    capture_patch,
-    capture_trees,
-    diff_trees,
-    new_patch,
-    patch_header,
-    write_if_changed,
-)
+from patchctl.capture import NothingToCapture, capture_patch, capture_trees, new_patch
 from patchctl.cleanroom import open_cleanroom
+from patchctl.fsio import write_if_changed
+from patchctl.patchfile import diff_trees, patch_header
 from patchctl.series import Patch, load_series
 from patchctl.verify import verify_series
 

@@ -189,9 +189,12 @@ def test_conflicting_import_is_patch_does_not_apply(
     series = make_series(tmp_path / "project" / "patches" / "s", base)
     source = tmp_path / "bad.patch"
     source.write_bytes(DEP3.replace(b"-\treturn 0;", b"-\treturn 7;"))
-    with pytest.raises(PatchDoesNotApply, match="does not apply"):
+    with pytest.raises(PatchDoesNotApply, match="does not apply") as info:
         import_patches(series, source, git, base)
     assert not any(series.dir.glob("*.patch"))  # nothing written on failure
+    # The same diagnosis as `cleanroom apply`: file, hunk and reason (patchapply.conflict).
+    assert (info.value.file, info.value.hunk) == ("main.c", 1)
+    assert info.value.why == "context does not match"
 
 
 def test_quilt_options_and_missing_files(tmp_path: Path) -> None:

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from conftest import Exe, Link, Repo, make_tar
 
+from patchctl.cache import cache_dir
 from patchctl.errors import ChecksumMismatch, NotFound
 from patchctl.git import Git
 from patchctl.progress import RecordingProgress
 from patchctl.series import Series, Upstream
 from patchctl.upstream import (
-    cache_dir,
     fetch_git,
     fetch_sdist,
     find_cached,

@@ -8,10 +8,11 @@ from typing import Annotated, Any
 
 import typer
 
-from patchctl.apply import ApplyReport, cleanroom_apply, patch_sha256
+from patchctl.apply import ApplyReport, cleanroom_apply
 from patchctl.cleanroom import Cleanroom, default_workdir, load_cleanroom, same_pin
 from patchctl.console import RichProgress, out, print_json
 from patchctl.options import DEFAULT_SERIES, JsonOpt, SeriesOpt, WorkdirOpt
+from patchctl.patchapply import patch_sha256
 from patchctl.series import Series, load_series
 
 group = typer.Typer(
