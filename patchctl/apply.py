@@ -18,16 +18,15 @@ from patchctl.cleanroom import (
     Backup,
     Cleanroom,
     create_cleanroom,
-    default_workdir,
     is_cleanroom,
     load_cleanroom,
-    locked,
     same_pin,
 )
 from patchctl.errors import DirtyTree
 from patchctl.patchapply import apply_in_tree, check_patch, commit_message, patch_sha256
 from patchctl.progress import Progress, or_null
-from patchctl.series import Patch, Series, load_series
+from patchctl.series import Patch, Series
+from patchctl.session import series_session
 
 
 @dataclass(frozen=True)
@@ -153,18 +152,18 @@ def _protect(room: Cleanroom, force: bool) -> Backup | None:
 
 
 def cleanroom_apply(
-    series_dir: Path,
+    series_path: Path,
     workdir: Path | None = None,
     upto: str | None = None,
     force: bool = False,
     progress: Progress | None = None,
 ) -> ApplyReport:
     """`patchctl cleanroom apply`: create or update the clean room and apply the series."""
-    series = load_series(series_dir)
-    if upto is not None:
-        series.index(upto)  # NotFound before anything is touched
-    path = workdir if workdir is not None else default_workdir(series.dir)
-    with locked(path):
+    with series_session(series_path) as session:
+        series = session.series
+        if upto is not None:
+            series.index(upto)  # NotFound before anything is touched
+        path = session.lock_cleanroom(workdir)
         return _apply_locked(series, path, upto, force, progress)
 
 

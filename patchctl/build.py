@@ -27,9 +27,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from patchctl import __version__, toolchain
+from patchctl.cleanroom import default_workdir
 from patchctl.errors import BuildFailed, NotFound, PatchctlError, ToolchainMissing
 from patchctl.git import Git, temp_index
 from patchctl.progress import Progress, or_null
+from patchctl.series import series_dir
 
 SCHEMA = 1
 MANIFEST = "patchctl-build.json"
@@ -838,3 +840,47 @@ def version_of(tool: Path) -> str:
     lines = [ln.strip() for ln in proc.stdout.decode("utf-8", "replace").splitlines() if ln.strip()]
     release = [ln for ln in lines if "release" in ln]  # nvcc: "Cuda compilation tools, ..."
     return (release or lines or [f"no version output (exit {proc.returncode})"])[0]
+
+
+# --- the command -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BuildOutcome:
+    """What `patchctl build` did: the plan, and the result unless it was a dry run."""
+
+    plan: BuildPlan
+    result: BuildResult | None
+
+
+def builds_root(tree: Path) -> Path:
+    """`<clean room>.builds/` beside the clean room (docs/architecture.md)."""
+    return tree.parent / f"{tree.name}.builds"
+
+
+def cleanroom_path(series_path: Path, workdir: Path | None) -> Path:
+    """The clean room to build: --workdir, else cleanroom/<series name>; it must exist."""
+    tree = workdir if workdir is not None else default_workdir(series_dir(series_path))
+    if not tree.is_dir():
+        raise NotFound(
+            f"no clean room at {tree}",
+            hint=f"create it with `patchctl cleanroom apply --series {series_path}`"
+            + ("" if workdir is None else f" --workdir {workdir}"),
+        )
+    return tree.absolute()
+
+
+def build_cleanroom(
+    series_path: Path,
+    workdir: Path | None,
+    config: BuildConfig,
+    build_dir: Path | None = None,
+    *,
+    dry_run: bool = False,
+    progress: Progress | None = None,
+) -> BuildOutcome:
+    """`patchctl build`: plan the build of the series' clean room, then run it (unless
+    `dry_run`); read-only for the clean room, one build at a time per build dir."""
+    tree = cleanroom_path(series_path, workdir)
+    plan = plan_build(tree, config, builds_root(tree), build_dir)
+    return BuildOutcome(plan, None if dry_run else execute_plan(plan, progress))

@@ -8,7 +8,9 @@ same trees and metadata always give the same bytes, which `verify`'s re-export r
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from patchctl.cleanroom import Cleanroom
 from patchctl.errors import ConfigError, DirtyTree, PatchctlError
@@ -17,6 +19,7 @@ from patchctl.git import Git, scratch_repo
 from patchctl.patchapply import commit_message, patch_sha256
 from patchctl.patchfile import export_patch
 from patchctl.series import PATCH_ID, Patch, Series
+from patchctl.session import series_session
 
 
 class NothingToCapture(PatchctlError):
@@ -61,7 +64,7 @@ def paths_outside_root(git: Git, pre: str, post: str, root: str) -> list[str]:
     return [n for n in git.changed_paths(pre, post) if not n.startswith(prefix)]
 
 
-# ----------------------------------------------------------------------------- the commands
+# ----------------------------------------------------------------------------- the steps
 
 
 def new_patch(
@@ -127,14 +130,63 @@ def commit_capture(room: Cleanroom, patch: Patch, data: bytes, parent: str) -> s
     return commit
 
 
-def capture_patch(series: Series, room: Cleanroom, patch_id: str) -> tuple[Series, Captured]:
-    """`patchctl capture ID`: write the patch file, commit it in the clean room, record trees."""
+def capture_patch(
+    series: Series,
+    room: Cleanroom,
+    patch_id: str,
+    write: Callable[[Path, bytes], bool] = write_if_changed,
+) -> tuple[Series, Captured]:
+    """Write the patch file (through `write`), commit it in the clean room, record its trees."""
     patch = series.patch(patch_id)
     parent, _recapture = stack_position(room, series, patch_id)
     pre = room.git.tree_of(parent)
     post = room.git.snapshot_worktree()
     data = capture_trees(room.git, patch, pre, post, series.root)
-    written = write_if_changed(series.patch_path(patch), data)
+    written = write(series.patch_path(patch), data)
     recorded = replace(patch, pre_tree=pre, post_tree=post, imported=False)
     commit_capture(room, recorded, data, parent)
     return series.with_patch(recorded), Captured(recorded, data, pre, post, written)
+
+
+# ----------------------------------------------------------------------------- the commands
+
+
+def add_patch(
+    series_path: Path,
+    patch_id: str,
+    title: str,
+    *,
+    upstream_status: str = "Pending",
+    origin: str = "patchctl",
+    markers: tuple[str, ...] = (),
+) -> tuple[Series, Patch]:
+    """`patchctl new`: add the entry to series.yaml (under the series lock); no patch file yet."""
+    with series_session(series_path, check_files=False) as session:
+        updated, entry = new_patch(
+            session.series,
+            patch_id,
+            title,
+            upstream_status=upstream_status,
+            origin=origin,
+            markers=markers,
+        )
+        session.save(updated, docs=False)  # the docs list patch files, which do not exist yet
+    return updated, entry
+
+
+@dataclass(frozen=True)
+class CaptureResult:
+    """What `patchctl capture` did: the patch file, the capture, the files whose bytes changed."""
+
+    file: Path
+    captured: Captured
+    changed: tuple[Path, ...]
+
+
+def capture(series_path: Path, patch_id: str, workdir: Path | None = None) -> CaptureResult:
+    """`patchctl capture ID`: the clean room's edits become patch ID (series and room locked)."""
+    with series_session(series_path, check_files=False) as session:
+        room = session.cleanroom(workdir)
+        updated, captured = capture_patch(session.series, room, patch_id, session.write_patch)
+        changed = session.save(updated)
+    return CaptureResult(updated.patch_path(captured.patch), captured, tuple(changed))

@@ -9,7 +9,6 @@ reproducible. patchctl refuses to touch a directory without the marker, and save
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
@@ -21,6 +20,7 @@ from typing import Any
 
 from patchctl import __version__
 from patchctl.errors import DirtyTree, NotFound, PatchctlError
+from patchctl.fsio import locked_dir
 from patchctl.git import Git
 from patchctl.patchapply import ID_TRAILER, SHA_TRAILER
 from patchctl.progress import Progress
@@ -281,20 +281,10 @@ def _check_root(series: Series, git: Git, result: Materialized) -> None:
 
 @contextmanager
 def locked(workdir: Path) -> Iterator[None]:
-    """Hold an flock on the clean room's parent directory so two patchctl runs never change
-    a clean room at once (no lock file is left behind)."""
-    workdir.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(workdir.parent, os.O_RDONLY)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise PatchctlError(
-                f"another patchctl is working in {workdir.parent}", hint="wait for it to finish"
-            ) from None
+    """Hold the lock of the clean room at `workdir`: an flock on its parent directory, so two
+    patchctl runs never change one clean room at once (no lock file is left behind)."""
+    with locked_dir(workdir.parent):
         yield
-    finally:
-        os.close(fd)  # closing releases the lock
 
 
 def discard_cleanroom(room: Cleanroom) -> None:

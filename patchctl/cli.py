@@ -16,8 +16,8 @@ import typer
 
 import patchctl.commands
 from patchctl import __version__
-from patchctl.console import print_error, print_json
 from patchctl.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, PatchctlError
+from patchctl.options import RunFlags
 
 app = typer.Typer(
     name="patchctl",
@@ -43,12 +43,15 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
+    ctx: typer.Context,
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks for internal errors."),
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Show the version and exit."
     ),
 ) -> None:
     """patchctl: a strict, reproducible patch queue over a pinned upstream."""
+    if isinstance(ctx.obj, RunFlags):
+        ctx.obj.debug = debug
 
 
 def command_modules() -> list[str]:
@@ -70,10 +73,6 @@ def register_commands(target: typer.Typer) -> None:
 register_commands(app)
 
 
-def _wants(argv: Sequence[str], flag: str) -> bool:
-    return flag in argv[: argv.index("--")] if "--" in argv else flag in argv
-
-
 def _internal_error(exc: BaseException, debug: bool) -> int:
     if debug:
         traceback.print_exception(exc)
@@ -88,9 +87,10 @@ def _internal_error(exc: BaseException, debug: bool) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; return the exit status (the one place errors become exit codes)."""
     args = list(sys.argv[1:] if argv is None else argv)
+    flags = RunFlags()  # filled in while the command line is parsed
     command = typer.main.get_command(app)
     try:
-        result = command.main(args=args, prog_name="patchctl", standalone_mode=False)
+        result = command.main(args=args, prog_name="patchctl", standalone_mode=False, obj=flags)
     except typer.Exit as exc:
         return int(exc.exit_code)
     except ClickException as exc:
@@ -101,14 +101,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write("interrupted\n")
         return EXIT_INTERRUPTED
     except PatchctlError as exc:
-        if _wants(args, "--json"):
+        from patchctl.console import print_error, print_json
+
+        if flags.json:
             print_json({"ok": False, **exc.to_json()})
         print_error(exc)
-        if _wants(args, "--debug"):
+        if flags.debug:
             traceback.print_exception(exc)
         return exc.exit_code
     except Exception as exc:
-        return _internal_error(exc, _wants(args, "--debug"))
+        return _internal_error(exc, flags.debug)
     # standalone_mode=False returns typer.Exit's code (or the command's int) instead of raising;
     # this typer returns 130 for Ctrl-C instead of raising Abort.
     code = result if isinstance(result, int) else 0

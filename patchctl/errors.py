@@ -49,6 +49,10 @@ class PatchctlError(Exception):
         }
 
 
+class SeriesChanged(PatchctlError):
+    """series.yaml changed on disk while a command that writes it was working (a hand edit)."""
+
+
 class PatchDoesNotApply(PatchctlError):
     """A patch conflicts with the tree it is applied to."""
 

@@ -11,7 +11,7 @@ whitespace fixing). Headers (DEP-3, gbp-pq, mail) are only read, to fill title a
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from email.header import decode_header, make_header
 from itertools import pairwise
@@ -23,6 +23,7 @@ from patchctl.git import Git, temp_index
 from patchctl.patchapply import apply_to_index, conflict, drift_summary, patch_sha256
 from patchctl.progress import Progress, or_null
 from patchctl.series import PATCH_ID, Patch, Series
+from patchctl.session import series_session
 
 QUILT_SERIES = "series"
 # An mbox message starts at a `From ` line that looks like git's / mboxo's separator.
@@ -220,6 +221,7 @@ class ImportResult:
     series: Series
     added: tuple[Patch, ...]
     drift: dict[str, str]
+    changed: tuple[Path, ...] = ()  # files whose bytes changed (import_series only)
 
 
 def _last_tree(series: Series, base: str) -> str:
@@ -240,6 +242,7 @@ def import_patches(
     git: Git,
     base: str,
     progress: Progress | None = None,
+    write: Callable[[Path, bytes], bool] = write_if_changed,
 ) -> ImportResult:
     """Copy the patches of `source` into the series (on top of the stack); nothing is saved."""
     kind, incoming = read_source(source)
@@ -256,9 +259,24 @@ def import_patches(
     applied = apply_chain(git, _last_tree(series, base), entries, series.root)
     done = []
     for (entry, data), result in zip(entries, applied, strict=True):
-        write_if_changed(series.dir / entry.file, data)
+        write(series.dir / entry.file, data)
         done.append(replace(entry, pre_tree=result.pre, post_tree=result.post))
         prog.advance("import")
     prog.done("import")
     drift = {e.id: r.drift for (e, _), r in zip(entries, applied, strict=True) if r.drift}
     return ImportResult(series.with_patches((*series.patches, *done)), tuple(done), drift)
+
+
+def import_series(
+    series_path: Path, source: Path, workdir: Path | None = None, progress: Progress | None = None
+) -> ImportResult:
+    """`patchctl import SOURCE`: the patches of `source` on top of the stack, under the series
+    and clean-room locks; series.yaml and the docs saved."""
+    with series_session(series_path) as session:
+        room = session.cleanroom(workdir)
+        base = room.base_tree()
+        result = import_patches(
+            session.series, source, room.git, base, progress, session.write_patch
+        )
+        changed = session.save(result.series)
+    return replace(result, changed=tuple(changed))

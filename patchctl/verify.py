@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from patchctl.cache import cache_dir
+from patchctl.cleanroom import Cleanroom, open_cleanroom
+from patchctl.docs import DocsOutOfDate, stale_docs
 from patchctl.errors import NotFound, VerifyFailed
 from patchctl.fsio import write_atomic
 from patchctl.git import Git, Index, scratch_repo
@@ -37,7 +39,7 @@ from patchctl.markers import (
 from patchctl.patchapply import Outcome, apply_to_index, drift_summary, patch_sha256
 from patchctl.patchfile import diff_tree_pairs, render_patch
 from patchctl.progress import Progress, or_null
-from patchctl.series import Patch, Series
+from patchctl.series import Patch, Series, load_series
 
 STEPS = ("chain", "forward", "reverse", "reexport", "markers")
 
@@ -482,3 +484,54 @@ def _assemble(
         for m in added_by(result.data, markers):
             added.setdefault(m, []).append(patch.id)
     return reports
+
+
+# ----------------------------------------------------------------------------- the command
+
+
+@dataclass(frozen=True)
+class VerifyOutcome:
+    """What `patchctl verify` found: the round-trip report and the stale generated docs."""
+
+    report: VerifyReport
+    stale_docs: tuple[Path, ...]
+
+    def raise_if_failed(self) -> None:
+        """VerifyFailed (exit 12) for a failed check, else StaleDocs (exit 16) for stale docs;
+        both carry the whole report, so `--json` prints one document."""
+        self.report.raise_if_failed()
+        if self.stale_docs:
+            raise DocsOutOfDate(list(self.stale_docs), {"report": self.report.to_json()})
+
+    def to_json(self) -> dict[str, object]:
+        """Plain data for --json."""
+        return {**self.report.to_json(), "stale_docs": [str(p) for p in self.stale_docs]}
+
+
+def verify(
+    series_path: Path,
+    ids: Sequence[str] | None = None,
+    workdir: Path | None = None,
+    objects: Sequence[Path] = (),
+    progress: Progress | None = None,
+) -> VerifyOutcome:
+    """`patchctl verify`: the patches `ids` (all when None), objects from the clean room (it
+    may be missing when `objects` are given) and `objects`; the docs checked alongside."""
+    series = load_series(series_path)
+    room = _cleanroom(series, workdir, required=not objects)
+    sources = [*([] if room is None else [room.path]), *objects]
+    base = None if room is None else room.base_tree()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        docs = pool.submit(stale_docs, series)  # pure Python: overlaps the git processes
+        report = verify_series(series, sources, ids, progress, base)
+        stale = docs.result()
+    return VerifyOutcome(report, tuple(stale))
+
+
+def _cleanroom(series: Series, workdir: Path | None, *, required: bool) -> Cleanroom | None:
+    try:
+        return open_cleanroom(series.dir, workdir)
+    except NotFound:
+        if required:
+            raise
+        return None

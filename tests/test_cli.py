@@ -139,7 +139,7 @@ def test_internal_error_is_4_with_traceback_only_under_debug(
     def boom(*_args: object, **_kwargs: object) -> None:
         raise RuntimeError("kaboom")
 
-    monkeypatch.setattr("patchctl.commands.cleanroom.cleanroom_apply", boom)
+    monkeypatch.setattr("patchctl.apply.cleanroom_apply", boom)
     code, _, err = run(capsys, "cleanroom", "apply")
     assert code == 4
     assert err.strip().splitlines() == [
@@ -334,6 +334,6 @@ def test_ctrl_c_is_130(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFi
     def interrupt(*_args: object, **_kwargs: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("patchctl.commands.cleanroom.cleanroom_apply", interrupt)
+    monkeypatch.setattr("patchctl.apply.cleanroom_apply", interrupt)
     code, _, err = run(capsys, "cleanroom", "apply")
     assert code == 130 and "interrupted" in err
