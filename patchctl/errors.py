@@ -170,6 +170,34 @@ class BuildFailed(PatchctlError):
     exit_code = 13
 
 
+class BuildStepFailed(BuildFailed):
+    """A build step exited non-zero; carries the log path and the relevant excerpt."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        step: str,
+        returncode: int,
+        log: Path,
+        excerpt: str,
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.step = step
+        self.returncode = returncode
+        self.log = log
+        self.excerpt = excerpt
+
+    def details(self) -> dict[str, object]:
+        return {
+            "step": self.step,
+            "returncode": self.returncode,
+            "log": str(self.log),
+            "excerpt": self.excerpt,
+        }
+
+
 class ToolchainMissing(PatchctlError):
     """A required tool (cosmocc, nvcc, cmake, ...) is not installed."""
 

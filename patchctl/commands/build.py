@@ -3,33 +3,16 @@
 from __future__ import annotations
 
 import sys
-from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from patchctl.build import DEFAULT_CMAKE_TARGETS
+from patchctl.build import DEFAULT_CMAKE_TARGETS, Backend, Launcher
 from patchctl.options import DEFAULT_SERIES, JsonOpt, SeriesOpt, WorkdirOpt
 
 if TYPE_CHECKING:
-    from patchctl.build import BuildPlan, BuildResult
-
-
-class Backend(StrEnum):
-    """--backend choices."""
-
-    auto = "auto"
-    cmake = "cmake"
-    llamafile = "llamafile"
-
-
-class Launcher(StrEnum):
-    """--launcher choices."""
-
-    ccache = "ccache"
-    sccache = "sccache"
-
+    from patchctl.build.model import BuildPlan, BuildResult
 
 CudaOpt = Annotated[
     str | None,
@@ -111,8 +94,10 @@ def build_command(
     as_json: JsonOpt = False,
 ) -> None:
     """Build the clean room; the build dir is keyed by its git tree id and the config."""
-    from patchctl.build import BuildConfig, BuildStepFailed, build_cleanroom
+    from patchctl.build.config import BuildConfig
+    from patchctl.build.run import build_cleanroom
     from patchctl.console import RichProgress
+    from patchctl.errors import BuildStepFailed
     from patchctl.toolchain import parse_cuda_archs
 
     config = BuildConfig(
@@ -151,7 +136,7 @@ def render_plan(plan: BuildPlan, as_json: bool) -> None:
 
 def render_result(result: BuildResult, as_json: bool) -> None:
     """The manifest as JSON, or a short human summary."""
-    from patchctl.build import read_manifest
+    from patchctl.build.manifest import read_manifest
     from patchctl.console import out, print_json
 
     if as_json:
