@@ -7,16 +7,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import (
-    CONTENT_MATRIX,
-    CONTENT_MATRIX_AFTER,
-    HOSTILE_GITCONFIG,
-    Files,
-    Repo,
-    git_upstream,
-    tree_of_files,
-    write_series,
-)
+from support.files import CONTENT_MATRIX, CONTENT_MATRIX_AFTER, Files
+from support.gitconfig import HOSTILE_GITCONFIG
+from support.repos import Repo, tree_of_files
+from support.series import git_upstream, write_series
 
 from patchctl.apply import cleanroom_apply
 from patchctl.cleanroom import load_cleanroom

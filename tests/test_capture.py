@@ -6,17 +6,10 @@ import os
 from pathlib import Path
 
 import pytest
-from support_patch import (
-    Entry,
-    Exe,
-    Link,
-    hostile,
-    make_project,
-    make_repo,
-    make_series,
-    racy_same_size_edit,
-    write_files,
-)
+from support.files import CONTENT_MATRIX, CONTENT_MATRIX_AFTER, Entry, Exe, Link, write_files
+from support.gitconfig import hostile
+from support.repos import new_repo, racy_same_size_edit
+from support.series import make_project, make_series
 
 from patchctl.apply import cleanroom_apply
 from patchctl.capture import NothingToCapture, capture_patch, capture_trees, new_patch
@@ -67,13 +60,11 @@ META = Patch(
 
 
 @pytest.fixture
-def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
+def repo(tmp_path: Path) -> Path:
+    """BASE committed, the hostile config in the repository too (the seal's HOME has it)."""
     path = tmp_path / "repo"
-    make_repo(path, BASE)
-    hostile(path, home)
+    new_repo(path, BASE)
+    hostile(path)
     return path
 
 
@@ -178,20 +169,17 @@ def test_diff_trees_root_is_relative(repo: Path) -> None:
 
 
 def test_foundation_content_matrix_golden(tmp_path: Path) -> None:
-    """The foundation issue's matrix (conftest.CONTENT_MATRIX -> _AFTER), under the seal."""
-    from conftest import CONTENT_MATRIX, CONTENT_MATRIX_AFTER
-    from conftest import write_files as seal_write
-
+    """The foundation issue's matrix (support.files.CONTENT_MATRIX -> _AFTER), under the seal."""
     from patchctl.git import Git
 
     path = tmp_path / "matrix"
     git = Git.init(path)
-    seal_write(path, CONTENT_MATRIX)
+    write_files(path, CONTENT_MATRIX)
     git.run("add", "-A", "--", ".")
     base = git.write_tree()
     git.update_ref("HEAD", git.commit_tree(base, b"base\n"))
     hostile(path)
-    seal_write(path, CONTENT_MATRIX_AFTER)
+    write_files(path, CONTENT_MATRIX_AFTER)
     post = git.snapshot_worktree()
     data = capture_trees(git, META, base, post)
     golden = GOLDEN / "foundation-matrix.patch"
@@ -226,7 +214,7 @@ def test_worktree_attributes_do_not_change_the_bytes(tmp_path: Path) -> None:
         "f.c": b"int f(void)\n{\n\tint a = 1;\n\n\n\n\treturn a;\n}\n",
     }
     path = tmp_path / "attrs"
-    make_repo(path, files)
+    new_repo(path, files)
     write_files(
         path,
         {

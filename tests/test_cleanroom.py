@@ -9,8 +9,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import CONTENT_MATRIX, Repo, git_upstream, make_tar, tree_of_files, write_series
-from support_patch import racy_same_size_edit
+from support.archives import make_tar
+from support.files import CONTENT_MATRIX
+from support.repos import Repo, racy_same_size_edit, tree_of_files
+from support.series import git_upstream, write_series
 
 from patchctl.apply import cleanroom_apply
 from patchctl.cleanroom import (

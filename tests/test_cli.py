@@ -9,16 +9,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import (
-    CONTENT_MATRIX,
-    Files,
-    Link,
-    Repo,
-    Special,
-    git_upstream,
-    make_tar,
-    write_series,
-)
+from support.archives import Special, make_tar
+from support.files import CONTENT_MATRIX, Files, Link
+from support.repos import Repo
+from support.series import git_upstream, write_series
 
 from patchctl import cli
 from patchctl.cleanroom import load_cleanroom

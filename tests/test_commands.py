@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
-from support_patch import make_project
+from support.series import make_project
 
 from patchctl.cli import main
 
@@ -39,7 +40,7 @@ def every_command(capsys: pytest.CaptureFixture[str], root: Path, series: str) -
     room = series_dir.parent.parent / "cleanroom" / "demo"
     named = str(series_dir / series)
 
-    def ok(*args: str) -> dict[str, object]:
+    def ok(*args: str) -> dict[str, Any]:
         code, out, err = run(capsys, *args, "--series", named, "--json")
         assert code == 0, f"{args}: {err}"
         data = json.loads(out)
@@ -51,10 +52,11 @@ def every_command(capsys: pytest.CaptureFixture[str], root: Path, series: str) -
     (room / "main.c").write_bytes(b"int main(void) { return 1; }\n")
     assert ok("capture", "0001-one")["written"] is True
     (root / "extra.patch").write_bytes(EXTRA)
-    assert [e["id"] for e in ok("import", str(root / "extra.patch"))["imported"]] == ["0002-extra"]  # type: ignore[union-attr]
+    assert [e["id"] for e in ok("import", str(root / "extra.patch"))["imported"]] == ["0002-extra"]
     assert ok("docs")["changed"] == []  # import regenerated them already
     assert ok("verify", "--all")["series"] == "demo"
-    assert [a["id"] for a in ok("cleanroom", "apply")["applied"]] == ["0001-one", "0002-extra"]  # type: ignore[union-attr]
+    applied = ok("cleanroom", "apply")["applied"]
+    assert [a["id"] for a in applied] == ["0001-one", "0002-extra"]
     status = ok("cleanroom", "status")
     assert status["cleanroom"] == str(room) and status["pending"] == []
     assert status["pin_matches_series"] is True

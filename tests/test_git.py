@@ -7,7 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import Repo, write_series
+from support.repos import Repo
+from support.series import write_series
 
 from patchctl.errors import GitFailed, PatchctlError
 from patchctl.git import PINNED_CONFIG, Git, Index, hermetic_env, scratch_repo, temp_index

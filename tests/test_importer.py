@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from support_patch import make_repo, make_series
+from support.repos import new_repo
+from support.series import make_series
 
 from patchctl.errors import ConfigError, NotFound, PatchDoesNotApply
 from patchctl.git import Git
@@ -79,7 +80,8 @@ index 0000000000000000000000000000000000000000..9a2e9e2a2a2d5f7b35b0ae1e1e2e4d7a
 
 @pytest.fixture
 def upstream(tmp_path: Path) -> tuple[Git, str]:
-    return make_repo(tmp_path / "room", BASE)
+    made = new_repo(tmp_path / "room", BASE)
+    return made.git, made.tree
 
 
 def _quilt(tmp_path: Path) -> Path:

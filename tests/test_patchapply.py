@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 
-from conftest import Repo
+from support.repos import Repo
 
 from patchctl.git import temp_index
 from patchctl.patchapply import (

@@ -9,9 +9,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from support_patch import make_project
+from support.series import make_project
 
 from patchctl import capture as capture_module
+from patchctl import fsio
 from patchctl import session as session_module
 from patchctl.apply import cleanroom_apply
 from patchctl.capture import add_patch, capture
@@ -93,7 +94,7 @@ def test_a_concurrent_new_is_refused_while_capture_holds_the_lock_and_never_drop
 def test_the_series_is_read_after_the_lock(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A `new` that completes between the command's start and its lock must survive the
     # command's write (capture, import and docs read series.yaml only once they hold the lock).
-    real = session_module.locked_dir
+    real = fsio.locked_dir
     pending = [lambda: add_patch(project, "0002-two", "Two")]
 
     @contextmanager

@@ -8,7 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import Files, Repo, git_upstream, write_series
+from support.files import Files
+from support.repos import Repo
+from support.series import git_upstream, write_series
 
 from patchctl.build.run import builds_root
 from patchctl.cleanroom import default_workdir, load_cleanroom
