@@ -13,17 +13,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from patchctl.cleanroom import Cleanroom
-from patchctl.errors import ConfigError, DirtyTree, PatchctlError
+from patchctl.errors import ConfigError, DirtyTree, NothingToCapture, PatchctlError
 from patchctl.fsio import write_if_changed
 from patchctl.git import Git, scratch_repo
 from patchctl.patchapply import commit_message, patch_sha256
 from patchctl.patchfile import export_patch
 from patchctl.series import PATCH_ID, Patch, Series
 from patchctl.session import series_session
-
-
-class NothingToCapture(PatchctlError):
-    """The working tree equals the tree before the patch: there is no patch to write."""
 
 
 @dataclass(frozen=True)

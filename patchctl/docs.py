@@ -14,7 +14,7 @@ from pathlib import Path
 
 from unidiff import PatchSet
 
-from patchctl.errors import StaleDocs
+from patchctl.errors import DocsOutOfDate
 from patchctl.fsio import write_if_changed
 from patchctl.markers import files_adding
 from patchctl.series import Patch, Series, load_series
@@ -180,21 +180,6 @@ def stale_docs(series: Series) -> list[Path]:
         for path, data in render_docs(series).items()
         if not path.is_file() or path.read_bytes() != data
     ]
-
-
-class DocsOutOfDate(StaleDocs):
-    """StaleDocs (exit 16) naming the stale files (also in `--json` details)."""
-
-    def __init__(self, stale: list[Path], extra: dict[str, object] | None = None) -> None:
-        super().__init__(
-            f"generated docs are out of date: {', '.join(map(str, stale))}",
-            hint="run `patchctl docs` and commit the result",
-        )
-        self.stale = stale
-        self.extra = extra or {}
-
-    def details(self) -> dict[str, object]:
-        return {"stale": [str(p) for p in self.stale], **self.extra}
 
 
 def check_docs(series: Series, stale: list[Path] | None = None) -> None:

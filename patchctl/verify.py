@@ -25,8 +25,8 @@ from pathlib import Path
 
 from patchctl.cache import cache_dir
 from patchctl.cleanroom import Cleanroom, open_cleanroom
-from patchctl.docs import DocsOutOfDate, stale_docs
-from patchctl.errors import NotFound, VerifyFailed
+from patchctl.docs import stale_docs
+from patchctl.errors import DocsOutOfDate, NotFound, RoundTripFailed
 from patchctl.fsio import write_atomic
 from patchctl.git import Git, Index, scratch_repo
 from patchctl.markers import (
@@ -112,17 +112,6 @@ class VerifyReport:
             report=self,
             hint="recapture the patch in the clean room (patchctl capture ID) or fix its file",
         )
-
-
-class RoundTripFailed(VerifyFailed):
-    """VerifyFailed (exit 12) carrying the whole report, so `--json` prints one document."""
-
-    def __init__(self, message: str, *, report: VerifyReport, hint: str | None = None) -> None:
-        super().__init__(message, hint=hint)
-        self.report = report
-
-    def details(self) -> dict[str, object]:
-        return {"report": self.report.to_json()}
 
 
 # ----------------------------------------------------------------------------- scratch repo

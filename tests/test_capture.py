@@ -12,8 +12,9 @@ from support.repos import new_repo, racy_same_size_edit
 from support.series import make_project, make_series
 
 from patchctl.apply import cleanroom_apply
-from patchctl.capture import NothingToCapture, capture_patch, capture_trees, new_patch
+from patchctl.capture import capture_patch, capture_trees, new_patch
 from patchctl.cleanroom import open_cleanroom
+from patchctl.errors import NothingToCapture
 from patchctl.fsio import write_if_changed
 from patchctl.patchfile import diff_trees, patch_header
 from patchctl.series import Patch, load_series
