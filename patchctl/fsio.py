@@ -1,9 +1,15 @@
-"""Atomic file writes: a reader sees the old bytes or the new ones, never a partial file."""
+"""File-system primitives: atomic writes (a reader sees the old bytes or the new ones, never a
+partial file) and directory locks (two patchctl runs never change the same thing at once)."""
 
 from __future__ import annotations
 
+import fcntl
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+from patchctl.errors import PatchctlError
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -20,3 +26,25 @@ def write_if_changed(path: Path, data: bytes) -> bool:
         return False
     write_atomic(path, data)
     return True
+
+
+@contextmanager
+def locked_dir(directory: Path) -> Iterator[None]:
+    """Hold an exclusive flock on `directory` (made if missing) for the duration.
+
+    Refuses at once when another process holds it. The lock is on the directory itself, so no
+    lock file is ever left behind, and the kernel releases it when the holder dies (even on
+    SIGKILL).
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise PatchctlError(
+                f"another patchctl is working in {directory}", hint="wait for it to finish"
+            ) from None
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock

@@ -11,19 +11,19 @@ whitespace fixing). Headers (DEP-3, gbp-pq, mail) are only read, to fill title a
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from email.header import decode_header, make_header
 from itertools import pairwise
 from pathlib import Path
 
-from patchctl.apply import find_drift, patch_sha256
-from patchctl.capture import temp_index
-from patchctl.errors import ConfigError, NotFound, PatchDoesNotApply
+from patchctl.errors import ConfigError, NotFound
 from patchctl.fsio import write_if_changed
-from patchctl.git import Git
+from patchctl.git import Git, temp_index
+from patchctl.patchapply import apply_to_index, conflict, drift_summary, patch_sha256
 from patchctl.progress import Progress, or_null
 from patchctl.series import PATCH_ID, Patch, Series
+from patchctl.session import series_session
 
 QUILT_SERIES = "series"
 # An mbox message starts at a `From ` line that looks like git's / mboxo's separator.
@@ -194,33 +194,24 @@ def apply_chain(
 ) -> list[Applied]:
     """Apply each patch in order onto tree `base` in `git`; its trees and offset notes."""
     results = []
-    directory = [] if root in (".", "") else [f"--directory={root.rstrip('/')}"]
-    with temp_index(git) as env:
-        git.run("read-tree", base, env=env)
+    with temp_index(git) as index:
+        index.read_tree(base)
         current = base
         for patch, data in patches:
-            args = ("apply", "--cached", "-v", "--whitespace=nowarn", "-p1", *directory)
-            code, _, err = git.run_full(*args, stdin=data, env=env)
-            if code != 0:
-                errors = [x for x in err.decode("utf-8", "replace").splitlines() if "error" in x]
-                raise PatchDoesNotApply(
-                    f"{patch.id} does not apply to the tree before it ({current})",
-                    patch=patch.id,
-                    stderr=err,
-                    why=errors[0] if errors else None,
+            outcome = apply_to_index(index, data, root)
+            if not outcome.ok:
+                raise conflict(
+                    patch.id,
+                    data,
+                    outcome.stderr,
+                    root,
+                    onto=f" to the tree before it ({current})",
+                    hint="nothing was written; fix the patch or import onto the upstream it needs",
                 )
-            post = git.run("write-tree", env=env).decode("ascii").strip()
-            results.append(Applied(current, post, _drift(err)))
+            post = index.write_tree()
+            results.append(Applied(current, post, drift_summary(outcome.drift())))
             current = post
     return results
-
-
-def _drift(err: bytes) -> str | None:
-    found = find_drift(err)
-    if not found:
-        return None
-    first = found[0]
-    return f"{len(found)} hunk(s) at an offset, first in {first.file}: {first.why}"
 
 
 @dataclass(frozen=True)
@@ -230,6 +221,7 @@ class ImportResult:
     series: Series
     added: tuple[Patch, ...]
     drift: dict[str, str]
+    changed: tuple[Path, ...] = ()  # files whose bytes changed (import_series only)
 
 
 def _last_tree(series: Series, base: str) -> str:
@@ -250,6 +242,7 @@ def import_patches(
     git: Git,
     base: str,
     progress: Progress | None = None,
+    write: Callable[[Path, bytes], bool] = write_if_changed,
 ) -> ImportResult:
     """Copy the patches of `source` into the series (on top of the stack); nothing is saved."""
     kind, incoming = read_source(source)
@@ -266,9 +259,24 @@ def import_patches(
     applied = apply_chain(git, _last_tree(series, base), entries, series.root)
     done = []
     for (entry, data), result in zip(entries, applied, strict=True):
-        write_if_changed(series.dir / entry.file, data)
+        write(series.dir / entry.file, data)
         done.append(replace(entry, pre_tree=result.pre, post_tree=result.post))
         prog.advance("import")
     prog.done("import")
     drift = {e.id: r.drift for (e, _), r in zip(entries, applied, strict=True) if r.drift}
     return ImportResult(series.with_patches((*series.patches, *done)), tuple(done), drift)
+
+
+def import_series(
+    series_path: Path, source: Path, workdir: Path | None = None, progress: Progress | None = None
+) -> ImportResult:
+    """`patchctl import SOURCE`: the patches of `source` on top of the stack, under the series
+    and clean-room locks; series.yaml and the docs saved."""
+    with series_session(series_path) as session:
+        room = session.cleanroom(workdir)
+        base = room.base_tree()
+        result = import_patches(
+            session.series, source, room.git, base, progress, session.write_patch
+        )
+        changed = session.save(result.series)
+    return replace(result, changed=tuple(changed))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from patchctl.git import Git
+from patchctl.git import Git, object_id
 
 # `git grep` options: fixed strings, each match printed alone (-o; -h drops the file name),
 # text files only (-I), and the grep.* settings that would change that output pinned off.
@@ -39,7 +39,10 @@ def markers_in_tree(
         patterns += ["-e", marker]
     # :(literal) so that paths with glob characters mean themselves.
     specs = [] if paths is None else [f":(literal){p}" for p in paths]
-    out = git.run(*GREP_PINS, *GREP_FLAGS, "-h", *patterns, tree, "--", *specs, ok=(0, 1))
+    # grep has no --end-of-options: the tree must be an object id (patterns follow -e).
+    out = git.run(
+        *GREP_PINS, *GREP_FLAGS, "-h", *patterns, object_id(tree), "--", *specs, ok=(0, 1)
+    )
     found = {line.decode("utf-8", "surrogateescape") for line in out.splitlines()}
     return frozenset(m for m in markers if m in found or any(m in f for f in found))
 

@@ -1,6 +1,6 @@
 """Find the tools a build needs and say exactly what is missing and how to provide it.
 
-Nothing here runs a process (build.py is the only module besides git.py that does): tools
+Nothing here runs a process (the build package is the only place besides git.py that does): tools
 are located with `shutil.which` and the file system, layouts are read from the tree.
 """
 

@@ -29,8 +29,11 @@ from pathlib import Path
 
 import pytest
 
-from patchctl import build, toolchain
-from patchctl.build import BuildConfig
+from patchctl import toolchain
+from patchctl.build.config import BuildConfig
+from patchctl.build.manifest import read_manifest
+from patchctl.build.plan import plan_build
+from patchctl.build.run import _export_tree, execute_plan
 from patchctl.cli import main
 
 pytestmark = pytest.mark.integration
@@ -246,17 +249,19 @@ def test_real_cuda_sh_runs_the_shim_with_exactly_the_named_arch(
     monkeypatch.setenv("CUDACXX", str(nvcc))
     monkeypatch.setenv("LIBRARY_PATH", str(tmp_path / "stubs"))
     config = BuildConfig(backend="llamafile", only="cuda", cuda=("sm_86",), jobs=2)
-    plan = build.plan_build(cleanroom, config, tmp_path / "builds")
+    plan = plan_build(cleanroom, config, tmp_path / "builds")
     assert [s.name for s in plan.steps] == ["cuda"]  # no make, no cosmocc
     step = plan.steps[0]
-    assert plan.shim is not None and plan.shim.rewrites == ("/usr/local/cuda/bin/nvcc",)
+    assert plan.layout.shim is not None and plan.layout.shim.rewrites == (
+        "/usr/local/cuda/bin/nvcc",
+    )
     assert step.argv == (str(plan.source_dir / "llamafile" / ".patchctl-cuda.sh"),)
     env = dict(step.env)
     assert env["HOME"] == str(plan.build_dir / "cuda-home")
     assert env["TMPDIR"] == str(plan.build_dir / "cuda-tmp")
-    assert env["PATH"].split(os.pathsep)[0] == str(plan.shim.nvcc.parent)
+    assert env["PATH"].split(os.pathsep)[0] == str(plan.layout.shim.nvcc.parent)
 
-    result = build.execute_plan(plan)
+    result = execute_plan(plan)
 
     calls = [call for call in recorded(log) if call[1:] != ["--version"]]  # the manifest's
     assert len(calls) == 1
@@ -272,9 +277,11 @@ def test_real_cuda_sh_runs_the_shim_with_exactly_the_named_arch(
     ]
     original = (plan.source_dir / "llamafile" / "cuda.sh").read_bytes()
     copy = (plan.source_dir / "llamafile" / ".patchctl-cuda.sh").read_bytes()
-    assert copy == original.replace(b"/usr/local/cuda/bin/nvcc", str(plan.shim.nvcc).encode())
+    assert copy == original.replace(
+        b"/usr/local/cuda/bin/nvcc", str(plan.layout.shim.nvcc).encode()
+    )
     assert list((plan.build_dir / "cuda-tmp").iterdir())  # cuda.sh's `mktemp -d` stays inside
-    manifest = build.read_manifest(result.build_dir)
+    manifest = read_manifest(result.build_dir)
     assert manifest["status"] == "ok"
     assert manifest["cuda_check"] == {
         "nvcc_calls": 1,
@@ -296,12 +303,12 @@ def test_real_makefile_make_command_with_a_recording_cosmocc(
     make = shutil.which("make")
     assert make is not None
     config = BuildConfig(backend="llamafile", cosmocc=cosmocc, jobs=2)
-    plan = build.plan_build(cleanroom, config, tmp_path / "builds")
+    plan = plan_build(cleanroom, config, tmp_path / "builds")
     step = plan.steps[0]
     assert [s.name for s in plan.steps] == ["make"]
     assert step.argv == (make, "-j2", f"COSMOCC={cosmocc}")
     assert step.cwd == plan.source_dir
-    build._export_tree(plan)
+    _export_tree(plan)
     for name in LEFT_OUT:  # else the Makefile's depend rule is remade forever
         (plan.source_dir / name).write_bytes(b"")
 

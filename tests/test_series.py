@@ -206,7 +206,9 @@ TEXT = st.text(
 )
 
 
-@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     title=TEXT,
     status=st.none() | TEXT.filter(bool),

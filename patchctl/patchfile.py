@@ -1,0 +1,109 @@
+"""The bytes of a patch file patchctl writes: a format-patch-like header and the canonical diff.
+
+The diff comes from `diff-tree` (plumbing) with every byte-changing knob written out below,
+and the header is built only from series metadata: no clock, no local identity, a zero commit
+id. The same trees and metadata always give the same bytes: capture writes them, verify's
+re-export step recomputes and compares them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from patchctl.git import Git
+from patchctl.series import Patch
+
+ZERO_COMMIT = "0" * 40
+# format-patch's fixed mbox separator date (builtin/log.c), not a clock reading.
+MBOX_FROM = f"From {ZERO_COMMIT} Mon Sep 17 00:00:00 2001"
+HEADER_FROM = "From: patchctl <patchctl@invalid>"
+HEADER_DATE = "Date: Thu, 1 Jan 1970 00:00:00 +0000"
+
+# Each flag pins one thing that would otherwise change the patch bytes.
+DIFF_TREE_FLAGS: tuple[str, ...] = (
+    "diff-tree",
+    "-r",  # recurse: one entry per file, never per directory
+    "-p",  # a patch, not a raw listing
+    "--binary",  # binary files as `GIT binary patch` hunks (git apply can apply them)
+    "--full-index",  # full 40-hex blob ids: stable across repos, enables am -3
+    "--no-color",  # no escape codes in stored bytes
+    "--no-ext-diff",  # diff.external / GIT_EXTERNAL_DIFF never run
+    "--no-textconv",  # textconv filters never rewrite content
+    "--no-renames",  # rename policy: a rename is a delete plus an add (exact, config-free)
+    "--diff-algorithm=myers",  # one fixed algorithm (gbp #1030044)
+    "--indent-heuristic",  # git's default, explicit so diff.indentHeuristic cannot flip it
+    "-U3",  # context lines are part of the bytes
+    "--inter-hunk-context=0",  # hunk merging too (zulip-mobile #5407)
+    "-O/dev/null",  # no diff.orderFile: paths in git's own order
+    "--ignore-submodules=none",  # gitlinks compared like any entry
+    "--src-prefix=a/",  # prefixes fixed whatever diff.noprefix / mnemonicPrefix say
+    "--dst-prefix=b/",
+)
+
+
+def diff_trees(git: Git, pre: str, post: str, root: str = ".") -> bytes:
+    """The canonical diff bytes from tree `pre` to tree `post` (optionally under `root`)."""
+    relative = () if root in (".", "") else (f"--relative={root.rstrip('/')}/",)
+    return git.run(*DIFF_TREE_FLAGS, *relative, "--end-of-options", pre, post, "--")
+
+
+def diff_tree_pairs(git: Git, pairs: Sequence[tuple[str, str]], root: str = ".") -> list[bytes]:
+    """`diff_trees` for many (pre, post) pairs in one `diff-tree --stdin` process.
+
+    git echoes each input line ("<pre> <post>") before that pair's diff; the output is split
+    at those lines, in input order (a pair without differences yields b"").
+    """
+    if not pairs:
+        return []
+    relative = () if root in (".", "") else (f"--relative={root.rstrip('/')}/",)
+    query = "".join(f"{a} {b}\n" for a, b in pairs).encode("ascii")
+    out = git.run(*DIFF_TREE_FLAGS, *relative, "--stdin", stdin=query)
+    heads = []
+    pos = 0
+    for a, b in pairs:
+        head = f"{a} {b}\n".encode("ascii")
+        found = out.find(head, pos) if a != b else -1
+        while found > 0 and out[found - 1 : found] != b"\n":
+            found = out.find(head, found + 1)
+        heads.append((found, len(head)))
+        pos = found + len(head) if found >= 0 else pos
+    starts = [f for f, _ in heads if f >= 0] + [len(out)]
+    diffs = []
+    for found, size in heads:
+        if found < 0:
+            diffs.append(b"")
+            continue
+        end = min(x for x in starts if x > found)
+        diffs.append(out[found + size : end])
+    return diffs
+
+
+def patch_header(patch: Patch) -> bytes:
+    """The format-patch-like header: fixed From/Date, subject, DEP-3-style trailers, `---`."""
+    lines = [
+        MBOX_FROM,
+        HEADER_FROM,
+        HEADER_DATE,
+        f"Subject: [PATCH] {_one_line(patch.title or patch.id)}",
+        "",
+        f"Patchctl-Id: {patch.id}",
+        f"Upstream-Status: {_one_line(patch.upstream_status or 'Pending')}",
+        f"Origin: {_one_line(patch.origin or 'patchctl')}",
+        "---",
+        "",
+    ]
+    return "\n".join(lines).encode("utf-8")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def render_patch(patch: Patch, diff: bytes) -> bytes:
+    """Header plus diff: the exact bytes of the patch file."""
+    return patch_header(patch) + diff
+
+
+def export_patch(git: Git, patch: Patch, pre: str, post: str, root: str = ".") -> bytes:
+    """Re-export: the patch file bytes that trees `pre` -> `post` and `patch`'s metadata give."""
+    return render_patch(patch, diff_trees(git, pre, post, root))
