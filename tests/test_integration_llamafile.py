@@ -36,7 +36,7 @@ from patchctl.build.plan import plan_build
 from patchctl.build.run import _export_tree, execute_plan
 from patchctl.cli import main
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration]
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data" / "llamafile-6b46419"
@@ -91,13 +91,12 @@ def find_archive() -> Path | None:
 
 ARCHIVE = find_archive()
 if ARCHIVE is None:
-    pytestmark = [
-        pytest.mark.integration,
+    pytestmark.append(
         pytest.mark.skip(
             reason=f"SKIPPED, NOT TESTED: the real llamafile archive {ARCHIVE_NAME} is absent "
             "(set PATCHCTL_TEST_LLAMAFILE_ARCHIVE or put it in shared/upstreams/)"
-        ),
-    ]
+        )
+    )
 
 
 @pytest.fixture(scope="module")
@@ -288,8 +287,10 @@ def test_real_cuda_sh_runs_the_shim_with_exactly_the_named_arch(
         "dso": "cuda-home/ggml-cuda.so",
         "elf_archs": ["sm_86"],
     }
-    assert [a["path"] for a in manifest["artifacts"]] == ["cuda-home/ggml-cuda.so"]  # type: ignore[index]
-    assert manifest["settings"]["cosmocc"] is None  # type: ignore[index]
+    artifacts, settings = manifest["artifacts"], manifest["settings"]
+    assert isinstance(artifacts, list) and isinstance(settings, dict)
+    assert [a["path"] for a in artifacts] == ["cuda-home/ggml-cuda.so"]
+    assert settings["cosmocc"] is None
 
 
 def test_real_makefile_make_command_with_a_recording_cosmocc(
