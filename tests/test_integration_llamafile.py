@@ -35,6 +35,7 @@ from patchctl.build.manifest import read_manifest
 from patchctl.build.plan import plan_build
 from patchctl.build.run import _export_tree, execute_plan
 from patchctl.cli import main
+from patchctl.git import Git
 
 pytestmark = [pytest.mark.integration]
 
@@ -156,13 +157,7 @@ def test_real_tree_series_applies_and_round_trips(
 ) -> None:
     assert ARCHIVE is not None
     assert hashlib.sha256(ARCHIVE.read_bytes()).hexdigest() == ARCHIVE_SHA
-    head = subprocess.run(
-        ["git", "-C", str(cleanroom), "rev-parse", "HEAD^{tree}"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    assert head == POST_TREES[-1]
+    assert Git(cleanroom).maybe_rev("HEAD^{tree}") == POST_TREES[-1]
     assert b"// patchctl-test 0001" in (cleanroom / "llamafile" / "tinyblas.cu").read_bytes()
     script = cleanroom / "llamafile" / "cuda.sh"
     assert b"# patchctl-test 0002" in script.read_bytes()
