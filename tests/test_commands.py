@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.series import make_project
+from support.series import NEW_FILE_PATCH, make_project
 
 from patchctl.cli import main
 
@@ -17,13 +17,6 @@ FILES = {
     "CMakeLists.txt": b"cmake_minimum_required(VERSION 3.14)\nproject(demo C)\n"
     b"add_executable(demo main.c)\n",
 }
-EXTRA = b"""diff --git a/extra.txt b/extra.txt
-new file mode 100644
---- /dev/null
-+++ b/extra.txt
-@@ -0,0 +1 @@
-+extra
-"""
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -51,7 +44,7 @@ def every_command(capsys: pytest.CaptureFixture[str], root: Path, series: str) -
     assert ok("new", "0001-one", "--title", "One")["file"] == str(series_dir / "0001-one.patch")
     (room / "main.c").write_bytes(b"int main(void) { return 1; }\n")
     assert ok("capture", "0001-one")["written"] is True
-    (root / "extra.patch").write_bytes(EXTRA)
+    (root / "extra.patch").write_bytes(NEW_FILE_PATCH)
     assert [e["id"] for e in ok("import", str(root / "extra.patch"))["imported"]] == ["0002-extra"]
     assert ok("docs")["changed"] == []  # import regenerated them already
     assert ok("verify", "--all")["series"] == "demo"

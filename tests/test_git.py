@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -197,3 +198,50 @@ def test_scratch_repo_reads_objects_through_alternates(make_repo: Callable[..., 
         assert scratch.cat_file("blob", f"{repo.tree}:f.txt") == b"x\n"
         path = scratch.repo
     assert not path.exists()
+
+
+# Local tuples that hold only options with their values attached or paired (`--relative=x`,
+# `-e PATTERN`): the only non-literal arguments allowed before the separator.
+OPTION_TUPLES = frozenset({"relative", "patterns"})
+
+
+def _value_before_separator(call: ast.Call) -> str | None:
+    """The first argument of a `.run/.run_full/.text` git call that could be read as an
+    option: a non-literal before `--end-of-options` / `--` (None when there is none)."""
+    for arg in call.args:
+        if isinstance(arg, ast.Constant) and arg.value in ("--end-of-options", "--"):
+            return None
+        if isinstance(arg, ast.Constant):
+            continue
+        if isinstance(arg, ast.Starred) and isinstance(arg.value, ast.Name):
+            name = arg.value.id
+            if name.isupper() or name in OPTION_TUPLES:
+                continue
+        head = arg.values[0] if isinstance(arg, ast.JoinedStr) else None
+        if isinstance(head, ast.Constant) and str(head.value).startswith("-"):
+            continue  # --option={value}: the value is attached
+        if isinstance(arg, ast.Call) and getattr(arg.func, "id", "") == "object_id":
+            continue
+        return ast.unparse(arg)
+    return None
+
+
+def test_no_git_call_outside_git_py_passes_a_value_before_the_separator() -> None:
+    # The vocabulary in git.py separates options from values; this keeps raw calls elsewhere
+    # honest too (a new call with a value must go after --end-of-options or through git.py).
+    root = Path(__file__).parent.parent / "patchctl"
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if path.name == "git.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("run", "run_full", "text")
+                and "git" in ast.unparse(node.func.value)
+            ):
+                bad = _value_before_separator(node)
+                if bad is not None:
+                    found.append(f"{path.relative_to(root)}:{node.lineno}: {bad}")
+    assert found == []

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from support.series import make_project
+from support.series import NEW_FILE_PATCH, make_project
 
 from patchctl import capture as capture_module
 from patchctl import fsio
@@ -24,13 +24,6 @@ from patchctl.series import load_series
 from patchctl.session import series_session
 
 FILES = {"main.c": b"int main(void) { return 0; }\n"}
-EXTRA = b"""diff --git a/extra.txt b/extra.txt
-new file mode 100644
---- /dev/null
-+++ b/extra.txt
-@@ -0,0 +1 @@
-+extra
-"""
 
 
 @pytest.fixture
@@ -136,7 +129,7 @@ def test_a_hand_edit_during_import_and_docs_is_refused(
     capture(project, "0001-one")
     path = project / "series.yaml"
     source = tmp_path / "extra.patch"
-    source.write_bytes(EXTRA)
+    source.write_bytes(NEW_FILE_PATCH)
     real_save = session_module.SeriesSession.check_unchanged
 
     def edit_then_check(self: session_module.SeriesSession) -> None:

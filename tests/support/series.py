@@ -11,6 +11,15 @@ from pathlib import Path
 from patchctl.series import Patch, Series, Upstream, save_series
 from support.repos import Repo
 
+# A patch that adds extra.txt (to import on top of any project's stack).
+NEW_FILE_PATCH = b"""diff --git a/extra.txt b/extra.txt
+new file mode 100644
+--- /dev/null
++++ b/extra.txt
+@@ -0,0 +1 @@
++extra
+"""
+
 
 def write_series(
     directory: Path,
