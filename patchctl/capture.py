@@ -4,6 +4,8 @@ The work tree is read with `Git.snapshot_worktree` (a copy of the index, so the 
 own index is never touched); `add -A` picks up modified, new, deleted, mode-changed and
 symlinked files. The bytes come from patchfile.py (the canonical diff and header), so the
 same trees and metadata always give the same bytes, which `verify`'s re-export relies on.
+An imported patch keeps its own header and trailer (patchparts.py): only its diff is
+replaced, and its recorded sha256 follows the new bytes.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from patchctl.fsio import write_if_changed
 from patchctl.git import Git, scratch_repo
 from patchctl.patchapply import commit_message, patch_sha256
 from patchctl.patchfile import export_patch
+from patchctl.patchparts import split_patch, with_diff
 from patchctl.series import PATCH_ID, Patch, Series
 from patchctl.session import series_session
 
@@ -138,8 +141,12 @@ def capture_patch(
     pre = room.git.tree_of(parent)
     post = room.git.snapshot_worktree()
     data = capture_trees(room.git, patch, pre, post, series.root)
-    written = write(series.patch_path(patch), data)
-    recorded = replace(patch, pre_tree=pre, post_tree=post, imported=False)
+    path = series.patch_path(patch)
+    if patch.imported and path.is_file():  # its own header and trailer stay (patchparts.py)
+        data = with_diff(path.read_bytes(), split_patch(data).diff)
+    written = write(path, data)
+    sha = patch_sha256(data) if patch.imported else patch.sha256
+    recorded = replace(patch, pre_tree=pre, post_tree=post, sha256=sha)
     commit_capture(room, recorded, data, parent)
     return series.with_patch(recorded), Captured(recorded, data, pre, post, written)
 

@@ -212,10 +212,31 @@ def pin_of(series: Series) -> dict[str, Any]:
     return {"upstream": series_to_dict(series)["upstream"], "root": series.root}
 
 
+# Keys that describe an upstream without choosing it: recording them later (a `tree:` added
+# by hand, an sdist's informational `commit:`) must not re-create the clean room. The tree is
+# compared with the clean room's own base tree instead.
+DESCRIPTIVE_KEYS = {
+    "pypi-sdist": ("tree", "commit"),
+    "archive": ("tree", "commit"),
+    "git": ("tree",),
+}
+
+
+def _identity(upstream: Any) -> dict[str, Any]:
+    if not isinstance(upstream, dict):
+        return {}
+    skip = DESCRIPTIVE_KEYS.get(str(upstream.get("kind")), ("tree",))
+    return {k: v for k, v in upstream.items() if k not in skip}
+
+
 def same_pin(room: Cleanroom, series: Series) -> bool:
-    """True when the clean room was made from the same upstream pin as `series`."""
+    """True when the clean room was made from the same upstream pin as `series`: the same
+    identifying keys, the same root, and (when the series records one) the same tree."""
     pin = pin_of(series)
-    return room.meta.get("upstream") == pin["upstream"] and room.root == series.root
+    if _identity(room.meta.get("upstream")) != _identity(pin["upstream"]):
+        return False
+    tree = series.upstream.tree
+    return room.root == series.root and (tree is None or tree == room.base_tree())
 
 
 # ----------------------------------------------------------------------------- creating

@@ -23,6 +23,7 @@ ROOT_HELP = (
     "  docs       Regenerate the series README (## Current series) and...\n"
     "  import     Import an existing series on top of the stack, keeping every...\n"
     "  new        Add patch ID at the top of the stack; edit the clean room,...\n"
+    "  refresh    Rewrite drifted patches (offset, fuzz) from the clean room's...\n"
     "  verify     Round-trip check (forward, reverse, re-export, markers) in a...\n"
     "  cleanroom  Create, update and inspect the clean room of a series.\n"
 )
@@ -46,7 +47,7 @@ COMMANDS: dict[str, Command] = {
                 multiple=False,
             ),
         ),
-        subcommands=("build", "capture", "docs", "import", "new", "verify", "cleanroom"),
+        subcommands=("build", "capture", "docs", "import", "new", "refresh", "verify", "cleanroom"),
     ),
     "build": Command(
         help="Build the clean room; the build dir is keyed by its git tree id and the config.",
@@ -341,6 +342,54 @@ COMMANDS: dict[str, Command] = {
                 opts=("--series",),
                 kind="file",
                 help="Series directory (or its series.yaml); names the default clean room.",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--json",),
+                kind="flag",
+                help="Print a JSON report on stdout.",
+                choices=(),
+                multiple=False,
+            ),
+        ),
+        subcommands=(),
+    ),
+    "refresh": Command(
+        help="Rewrite drifted patches (offset, fuzz) from the clean room's base, keeping headers.",
+        params=(
+            Param(
+                opts=(),
+                kind="plain",
+                help="The patches to refresh (or --all).",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--all",),
+                kind="flag",
+                help="Refresh every patch.",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--dry-run",),
+                kind="flag",
+                help="Report what would change; write nothing.",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--series",),
+                kind="file",
+                help="Series directory (or its series.yaml); names the default clean room.",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--workdir",),
+                kind="file",
+                help="Clean-room directory (default: cleanroom/<series name>).",
                 choices=(),
                 multiple=False,
             ),

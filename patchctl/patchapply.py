@@ -289,3 +289,56 @@ def fuzz_drift(git: Git, data: bytes, root: str) -> list[Drift]:
     if not outcome.ok:
         return []
     return [d for d in outcome.drift() if d.why.startswith("would need fuzz")]
+
+
+# ----------------------------------------------------------------------------- lenient replay
+#
+# import, refresh and rebase must know what a drifted patch does on a base it was not made
+# on: the tree it produces there and how it got there. `replay` applies it to an index of
+# patchctl's own, exactly if it can, else at an offset (git's default), else with fuzz (the
+# `-C1` of the diagnosis above) -- never to a clean room -- and says which hunks needed what.
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """A patch applied leniently to an index: the tree it gave and the hunks that drifted."""
+
+    post: str
+    drift: tuple[Drift, ...]  # one entry per drifted hunk: fuzz wins over offset
+
+    @property
+    def fuzz(self) -> bool:
+        """True when some hunk applied only with fuzz (reduced context)."""
+        return any(is_fuzz(d) for d in self.drift)
+
+
+def is_fuzz(drift: Drift) -> bool:
+    """True for a hunk that needed fuzz (reduced context) rather than an offset."""
+    return drift.why.startswith("would need fuzz")
+
+
+def per_hunk(drift: list[Drift]) -> tuple[Drift, ...]:
+    """One entry per (file, hunk): a hunk that needed fuzz is reported as fuzz only (the
+    offset git prints for it comes from the context it dropped)."""
+    fuzzed = {(d.file, d.hunk) for d in drift if is_fuzz(d) and d.hunk is not None}
+    kept = [d for d in drift if is_fuzz(d) or (d.file, d.hunk) not in fuzzed]
+    return tuple(dict.fromkeys(kept))
+
+
+def replay(
+    index: Index, data: bytes, root: str, patch_id: str, *, onto: str = "", hint: str = ""
+) -> Replayed:
+    """Apply patch bytes to `index` exactly, at an offset, or with fuzz (in that order).
+
+    A patch that does not apply even with fuzz is a conflict (PatchDoesNotApply, exit 3,
+    naming the file and hunk of the exact attempt, with `onto` and `hint` in its message);
+    the index is then unchanged.
+    """
+    exact = apply_to_index(index, data, root)
+    if exact.ok:
+        return Replayed(index.write_tree(), per_hunk(exact.drift()))
+    fuzzy = Outcome(*index.apply(data, apply_flags(root, context=FUZZ_CONTEXT)))
+    if not fuzzy.ok:
+        hint = hint or "fix the patch by hand, or rebase the series onto the upstream it needs"
+        raise conflict(patch_id, data, exact.stderr, root, onto=onto, hint=hint)
+    return Replayed(index.write_tree(), per_hunk(fuzzy.drift()))

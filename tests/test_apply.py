@@ -300,3 +300,27 @@ def test_new_file_patch_on_a_tree_that_has_it_is_already_applied(
     series = write_series(tmp_path / "s", git_upstream(repo), [("0001-add", patch)])
     with pytest.raises(AlreadyApplied):
         cleanroom_apply(series, workdir=tmp_path / "room")
+
+
+def test_recording_the_tree_later_keeps_the_clean_room(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from support.series import make_project
+
+    from patchctl.errors import ChecksumMismatch
+    from patchctl.series import load_series, save_series
+
+    series_dir = make_project(tmp_path, {"a.txt": b"a\n"})
+    first = cleanroom_apply(series_dir)
+    assert first.created
+    series = load_series(series_dir)
+    marker = first.cleanroom / ".git" / "patchctl-cleanroom.json"
+    stamp = marker.stat().st_mtime_ns
+    up = series.upstream
+    save_series(series.with_upstream(replace(up, tree=first.base_tree, commit="1" * 40)))
+    again = cleanroom_apply(series_dir)
+    assert not again.created and marker.stat().st_mtime_ns == stamp
+    save_series(series.with_upstream(replace(up, tree="2" * 40)))
+    with pytest.raises(ChecksumMismatch):  # a wrong tree is still refused
+        cleanroom_apply(series_dir)
+    assert load_cleanroom(first.cleanroom).base_tree() == first.base_tree

@@ -262,3 +262,26 @@ def test_capture_sees_a_same_size_edit_made_in_the_second_of_the_index_write(
     _updated, captured = capture_patch(series, room, "0001-one")
     assert b"+int main(void) { return 1; }" in captured.data
     assert room.git.cat_file("blob", f"{captured.post_tree}:main.c").endswith(b"return 1; }\n")
+
+
+def test_recapturing_an_imported_patch_keeps_its_header_and_records_its_sha256(
+    tmp_path: Path,
+) -> None:
+    from support.drift import GBP_HEADER, SIGNATURE, drifted_project, sha256
+
+    from patchctl.capture import capture
+    from patchctl.patchparts import split_patch
+
+    series_dir = drifted_project(tmp_path, ("readme.patch",))
+    cleanroom_apply(series_dir)
+    room = open_cleanroom(series_dir)
+    (room.path / "README").write_bytes(b"demo project\npatched again\n")
+    result = capture(series_dir, "0001-readme")
+    data = result.file.read_bytes()
+    parts = split_patch(data)
+    assert parts.header == GBP_HEADER and parts.trailer == SIGNATURE
+    assert b"+patched again" in parts.diff
+    series = load_series(series_dir)
+    entry = series.patches[0]
+    assert entry.imported and entry.sha256 == sha256(data)
+    assert verify_series(series, [room.path]).ok

@@ -46,6 +46,11 @@ def every_command(capsys: pytest.CaptureFixture[str], root: Path, series: str) -
     assert ok("capture", "0001-one")["written"] is True
     (root / "extra.patch").write_bytes(NEW_FILE_PATCH)
     assert [e["id"] for e in ok("import", str(root / "extra.patch"))["imported"]] == ["0002-extra"]
+    refreshed = ok("refresh", "--all")["patches"]
+    assert [(p["id"], p["refreshed"]) for p in refreshed] == [
+        ("0001-one", False),
+        ("0002-extra", False),
+    ]
     assert ok("docs")["changed"] == []  # import regenerated them already
     assert ok("verify", "--all")["series"] == "demo"
     applied = ok("cleanroom", "apply")["applied"]
