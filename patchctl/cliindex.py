@@ -287,6 +287,13 @@ COMMANDS: dict[str, Command] = {
                 multiple=False,
             ),
             Param(
+                opts=("--refresh",),
+                kind="flag",
+                help="Rewrite the diff of patches that need an offset or fuzz (headers kept).",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
                 opts=("--series",),
                 kind="file",
                 help="Series directory (or its series.yaml); names the default clean room.",

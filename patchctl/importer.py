@@ -4,23 +4,27 @@ Sources: a quilt `series` file (or a directory holding one, e.g. debian/patches)
 patches, a `git format-patch` directory (*.patch in name order), or an mbox (split per message;
 each message's bytes kept, `From ` line included). Each patch file is copied verbatim into the
 series directory and recorded with `imported: true`; its pre/post trees come from applying it,
-in order, onto the materialized upstream tree through a temporary index (strict: no fuzz, no
-whitespace fixing). Headers (DEP-3, gbp-pq, mail) are only read, to fill title and provenance.
+in order, onto the materialized upstream tree through a temporary index, as quilt would:
+exactly, else at an offset, else with fuzz (never whitespace fixing). A patch that drifted is
+reported per hunk (fuzz named as fuzz), or with `--refresh` regenerated to apply exactly
+(patchparts.py: its header kept); only a conflict stops the import, and then nothing is
+written. Headers (DEP-3, gbp-pq, mail) are only read, to fill title and provenance.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from email.header import decode_header, make_header
 from itertools import pairwise
 from pathlib import Path
 
 from patchctl.errors import ConfigError, NotFound
 from patchctl.fsio import write_if_changed
-from patchctl.git import Git, temp_index
-from patchctl.patchapply import apply_to_index, conflict, drift_summary, patch_sha256
+from patchctl.git import Git, scratch_repo, temp_index
+from patchctl.patchapply import Drift, is_fuzz, patch_sha256, replay
+from patchctl.patchparts import regenerated
 from patchctl.progress import Progress, or_null
 from patchctl.series import PATCH_ID, Patch, Series
 from patchctl.session import series_session
@@ -142,17 +146,44 @@ def slug(text: str) -> str:
     return (base or "patch")[:63].rstrip("-.") or "patch"
 
 
+# DEP-3's fields, to tell a DEP-3 header from a plain mail header (which says nothing of
+# the patch's upstream status).
+DEP3_FIELDS = ("description", "origin", "forwarded", "bug", "applied-upstream", "author")
+
+
 def _status(fields: dict[str, str]) -> str | None:
+    """Upstream-Status (OE's vocabulary) from an explicit field or DEP-3, as DEP-3 defines it.
+
+    - `Origin: upstream, <where>` (cherry-picked from upstream) and `Origin: backport, <where>`
+      (an upstream change adapted to this version), and `Applied-Upstream: <where>`, say the
+      change is upstream's already: `Backport [<where>]`;
+    - `Forwarded: no` is `Pending`, `Forwarded: not-needed` (vendor specific) is
+      `Inappropriate [not needed]`, any other value (a URL, "yes") is `Submitted [<value>]`;
+    - without `Forwarded:`, DEP-3 implies "yes" when a `Bug:` field is present
+      (`Submitted [<bug>]`) and "no" otherwise (`Pending`);
+    - a header with no DEP-3 field at all (a plain mail header) has no status (None).
+    """
     if "upstream-status" in fields:
         return fields["upstream-status"]
+    category, _, where = fields.get("origin", "").partition(",")
+    if category.strip().lower() in ("upstream", "backport"):
+        return _bracketed("Backport", where.strip())
+    if fields.get("applied-upstream"):
+        return _bracketed("Backport", fields["applied-upstream"])
     forwarded = fields.get("forwarded")
     if forwarded is None:
-        return None
+        if not any(key in fields for key in DEP3_FIELDS if key != "author"):
+            return None
+        return _bracketed("Submitted", fields["bug"]) if fields.get("bug") else "Pending"
     if forwarded.lower() == "no":
         return "Pending"
     if forwarded.lower() in ("not-needed", "not needed"):
         return "Inappropriate [not needed]"
-    return f"Submitted [{forwarded}]"
+    return _bracketed("Submitted", forwarded)
+
+
+def _bracketed(status: str, where: str) -> str:
+    return f"{status} [{where}]" if where else status
 
 
 def make_entry(incoming: Incoming, number: int, origin: str, taken: set[str]) -> Patch:
@@ -182,35 +213,52 @@ def make_entry(incoming: Incoming, number: int, origin: str, taken: set[str]) ->
 
 @dataclass(frozen=True)
 class Applied:
-    """One imported patch applied in the temporary index: its trees and any offset hunks."""
+    """One imported patch applied in the temporary index: its trees and drifted hunks."""
 
     pre: str
     post: str
-    drift: str | None  # git placed a hunk at an offset: strict `cleanroom apply` will refuse
+    hunks: tuple[Drift, ...] = ()  # offset / fuzz / mode: strict `cleanroom apply` will refuse
+
+    @property
+    def drift(self) -> str | None:
+        """A one-line summary of the drift (fuzz named as fuzz), or None."""
+        return drift_note(self.hunks)
+
+
+def drift_note(hunks: Sequence[Drift]) -> str | None:
+    """`fuzz in N hunk(s), offset in M hunk(s); first: hunk #K in FILE: WHY`, or None."""
+    if not hunks:
+        return None
+    fuzz = sum(is_fuzz(d) for d in hunks)
+    kinds = [f"fuzz in {fuzz} hunk(s)"] if fuzz else []
+    if len(hunks) > fuzz:
+        kinds.append(f"offset in {len(hunks) - fuzz} hunk(s)")
+    first = next((d for d in hunks if is_fuzz(d)), hunks[0])
+    at = f"hunk #{first.hunk} in " if first.hunk is not None else ""
+    return f"{', '.join(kinds)}; first: {at}{first.file}: {first.why}"
 
 
 def apply_chain(
     git: Git, base: str, patches: Sequence[tuple[Patch, bytes]], root: str = "."
 ) -> list[Applied]:
-    """Apply each patch in order onto tree `base` in `git`; its trees and offset notes."""
+    """Apply each patch in order onto tree `base` in `git`, as quilt would (exactly, else at an
+    offset, else with fuzz: patchapply.replay); its trees and drifted hunks. A patch that does
+    not apply even with fuzz is a conflict (exit 3) naming the patch, file and hunk."""
     results = []
     with temp_index(git) as index:
         index.read_tree(base)
         current = base
         for patch, data in patches:
-            outcome = apply_to_index(index, data, root)
-            if not outcome.ok:
-                raise conflict(
-                    patch.id,
-                    data,
-                    outcome.stderr,
-                    root,
-                    onto=f" to the tree before it ({current})",
-                    hint="nothing was written; fix the patch or import onto the upstream it needs",
-                )
-            post = index.write_tree()
-            results.append(Applied(current, post, drift_summary(outcome.drift())))
-            current = post
+            replayed = replay(
+                index,
+                data,
+                root,
+                patch.id,
+                onto=f" to the tree before it ({current})",
+                hint="nothing was written; fix the patch or import onto the upstream it needs",
+            )
+            results.append(Applied(current, replayed.post, replayed.drift))
+            current = replayed.post
     return results
 
 
@@ -220,8 +268,10 @@ class ImportResult:
 
     series: Series
     added: tuple[Patch, ...]
-    drift: dict[str, str]
+    drift: dict[str, str]  # id -> drift_note (fuzz named as fuzz)
     changed: tuple[Path, ...] = ()  # files whose bytes changed (import_series only)
+    hunks: dict[str, tuple[Drift, ...]] = field(default_factory=dict)  # id -> drifted hunks
+    refreshed: tuple[str, ...] = ()  # ids whose diff was regenerated (`--refresh`)
 
 
 def _last_tree(series: Series, base: str) -> str:
@@ -243,8 +293,13 @@ def import_patches(
     base: str,
     progress: Progress | None = None,
     write: Callable[[Path, bytes], bool] = write_if_changed,
+    *,
+    refresh: bool = False,
 ) -> ImportResult:
-    """Copy the patches of `source` into the series (on top of the stack); nothing is saved."""
+    """Copy the patches of `source` into the series (on top of the stack); nothing is saved.
+
+    Drifted patches (offset, fuzz) are copied as they are and reported, or with `refresh`
+    regenerated so that they apply exactly (their header kept)."""
     kind, incoming = read_source(source)
     origin = f"{kind}:{source.name}"
     taken = set(series.ids())
@@ -257,26 +312,54 @@ def import_patches(
     prog = or_null(progress)
     prog.start("import", len(entries))
     applied = apply_chain(git, _last_tree(series, base), entries, series.root)
+    if refresh:
+        entries = _refreshed(git, entries, applied, series.root)
     done = []
     for (entry, data), result in zip(entries, applied, strict=True):
         write(series.dir / entry.file, data)
         done.append(replace(entry, pre_tree=result.pre, post_tree=result.post))
         prog.advance("import")
     prog.done("import")
-    drift = {e.id: r.drift for (e, _), r in zip(entries, applied, strict=True) if r.drift}
-    return ImportResult(series.with_patches((*series.patches, *done)), tuple(done), drift)
+    pairs = [(e.id, r) for (e, _), r in zip(entries, applied, strict=True) if r.hunks]
+    return ImportResult(
+        series.with_patches((*series.patches, *done)),
+        tuple(done),
+        {pid: str(r.drift) for pid, r in pairs},
+        hunks={pid: r.hunks for pid, r in pairs},
+        refreshed=tuple(pid for pid, _ in pairs) if refresh else (),
+    )
+
+
+def _refreshed(
+    git: Git, entries: list[tuple[Patch, bytes]], applied: list[Applied], root: str
+) -> list[tuple[Patch, bytes]]:
+    """`import --refresh`: each drifted patch with its diff regenerated from the trees it
+    produced (header and trailer kept, patchparts.regenerated) and the sha256 of those bytes."""
+    out = []
+    with scratch_repo([git.repo]) as scratch:
+        for (entry, data), result in zip(entries, applied, strict=True):
+            if result.hunks:
+                data = regenerated(scratch, entry, data, result.pre, result.post, root)
+                entry = replace(entry, sha256=patch_sha256(data))
+            out.append((entry, data))
+    return out
 
 
 def import_series(
-    series_path: Path, source: Path, workdir: Path | None = None, progress: Progress | None = None
+    series_path: Path,
+    source: Path,
+    workdir: Path | None = None,
+    progress: Progress | None = None,
+    *,
+    refresh: bool = False,
 ) -> ImportResult:
-    """`patchctl import SOURCE`: the patches of `source` on top of the stack, under the series
-    and clean-room locks; series.yaml and the docs saved."""
+    """`patchctl import SOURCE [--refresh]`: the patches of `source` on top of the stack, under
+    the series and clean-room locks; series.yaml and the docs saved."""
     with series_session(series_path) as session:
         room = session.cleanroom(workdir)
         base = room.base_tree()
         result = import_patches(
-            session.series, source, room.git, base, progress, session.write_patch
+            session.series, source, room.git, base, progress, session.write_patch, refresh=refresh
         )
         changed = session.save(result.series)
     return replace(result, changed=tuple(changed))

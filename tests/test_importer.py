@@ -230,3 +230,107 @@ def test_offset_hunks_are_noted(tmp_path: Path, upstream: tuple[Git, str]) -> No
     result = import_patches(series, source, git, base)
     assert "offset -2 lines" in result.drift["0001-offset"]
     assert verify_series(result.series, [git.repo]).ok  # tree-exact, offsets only noted
+
+
+def test_drifted_patches_are_imported_and_flagged_per_hunk(tmp_path: Path) -> None:
+    from support.drift import drifted_project
+
+    from patchctl.importer import import_series
+    from patchctl.patchapply import is_fuzz
+
+    series_dir = drifted_project(tmp_path, names=())
+    quilt = tmp_path / "debian" / "patches"
+    result = import_series(series_dir, quilt)
+    assert [p.id for p in result.added] == [
+        "0001-readme",
+        "0002-louder-a",
+        "0003-b-30",
+        "0004-c-10",
+    ]
+    names = ("readme.patch", "louder-a.patch", "b-30.patch", "c-10.patch")
+    for patch, name in zip(result.added, names, strict=True):  # every byte kept
+        assert (series_dir / patch.file).read_bytes() == (quilt / name).read_bytes()
+    assert set(result.hunks) == {"0002-louder-a", "0003-b-30"}
+    fuzz = result.hunks["0003-b-30"]
+    assert [(d.file, d.hunk, is_fuzz(d)) for d in fuzz] == [("src/b.c", 1, True)]
+    assert result.drift["0003-b-30"].startswith("fuzz in 1 hunk(s)")
+    assert "hunk #1 in src/b.c" in result.drift["0003-b-30"]
+    assert not any(is_fuzz(d) for d in result.hunks["0002-louder-a"])
+    assert result.refreshed == ()
+
+
+def test_import_refresh_rewrites_only_the_diff_of_drifted_patches(tmp_path: Path) -> None:
+    from support.drift import DEP3_HEADER, MAIL_HEADER, SIGNATURE, drifted_project, sha256
+
+    from patchctl.apply import cleanroom_apply
+    from patchctl.cleanroom import open_cleanroom
+    from patchctl.importer import import_series
+    from patchctl.patchparts import split_patch
+    from patchctl.series import load_series
+
+    series_dir = drifted_project(tmp_path, names=())
+    quilt = tmp_path / "debian" / "patches"
+    result = import_series(series_dir, quilt, refresh=True)
+    assert result.refreshed == ("0002-louder-a", "0003-b-30")
+    series = load_series(series_dir)
+    kept = {"0001-readme": "readme.patch", "0004-c-10": "c-10.patch"}
+    for pid, name in kept.items():
+        assert series.patch_path(pid).read_bytes() == (quilt / name).read_bytes()
+    louder = split_patch(series.patch_path("0002-louder-a").read_bytes())
+    b30 = split_patch(series.patch_path("0003-b-30").read_bytes())
+    assert louder.header == DEP3_HEADER and b30.header == MAIL_HEADER and b30.trailer == SIGNATURE
+    for patch in series.patches:
+        assert patch.sha256 == sha256(series.patch_path(patch).read_bytes())
+    cleanroom_apply(series_dir)  # strict: every patch now applies exactly
+    assert verify_series(series, [open_cleanroom(series_dir).path]).ok
+
+
+def test_a_real_conflict_stops_the_import_naming_patch_file_and_hunk(tmp_path: Path) -> None:
+    from support.drift import drifted_project, edit, lines
+
+    from patchctl.importer import import_series
+
+    series_dir = drifted_project(tmp_path, names=())
+    source = tmp_path / "conflict.patch"
+    other = lines("x", 60)
+    source.write_bytes(
+        (tmp_path / "debian" / "patches" / "c-10.patch").read_bytes()
+        + diff_text(tmp_path, "src/b.c", other, edit(other, "x line 40", "X"))
+    )
+    before = sorted(p.name for p in series_dir.iterdir())
+    with pytest.raises(PatchDoesNotApply) as info:
+        import_series(series_dir, source)
+    assert info.value.exit_code == 3
+    assert (info.value.patch, info.value.file, info.value.hunk) == ("0001-conflict", "src/b.c", 1)
+    assert sorted(p.name for p in series_dir.iterdir()) == before
+
+
+def diff_text(tmp_path: Path, name: str, before: bytes, after: bytes) -> bytes:
+    from support.repos import diff_files
+
+    return diff_files(tmp_path / "difftext", {name: before}, {name: after})
+
+
+@pytest.mark.parametrize(
+    ("header", "status"),
+    [
+        (b"Upstream-Status: Denied [no]\nOrigin: upstream, x\n", "Denied [no]"),
+        (b"Description: d\nOrigin: upstream, https://u/c/1\n", "Backport [https://u/c/1]"),
+        (b"Description: d\nOrigin: backport, commit:abc\n", "Backport [commit:abc]"),
+        (b"Description: d\nOrigin: upstream\nForwarded: no\n", "Backport"),
+        (b"Description: d\nApplied-Upstream: 2.1, commit:ab\n", "Backport [2.1, commit:ab]"),
+        (b"Description: d\nOrigin: vendor\nForwarded: no\n", "Pending"),
+        (b"Description: d\nOrigin: vendor\nForwarded: not-needed\n", "Inappropriate [not needed]"),
+        (b"Description: d\nForwarded: https://u/pr/2\n", "Submitted [https://u/pr/2]"),
+        (b"Description: d\nBug: https://u/bug/3\n", "Submitted [https://u/bug/3]"),
+        (b"Description: d\nOrigin: other, https://elsewhere\n", "Pending"),
+        (b"From: A <a@b>\nSubject: [PATCH] plain mail\n", None),
+    ],
+)
+def test_upstream_status_from_dep3(header: bytes, status: str | None) -> None:
+    from patchctl.importer import Incoming, make_entry
+
+    entry = make_entry(
+        Incoming("x.patch", header + b"\n" + DEP3[DEP3.index(b"--- a") :]), 1, "t", set()
+    )
+    assert entry.upstream_status == status

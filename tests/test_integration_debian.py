@@ -4,7 +4,9 @@ The source package is fetched with `apt-get source --download-only` through a te
 configuration (a deb-src line for this machine's suite in a private sources.list, private
 lists and cache dirs: the system's apt setup is never touched), and cached between runs in
 `$PATCHCTL_TEST_CACHE` (default ~/.cache/patchctl-test). The orig tarball becomes an `archive`
-upstream; the Debian patches are imported byte-for-byte, then verified forward and reverse.
+upstream; the Debian patches are imported byte-for-byte, then verified forward and reverse,
+and refreshed so that strict `cleanroom apply` takes them (their headers kept byte for byte).
+The cached files are checked against the sha256 sums the .dsc lists on every use.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from patchctl.apply import cleanroom_apply
 from patchctl.archive import extract_archive
 from patchctl.cli import main
 from patchctl.errors import PatchDrift
+from patchctl.patchparts import split_patch
+from patchctl.refresh import refresh
 from patchctl.series import load_series
 
 PACKAGE = "less"
@@ -54,11 +58,40 @@ def _downloaded(src: Path) -> bool:
     )
 
 
+def _dsc_checksums(dsc: Path) -> dict[str, str]:
+    """File name -> sha256 from a .dsc's `Checksums-Sha256:` field (apt checked the .dsc
+    against the signed archive index when it downloaded it)."""
+    sums: dict[str, str] = {}
+    inside = False
+    for line in dsc.read_text(encoding="utf-8", errors="replace").splitlines():
+        if line.startswith("Checksums-Sha256:"):
+            inside = True
+        elif inside and line.startswith(" "):
+            digest, _size, name = line.split()
+            sums[name] = digest
+        else:
+            inside = False
+    return sums
+
+
+def _verified(src: Path) -> bool:
+    """True when every file the .dsc lists is in `src` with the sha256 it names."""
+    dsc = next(src.glob("*.dsc"))
+    sums = _dsc_checksums(dsc)
+    return bool(sums) and all(
+        (src / name).is_file() and hashlib.sha256((src / name).read_bytes()).hexdigest() == digest
+        for name, digest in sums.items()
+    )
+
+
 def fetch_debian_source(cache: Path = CACHE) -> Path:
-    """The directory holding <pkg>.dsc, .orig.tar.* and .debian.tar.* (downloaded once)."""
+    """The directory holding <pkg>.dsc, .orig.tar.* and .debian.tar.* (downloaded once, then
+    checked on every use against the sha256 sums the .dsc lists; a bad copy is fetched again)."""
     src = cache / "debian-src" / SUITE / PACKAGE
     if _downloaded(src):
-        return src
+        if _verified(src):
+            return src
+        shutil.rmtree(src)
     if shutil.which("apt-get") is None:
         pytest.skip("apt-get is not installed: cannot fetch a Debian source package")
     apt = cache / "apt" / SUITE
@@ -76,6 +109,7 @@ def fetch_debian_source(cache: Path = CACHE) -> Path:
         cwd=src,
     )
     assert _downloaded(src), f"apt-get source did not leave a complete source package in {src}"
+    assert _verified(src), f"{src}: a file does not match the sha256 its .dsc lists"
     return src
 
 
@@ -160,3 +194,23 @@ def test_strict_apply_reports_debian_offsets_as_drift(tmp_path: Path, debian_sou
     assert main(["import", str(debian / "patches"), "--series", str(series_dir)]) == 0
     with pytest.raises(PatchDrift, match="offset"):
         cleanroom_apply(series_dir)
+
+    # refresh: the drifted patches now apply exactly, their headers and trailers byte for byte
+    before = {p.id: series_bytes(series_dir, p.id) for p in load_series(series_dir).patches}
+    result = refresh(series_dir)
+    assert result.refreshed, "expected Debian's offsets to need a refresh"
+    for report in result.patches:
+        after = series_bytes(series_dir, report.id)
+        if report.refreshed:
+            old, new = split_patch(before[report.id]), split_patch(after)
+            assert (old.header, old.trailer) == (new.header, new.trailer), report.id
+        else:
+            assert after == before[report.id], report.id
+    applied = cleanroom_apply(series_dir)  # strict
+    assert len(applied.applied) == len(before)
+    assert main(["verify", "--all", "--series", str(series_dir)]) == 0
+
+
+def series_bytes(series_dir: Path, patch_id: str) -> bytes:
+    series = load_series(series_dir)
+    return series.patch_path(patch_id).read_bytes()

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from patchctl.commands._drift import drift_json, drift_lines
 from patchctl.options import DEFAULT_SERIES, JsonOpt, SeriesOpt, WorkdirOpt
 
 if TYPE_CHECKING:
@@ -27,6 +28,13 @@ def import_command(
         Path,
         typer.Argument(help="A quilt series file or directory, a format-patch dir or an mbox."),
     ],
+    refresh: Annotated[
+        bool,
+        typer.Option(
+            "--refresh",
+            help="Rewrite the diff of patches that need an offset or fuzz (headers kept).",
+        ),
+    ] = False,
     series: SeriesOpt = DEFAULT_SERIES,
     workdir: WorkdirOpt = None,
     as_json: JsonOpt = False,
@@ -36,7 +44,7 @@ def import_command(
     from patchctl.importer import import_series
 
     with RichProgress(enabled=False if as_json else None) as progress:
-        result = import_series(series, source, workdir, progress)
+        result = import_series(series, source, workdir, progress, refresh=refresh)
     render_import(result, as_json)
 
 
@@ -56,13 +64,28 @@ def render_import(result: ImportResult, as_json: bool) -> None:
     from patchctl.console import out, print_json
 
     if as_json:
-        added = [{**entry_json(p), "drift": result.drift.get(p.id)} for p in result.added]
+        added = [
+            {
+                **entry_json(p),
+                "drift": result.drift.get(p.id),
+                "hunks": drift_json(result.hunks.get(p.id, ())),
+                "refreshed": p.id in result.refreshed,
+            }
+            for p in result.added
+        ]
         print_json({"ok": True, "imported": added})
         return
     for patch in result.added:
-        out.print(f"imported {patch.id}: {patch.title}")
-        if patch.id in result.drift:
-            out.print(f"  note: {result.drift[patch.id]}; strict `cleanroom apply` refuses it")
+        out.print(f"imported {patch.id}: {patch.title}", markup=False)
+        for line in drift_lines(result.hunks.get(patch.id, ())):
+            out.print(f"  {line}", markup=False)
+        if patch.id in result.refreshed:
+            out.print("  -> refreshed: its diff now applies exactly (header kept)", markup=False)
+        elif patch.id in result.hunks:
+            out.print(
+                f"  -> strict `cleanroom apply` refuses it: `patchctl refresh {patch.id}`",
+                markup=False,
+            )
     path = result.series.path
     out.print(
         f"{len(result.added)} patch(es) added to {path}; {len(result.changed)} file(s) updated"
