@@ -169,11 +169,36 @@ def _tar_read(tar: tarfile.TarFile, info: tarfile.TarInfo) -> bytes:
         return stream.read()
 
 
+def relative_subdir(names: Sequence[str], subdir: str | None) -> str:
+    """`subdir` relative to the archive's single top directory, which extraction strips.
+
+    `vendor/llama.cpp` names `llama_cpp_python-0.3.36/vendor/llama.cpp`; so does the
+    spelling with the top directory (`llama_cpp_python-0.3.36/vendor/llama.cpp`), unless the
+    archive really has that path below its top directory.
+    """
+    top = _strip_top(list(names))
+    sub = (subdir or "").strip("/")
+    if not top or not (sub == top or sub.startswith(top + "/")):
+        return sub
+    below = f"{top}/{sub}/"
+    if any(n.startswith(below) for n in names):
+        return sub
+    return sub[len(top) :].strip("/")
+
+
+def archive_subdir(archive: Path, subdir: str | None) -> str:
+    """`relative_subdir` for an archive file (reads its member names only)."""
+    with _open_plans(archive, None) as (plans, _dropped):
+        names = [p.member.name for p in plans]  # as stored: the top directory included
+    return relative_subdir(names, subdir)
+
+
 def _select(
     archive: Path, raw: Sequence[tuple[Member, Callable[[], bytes]]], subdir: str | None
 ) -> tuple[list[_Plan], list[str]]:
-    top = _strip_top([m.name for m, _ in raw])
-    prefix = "/".join(p for p in (top, (subdir or "").strip("/")) if p)
+    names = [m.name for m, _ in raw]
+    top = _strip_top(names)
+    prefix = "/".join(p for p in (top, relative_subdir(names, subdir)) if p)
     plans: list[_Plan] = []
     dropped: list[str] = []
     for member, read in raw:
@@ -185,7 +210,12 @@ def _select(
             continue
         plans.append(_Plan(member, dest, read))
     if subdir and not plans:
-        raise NotFound(f"{archive.name}: no member under {subdir!r}", hint="check upstream.subdir")
+        stripped = f" (its single top directory {top + '/'!r} is stripped first)" if top else ""
+        raise NotFound(
+            f"{archive.name}: no member under {subdir!r}{stripped}",
+            hint="upstream.subdir is the path inside the archive's top directory, "
+            "e.g. vendor/llama.cpp",
+        )
     return plans, dropped
 
 

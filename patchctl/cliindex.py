@@ -22,6 +22,7 @@ ROOT_HELP = (
     "  capture    Write everything the clean room changed since the commit...\n"
     "  docs       Regenerate the series README (## Current series) and...\n"
     "  import     Import an existing series on top of the stack, keeping every...\n"
+    "  init       Start a series: pin UPSTREAM (sha256 and tree computed),...\n"
     "  new        Add patch ID at the top of the stack; edit the clean room,...\n"
     "  refresh    Rewrite drifted patches (offset, fuzz) from the clean room's...\n"
     "  verify     Round-trip check (forward, reverse, re-export, markers) in a...\n"
@@ -47,7 +48,17 @@ COMMANDS: dict[str, Command] = {
                 multiple=False,
             ),
         ),
-        subcommands=("build", "capture", "docs", "import", "new", "refresh", "verify", "cleanroom"),
+        subcommands=(
+            "build",
+            "capture",
+            "docs",
+            "import",
+            "init",
+            "new",
+            "refresh",
+            "verify",
+            "cleanroom",
+        ),
     ),
     "build": Command(
         help="Build the clean room; the build dir is keyed by its git tree id and the config.",
@@ -297,6 +308,61 @@ COMMANDS: dict[str, Command] = {
                 opts=("--series",),
                 kind="file",
                 help="Series directory (or its series.yaml); names the default clean room.",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--workdir",),
+                kind="file",
+                help="Clean-room directory (default: cleanroom/<series name>).",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--json",),
+                kind="flag",
+                help="Print a JSON report on stdout.",
+                choices=(),
+                multiple=False,
+            ),
+        ),
+        subcommands=(),
+    ),
+    "init": Command(
+        help="Start a series: pin UPSTREAM (sha256 and tree computed), write series.yaml, make its clean room.",
+        params=(
+            Param(
+                opts=(),
+                kind="plain",
+                help="NAME==VERSION (a PyPI sdist), an archive (.tar.*/.zip path or https URL), or a git repository (path or URL) with --commit.",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--series",),
+                kind="file",
+                help="The new series directory (series.yaml goes there).",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--commit",),
+                kind="plain",
+                help="git: the commit (full id, or a branch or tag to resolve).",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--subdir",),
+                kind="plain",
+                help="The directory inside the sdist/archive/repository that holds the tree, e.g. vendor/llama.cpp; for an sdist or archive, relative to its single top directory (which is stripped; naming it too also works).",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--root",),
+                kind="plain",
+                help="The subdirectory of the tree the patches target.",
                 choices=(),
                 multiple=False,
             ),

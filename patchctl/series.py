@@ -44,12 +44,12 @@ SERIES_KEYS = ("version", "upstream", "root", "patches")
 KIND_REQUIRED: dict[str, tuple[str, ...]] = {
     "pypi-sdist": ("package", "version", "sha256"),
     "git": ("url", "commit"),
-    "archive": ("path", "sha256"),
+    "archive": ("sha256",),  # and exactly one of path / url (an https URL)
 }
 KIND_ALLOWED: dict[str, tuple[str, ...]] = {
     "pypi-sdist": ("kind", "package", "version", "sha256", "subdir", "tree", "commit"),
     "git": ("kind", "url", "commit", "subdir", "tree"),
-    "archive": ("kind", "path", "sha256", "subdir", "tree", "commit"),
+    "archive": ("kind", "path", "url", "sha256", "subdir", "tree", "commit"),
 }
 
 
@@ -75,7 +75,7 @@ class Upstream:
         elif self.kind == "git":
             what = f"{self.url}@{(self.commit or '')[:12]}"
         else:
-            what = str(self.path)
+            what = str(self.path or self.url)
         sub = f" [{self.subdir}]" if self.subdir else ""
         return f"{self.kind} {what}{sub}"
 
@@ -306,7 +306,28 @@ def _upstream_from(raw: Any, path: Path) -> Upstream:
             raise ConfigError(
                 f"required for kind {kind}", path=path, key=f"upstream.{key}", hint="add it"
             )
+    if kind == "archive":
+        _check_archive_source(raw, path)
     return _build_upstream(raw, kind, path)
+
+
+def _check_archive_source(raw: dict[str, Any], path: Path) -> None:
+    """An archive is a local `path` or an https `url` (downloaded, checked against sha256)."""
+    if (raw.get("path") is None) == (raw.get("url") is None):
+        raise ConfigError(
+            "an archive needs exactly one of path and url",
+            path=path,
+            key="upstream.path",
+            hint="give the archive's local path, or its https:// URL",
+        )
+    url = raw.get("url")
+    if url is not None and not (isinstance(url, str) and url.startswith("https://")):
+        raise ConfigError(
+            f"{url!r} is not an https:// URL",
+            path=path,
+            key="upstream.url",
+            hint="archives are downloaded over https only",
+        )
 
 
 def _build_upstream(raw: dict[str, Any], kind: str, path: Path) -> Upstream:

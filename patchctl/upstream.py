@@ -4,7 +4,7 @@ Kinds (series.yaml `upstream.kind`):
 - `pypi-sdist`: the sdist of package==version, found through the PyPI JSON API, sha256-checked;
 - `git`: a local path or URL and a full 40-hex commit, fetched into a cache bare repository
   (the user's clone is only read, never written);
-- `archive`: a local .tar.* or .zip file with its sha256.
+- `archive`: a local .tar.* or .zip file, or one downloaded over https, with its sha256.
 
 Downloads are stored as `<cache>/sha256/<hex>/<file name>` and reused offline.
 """
@@ -205,14 +205,47 @@ def _download_verified(url: str, filename: str, sha256: str, progress: Progress 
 # ----------------------------------------------------------------------------- archive
 
 
-def local_archive(series: Series) -> Path:
-    """The `archive` kind's file, sha256-checked and stored in the cache."""
+def download_new(
+    url: str, filename: str, progress: Progress | None = None, expected: str | None = None
+) -> tuple[Path, str]:
+    """Download `url` into the store without knowing its sha256 yet (`patchctl init`, rebase
+    `--onto`): (cached path, sha256 computed while downloading). `expected`, when the index
+    publishes one, must match (ChecksumMismatch, nothing kept)."""
+    folder = cache_dir() / "sha256"
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".{filename}.part{os.getpid()}"
+    try:
+        actual = _download(url, tmp, or_null(progress))
+        if expected is not None and actual != expected:
+            raise ChecksumMismatch(
+                f"downloaded {filename} has sha256 {actual}, the index says {expected}",
+                hint="the download is corrupt or the index is wrong; nothing was kept",
+            )
+        target = cached_path(actual, filename)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target, actual
+
+
+def archive_name(url: str) -> str:
+    """The file name an archive URL downloads to (its last path component)."""
+    return url.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1] or "archive"
+
+
+def local_archive(series: Series, progress: Progress | None = None) -> Path:
+    """The `archive` kind's file (a local path, or downloaded from its https url),
+    sha256-checked and stored in the cache."""
     up = series.upstream
-    assert up.path and up.sha256  # validated on load
-    source = (series.dir / up.path).resolve()
+    assert up.sha256 and (up.path or up.url)  # validated on load
     cached = find_cached(up.sha256)
     if cached is not None:
         return cached
+    if up.url is not None:
+        return _download_verified(up.url, archive_name(up.url), up.sha256, progress)
+    assert up.path
+    source = (series.dir / up.path).resolve()
     if not source.is_file():
         raise NotFound(f"upstream archive {source} does not exist", hint="check upstream.path")
     if not is_archive(source):
@@ -295,7 +328,10 @@ def materialize(series: Series, repo: Git, progress: Progress | None = None) -> 
 
 def _materialize_archive(series: Series, repo: Git, progress: Progress | None) -> Materialized:
     up = series.upstream
-    source = fetch_sdist(up, progress) if up.kind == "pypi-sdist" else local_archive(series)
+    if up.kind == "pypi-sdist":
+        source = fetch_sdist(up, progress)
+    else:
+        source = local_archive(series, progress)
     extracted = extract_archive(source, repo.repo, subdir=up.subdir, progress=progress)
     report = or_null(progress)
     report.start("stage", None)
