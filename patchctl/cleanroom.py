@@ -20,7 +20,7 @@ from typing import Any
 
 from patchctl import __version__
 from patchctl.errors import DirtyTree, NotFound, PatchctlError
-from patchctl.fsio import locked_dir
+from patchctl.fsio import locked_dir, write_atomic
 from patchctl.git import Git
 from patchctl.patchapply import ID_TRAILER, SHA_TRAILER
 from patchctl.progress import Progress
@@ -315,3 +315,11 @@ def discard_cleanroom(room: Cleanroom) -> None:
     if room.is_dirty():
         raise DirtyTree(f"{room.path} has unsaved work; not removing it")
     shutil.rmtree(room.path)
+
+
+def repin_marker(room: Cleanroom, series: Series, base_commit: str, base_tree: str) -> Cleanroom:
+    """Record in the clean room's marker that its base is now `base_commit` (tree `base_tree`)
+    of `series`' upstream pin (a completed rebase); the clean room as reloaded."""
+    meta = {**room.meta, **pin_of(series), "base_tree": base_tree, "base_commit": base_commit}
+    write_atomic(marker_path(room.path), (json.dumps(meta, indent=2) + "\n").encode("utf-8"))
+    return load_cleanroom(room.path)

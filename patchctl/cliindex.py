@@ -24,6 +24,7 @@ ROOT_HELP = (
     "  import     Import an existing series on top of the stack, keeping every...\n"
     "  init       Start a series: pin UPSTREAM (sha256 and tree computed),...\n"
     "  new        Add patch ID at the top of the stack; edit the clean room,...\n"
+    "  rebase     Rebase the series onto another upstream (three-way, one...\n"
     "  refresh    Rewrite drifted patches (offset, fuzz) from the clean room's...\n"
     "  verify     Round-trip check (forward, reverse, re-export, markers) in a...\n"
     "  cleanroom  Create, update and inspect the clean room of a series.\n"
@@ -55,6 +56,7 @@ COMMANDS: dict[str, Command] = {
             "import",
             "init",
             "new",
+            "rebase",
             "refresh",
             "verify",
             "cleanroom",
@@ -415,6 +417,75 @@ COMMANDS: dict[str, Command] = {
                 opts=("--series",),
                 kind="file",
                 help="Series directory (or its series.yaml); names the default clean room.",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--json",),
+                kind="flag",
+                help="Print a JSON report on stdout.",
+                choices=(),
+                multiple=False,
+            ),
+        ),
+        subcommands=(),
+    ),
+    "rebase": Command(
+        help="Rebase the series onto another upstream (three-way, one patch at a time); stops at a conflict with a report.",
+        params=(
+            Param(
+                opts=("--onto",),
+                kind="plain",
+                help="NAME==VERSION (a PyPI sdist), an archive (.tar.*/.zip path or https URL), or a git repository (path or URL) with --commit.",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--commit",),
+                kind="plain",
+                help="git: the commit to rebase onto (id, branch or tag).",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--subdir",),
+                kind="plain",
+                help="The directory inside the sdist/archive/repository that holds the tree, e.g. vendor/llama.cpp; for an sdist or archive, relative to its single top directory (which is stripped; naming it too also works). Default: the series' own.",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--continue",),
+                kind="flag",
+                help="Take the resolved work tree as the patch and go on.",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--skip",),
+                kind="flag",
+                help="Drop the patch the rebase stopped at, and go on.",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--abort",),
+                kind="flag",
+                help="Put the series and the clean room back as they were.",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--series",),
+                kind="file",
+                help="Series directory (or its series.yaml); names the default clean room.",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--workdir",),
+                kind="file",
+                help="Clean-room directory (default: cleanroom/<series name>).",
                 choices=(),
                 multiple=False,
             ),

@@ -90,6 +90,18 @@ class PatchDoesNotApply(PatchctlError):
         return {"patch": self.patch, "file": self.file, "hunk": self.hunk, "why": self.why}
 
 
+class RebaseStopped(PatchDoesNotApply):
+    """A rebase stopped at a patch that needs the user (a conflict, or a patch that became
+    empty); carries the whole rebase report, so `--json` prints one document."""
+
+    def __init__(self, message: str, *, report: JsonReport, patch: str, hint: str) -> None:
+        super().__init__(message, patch=patch, hint=hint)
+        self.report = report
+
+    def details(self) -> dict[str, object]:
+        return {**super().details(), "report": self.report.to_json()}
+
+
 class ConfigError(PatchctlError):
     """series.yaml (or another config file) is invalid; names the file and the key."""
 

@@ -24,6 +24,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
@@ -74,6 +75,10 @@ PINNED_CONFIG: tuple[tuple[str, str, str], ...] = (
     ("advice.detachedHead", "false", "no advice chatter on stderr"),
     ("status.showUntrackedFiles", "all", "dirty checks see every untracked file"),
     ("protocol.file.allow", "always", "local paths are valid upstream urls"),
+    ("merge.conflictStyle", "diff3", "rebase conflict markers show the old base's lines too"),
+    ("merge.renames", "true", "a rebase follows files upstream renamed"),
+    ("merge.directoryRenames", "conflict", "a new file in a renamed directory is asked about"),
+    ("merge.renormalize", "false", "merges compare bytes, never re-normalized line ends"),
     ("user.useConfigOnly", "false", "identity comes from the environment below"),
 )
 # diff.external is deliberately NOT pinned: `-c diff.external=` makes git try to run "".
@@ -247,6 +252,49 @@ class Git:
         """Make HEAD the symbolic ref `branch` (e.g. refs/heads/main)."""
         self.run("symbolic-ref", "--end-of-options", "HEAD", branch)
 
+    def detach_head(self, commit: str) -> None:
+        """Point HEAD itself at `commit` (detached), leaving the branch it named where it is."""
+        self.run("update-ref", "--no-deref", "-m", "patchctl", "--end-of-options", "HEAD", commit)
+
+    def delete_ref(self, ref: str) -> None:
+        """Delete `ref` (a name under refs/); nothing happens when it does not exist."""
+        if not ref.startswith("refs/"):
+            raise ValueError(f"not a ref patchctl deletes: {ref!r}")
+        self.run("update-ref", "-d", "--end-of-options", ref)
+
+    def merge_trees(self, base: str, ours: str, theirs: str, labels: tuple[str, str]) -> Merged:
+        """The three-way merge of trees `ours` and `theirs` from `base` (git's ort merge, as a
+        cherry-pick does it), without touching the index or the work tree.
+
+        The conflict markers name the sides `labels` (ref-name-safe words); the returned tree
+        holds the merged files, conflict markers included. git 2.38's `merge-tree` takes
+        commits, so the three trees get throw-away commits with `base` as their parent.
+        """
+        for label in labels:
+            if not LABEL.fullmatch(label):
+                raise ValueError(f"not a merge label: {label!r}")
+        root = self.commit_tree(base, b"patchctl merge base\n")
+        sides = [
+            self.commit_tree(tree, b"patchctl merge side\n", (root,)) for tree in (ours, theirs)
+        ]
+        refs = [f"refs/patchctl/merge/{label}" for label in labels]
+        for ref, commit in zip(refs, sides, strict=True):
+            self.update_ref(ref, commit, "patchctl merge")
+        try:
+            names = [ref.removeprefix("refs/") for ref in refs]
+            out = self.run(
+                "merge-tree", "--write-tree", "-z", "--end-of-options", *names, ok=(0, 1)
+            )
+        finally:
+            for ref in refs:
+                self.delete_ref(ref)
+        return parse_merge_tree(out)
+
+    def range_diff(self, old: tuple[str, str], new: tuple[str, str]) -> bytes:
+        """`git range-diff old_base..old_tip new_base..new_tip` without color (commit ids)."""
+        ranges = [f"{object_id(a)}..{object_id(b)}" for a, b in (old, new)]
+        return self.run("range-diff", "--no-color", "--creation-factor=60", *ranges)
+
     def refs(self, prefix: str) -> list[str]:
         """The full names of the refs under `prefix` (e.g. refs/patchctl/backups/)."""
         return self.text("for-each-ref", "--format=%(refname)", "--end-of-options", prefix).split()
@@ -338,6 +386,47 @@ class Git:
                 index.read_tree("HEAD")
             index.add_all()
             return index.write_tree()
+
+
+# A merge label: one ref-name component (patch ids and upstream labels are of this form).
+LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+@dataclass(frozen=True)
+class Merged:
+    """A tree merge: the result tree, the conflicted paths and git's CONFLICT messages."""
+
+    tree: str
+    conflicts: tuple[str, ...]
+    messages: tuple[str, ...]
+
+    @property
+    def clean(self) -> bool:
+        """True when nothing conflicted."""
+        return not self.conflicts
+
+
+def parse_merge_tree(raw: bytes) -> Merged:
+    """`merge-tree --write-tree -z` output: the tree, `<mode> <oid> <stage>\t<path>` entries
+    up to an empty field, then messages as `<n>, <n paths>, <type>, <text>` fields."""
+    fields = raw.split(b"\0")
+    tree = fields[0].decode("ascii")
+    conflicts: dict[str, None] = {}
+    i = 1
+    while i < len(fields) and fields[i]:
+        conflicts[os.fsdecode(fields[i].split(b"\t", 1)[1])] = None
+        i += 1
+    messages = []
+    i += 1
+    while i < len(fields) and fields[i].isdigit():
+        count = int(fields[i])
+        paths = [os.fsdecode(f) for f in fields[i + 1 : i + 1 + count]]
+        kind, text = fields[i + 1 + count], fields[i + 2 + count]
+        if kind.startswith(b"CONFLICT"):
+            messages.append(text.decode("utf-8", "backslashreplace").strip())
+            conflicts.update(dict.fromkeys(paths))
+        i += 3 + count
+    return Merged(tree, tuple(conflicts), tuple(messages))
 
 
 def parse_status(raw: bytes) -> list[str]:

@@ -10,6 +10,16 @@ from typing import Annotated
 import typer
 
 DEFAULT_SERIES = Path("patches/llamafile")
+# How `init UPSTREAM` and `rebase --onto UPSTREAM` name an upstream (patchctl/pinning.py).
+UPSTREAM_HELP = (
+    "NAME==VERSION (a PyPI sdist), an archive (.tar.*/.zip path or https URL), or a git "
+    "repository (path or URL) with --commit."
+)
+SUBDIR_HELP = (
+    "The directory inside the sdist/archive/repository that holds the tree, e.g. "
+    "vendor/llama.cpp; for an sdist or archive, relative to its single top directory "
+    "(which is stripped; naming it too also works)."
+)
 
 
 @dataclass

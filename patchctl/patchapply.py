@@ -342,3 +342,20 @@ def replay(
         hint = hint or "fix the patch by hand, or rebase the series onto the upstream it needs"
         raise conflict(patch_id, data, exact.stderr, root, onto=onto, hint=hint)
     return Replayed(index.write_tree(), per_hunk(fuzzy.drift()))
+
+
+def failing_hunks(index: Index, data: bytes, root: str) -> tuple[tuple[str, int | None], ...]:
+    """Every (file, hunk number) of a patch that does not apply to `index`'s tree, from one
+    `git apply --check --reject` (which tries every hunk instead of stopping at the first);
+    a file that is missing or otherwise refused has hunk None. Nothing is written."""
+    _code, err = index.apply(data, (*apply_flags(root, check=True), "--reject"))
+    found: dict[tuple[str, int | None], None] = {}
+    for line in err.splitlines():
+        if m := FAILED_AT.match(line):
+            file = _decode(m.group(1))
+            found[(file, hunk_number(data, file, int(m.group(2)), root))] = None
+        elif (m := FILE_ERROR.match(line)) and not line.startswith(b"error: patch failed"):
+            file = _decode(m.group(1))
+            if not any(f == file for f, _h in found) and " " not in file.strip():
+                found[(file, None)] = None
+    return tuple(found)

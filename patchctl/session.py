@@ -22,9 +22,10 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from patchctl import rebasestate
 from patchctl.cleanroom import Cleanroom, default_workdir, load_cleanroom, locked
 from patchctl.docs import write_docs
-from patchctl.errors import NotFound, SeriesChanged
+from patchctl.errors import DirtyTree, NotFound, SeriesChanged
 from patchctl.fsio import locked_dir, write_if_changed
 from patchctl.series import Series, dump_series, load_series, series_file
 
@@ -46,11 +47,21 @@ class SeriesSession:
         """The clean room of this series: `workdir`, else `cleanroom/<series name>`."""
         return workdir if workdir is not None else default_workdir(self.series.dir)
 
-    def lock_cleanroom(self, workdir: Path | None) -> Path:
-        """Take the lock of the series' clean room (which may not exist yet); its path."""
+    def lock_cleanroom(self, workdir: Path | None, *, rebasing: bool = False) -> Path:
+        """Take the lock of the series' clean room (which may not exist yet); its path.
+
+        While a rebase is in progress there (rebasestate.py), only `rebasing` (the rebase
+        command itself) may use it: the work tree holds the rebase's conflict, and the series
+        is about to be replaced.
+        """
         path = self.workdir(workdir)
         if path.parent.resolve() != self.series.dir.resolve():  # one directory, one lock
             self.locks.enter_context(locked(path))
+        if not rebasing and rebasestate.in_progress(path):
+            raise DirtyTree(
+                f"a rebase is in progress in {path}; not touching the clean room or the series",
+                hint="finish it with `patchctl rebase --continue`, or `patchctl rebase --abort`",
+            )
         return path
 
     def cleanroom(self, workdir: Path | None) -> Cleanroom:

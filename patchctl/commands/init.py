@@ -7,20 +7,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from patchctl.options import JsonOpt, WorkdirOpt
+from patchctl.options import SUBDIR_HELP, UPSTREAM_HELP, JsonOpt, WorkdirOpt
 
 if TYPE_CHECKING:
     from patchctl.init import InitResult
-
-UPSTREAM_HELP = (
-    "NAME==VERSION (a PyPI sdist), an archive (.tar.*/.zip path or https URL), or a git "
-    "repository (path or URL) with --commit."
-)
-SUBDIR_HELP = (
-    "The directory inside the sdist/archive/repository that holds the tree, e.g. "
-    "vendor/llama.cpp; for an sdist or archive, relative to its single top directory "
-    "(which is stripped; naming it too also works)."
-)
 
 
 def register(app: typer.Typer) -> None:

@@ -166,3 +166,29 @@ def drifted_project(tmp: Path, names: tuple[str, ...] | None = None) -> Path:
 def sha256(data: bytes) -> str:
     """The hex sha256 of bytes."""
     return hashlib.sha256(data).hexdigest()
+
+
+def rebase_ready(tmp: Path) -> tuple[Path, str]:
+    """The drifted project refreshed and applied, and its upstream repository given a second
+    commit holding V2: (series directory, the V2 commit to rebase onto)."""
+    from patchctl.apply import cleanroom_apply
+    from patchctl.refresh import refresh
+
+    series_dir = drifted_project(tmp)
+    refresh(series_dir)
+    cleanroom_apply(series_dir)
+    return series_dir, new_repo(tmp / "upstream", V2).commit
+
+
+def resolve_conflicts(path: Path, choose: str) -> None:
+    """Replace every diff3 conflict block of the file at `path` by the line `choose`."""
+    out, inside = [], False
+    for line in path.read_bytes().splitlines(keepends=True):
+        if line.startswith(b"<<<<<<< "):
+            inside = True
+            out.append(choose.encode() + b"\n")
+        elif line.startswith(b">>>>>>> "):
+            inside = False
+        elif not inside:
+            out.append(line)
+    path.write_bytes(b"".join(out))

@@ -1,0 +1,247 @@
+"""rebase: a series moved to another upstream, stopping at a conflict; --continue, --skip,
+--abort; the old series intact until the end; every step survives a kill."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.drift import (
+    DEP3_HEADER,
+    GBP_HEADER,
+    MAIL_HEADER,
+    QUILT_HEADER,
+    SIGNATURE,
+    V2,
+    rebase_ready,
+    resolve_conflicts,
+)
+from support.repos import new_repo
+
+from patchctl import rebase as rebase_module
+from patchctl import rebasestate
+from patchctl.apply import cleanroom_apply
+from patchctl.capture import capture
+from patchctl.cleanroom import load_cleanroom, same_pin
+from patchctl.cli import main
+from patchctl.errors import (
+    DirtyTree,
+    NothingToCapture,
+    PatchctlError,
+    PatchDoesNotApply,
+    SeriesChanged,
+)
+from patchctl.patchparts import split_patch
+from patchctl.rebase import rebase, rebase_abort, rebase_continue, rebase_skip
+from patchctl.refresh import refresh
+from patchctl.series import load_series
+from patchctl.verify import verify_series
+
+HEADERS = {
+    "0001-readme.patch": (GBP_HEADER, SIGNATURE),
+    "0002-louder-a.patch": (DEP3_HEADER, b""),
+    "0003-b-30.patch": (MAIL_HEADER, SIGNATURE),
+    "0004-c-10.patch": (QUILT_HEADER, b""),
+}
+
+
+def snapshot(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
+
+
+def room_of(series_dir: Path) -> Path:
+    return series_dir.parent.parent / "cleanroom" / series_dir.name
+
+
+def test_a_conflict_stops_with_a_report_and_continue_keeps_every_header(tmp_path: Path) -> None:
+    series_dir, onto = rebase_ready(tmp_path)
+    before = snapshot(series_dir)
+    old_upstream = load_series(series_dir).upstream
+
+    report = rebase(series_dir, onto)
+    assert report.state == "stopped" and report.stop is not None
+    stop = report.stop
+    assert (stop.id, stop.reason, stop.files) == ("0004-c-10", "conflict", ("src/c.c",))
+    assert stop.hunks == (("src/c.c", 1),) and stop.markers == (("src/c.c", 10),)
+    assert [(d.id, d.how) for d in report.patches] == [
+        ("0001-readme", "unchanged"),
+        ("0002-louder-a", "merged"),
+        ("0003-b-30", "unchanged"),
+    ]
+    assert snapshot(series_dir) == before  # the old series is intact until the end
+    room = room_of(series_dir)
+    text = (room / "src" / "c.c").read_bytes()
+    assert b"<<<<<<< patchctl/merge/onto-" in text and b"||||||| " in text  # diff3 style
+
+    for writer in (
+        lambda: cleanroom_apply(series_dir),
+        lambda: capture(series_dir, "0004-c-10"),
+        lambda: refresh(series_dir),
+    ):
+        with pytest.raises(DirtyTree, match="rebase is in progress"):
+            writer()
+    with pytest.raises(PatchDoesNotApply, match=r"conflict markers are still in src/c\.c"):
+        rebase_continue(series_dir)
+
+    resolve_conflicts(room / "src" / "c.c", "C 10 (rewritten upstream)")
+    done = rebase_continue(series_dir)
+    assert done.state == "done" and done.range_diff is not None
+    assert [d.how for d in done.patches] == ["unchanged", "merged", "unchanged", "resolved"]
+    after = snapshot(series_dir)
+    for name, (header, trailer) in HEADERS.items():
+        parts = split_patch(after[name])
+        assert (parts.header, parts.trailer) == (header, trailer), name
+    for name in ("0001-readme.patch", "0003-b-30.patch"):
+        assert after[name] == before[name]
+    assert b"+C 10 (rewritten upstream)" in after["0004-c-10.patch"]
+
+    series = load_series(series_dir)
+    assert series.upstream.commit == onto and series.upstream.url == old_upstream.url
+    assert series.upstream.tree == new_repo(tmp_path / "v2tree", V2).tree
+    assert series.patches[0].pre_tree == series.upstream.tree
+    assert verify_series(series, [room]).ok
+    assert "4:" in done.range_diff_text and done.range_diff.read_text() == done.range_diff_text
+    # the clean room ends on the new base with the series applied, as `cleanroom apply` keeps it
+    kept = cleanroom_apply(series_dir)
+    assert all(a.reused for a in kept.applied) and len(kept.applied) == 4
+    assert same_pin(load_cleanroom(room), series)
+    assert not rebasestate.in_progress(room)
+    assert load_cleanroom(room).git.refs("refs/patchctl/rebase/") == []
+
+
+def test_abort_puts_series_and_clean_room_back_and_saves_the_edits(tmp_path: Path) -> None:
+    series_dir, onto = rebase_ready(tmp_path)
+    room = room_of(series_dir)
+    before = snapshot(series_dir)
+    head = load_cleanroom(room).head()
+    rebase(series_dir, onto)
+    (room / "src" / "c.c").write_bytes(b"my half-done resolution\n")
+    report = rebase_abort(series_dir)
+    assert report.state == "aborted" and report.backup is not None
+    cr = load_cleanroom(room)
+    saved = cr.git.run("cat-file", "blob", f"{report.backup.ref}:src/c.c")
+    assert saved == b"my half-done resolution\n"
+    assert snapshot(series_dir) == before
+    assert cr.head() == head and cr.dirty_paths() == []
+    assert cr.git.text("symbolic-ref", "HEAD") == "refs/heads/main"
+    assert not rebasestate.in_progress(room)
+    assert all(a.reused for a in cleanroom_apply(series_dir).applied)
+    with pytest.raises(PatchctlError, match="no rebase is in progress"):
+        rebase_continue(series_dir)
+
+
+def test_skip_drops_the_patch_and_its_file(tmp_path: Path) -> None:
+    series_dir, onto = rebase_ready(tmp_path)
+    rebase(series_dir, onto)
+    done = rebase_skip(series_dir)
+    assert done.state == "done" and done.patches[-1].how == "dropped"
+    series = load_series(series_dir)
+    assert series.ids() == ("0001-readme", "0002-louder-a", "0003-b-30")
+    assert not (series_dir / "0004-c-10.patch").exists()
+    assert verify_series(series, [room_of(series_dir)]).ok
+
+
+def test_a_patch_upstream_already_has_stops_as_empty(tmp_path: Path) -> None:
+    series_dir, _onto = rebase_ready(tmp_path)
+    upstream = new_repo(tmp_path / "upstream", {**V2, "README": b"demo project\npatched\n"})
+    report = rebase(series_dir, upstream.commit)
+    assert report.stop is not None and (report.stop.id, report.stop.reason) == (
+        "0001-readme",
+        "empty",
+    )
+    with pytest.raises(NothingToCapture):
+        rebase_continue(series_dir)
+    report = rebase_skip(series_dir)
+    assert report.stop is not None and report.stop.id == "0004-c-10"  # then the conflict
+
+
+def test_a_run_killed_between_two_patches_is_continued(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    series_dir, onto = rebase_ready(tmp_path)
+    real = rebase_module._record
+    calls: list[str] = []
+
+    def dies_on_the_second(*args: Any, **kwargs: Any) -> Any:
+        calls.append("x")
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rebase_module, "_record", dies_on_the_second)
+    with pytest.raises(KeyboardInterrupt):
+        rebase(series_dir, onto)
+    monkeypatch.setattr(rebase_module, "_record", real)
+    room = room_of(series_dir)
+    assert rebasestate.load(room).state == "running"
+    with pytest.raises(PatchctlError, match="already in progress"):
+        rebase(series_dir, onto)
+    report = rebase_continue(series_dir)
+    assert report.stop is not None and report.stop.id == "0004-c-10"
+    assert [d.id for d in report.patches] == ["0001-readme", "0002-louder-a", "0003-b-30"]
+
+
+@pytest.mark.parametrize("then", ["continue", "abort"])
+def test_a_run_killed_while_finishing_completes_or_aborts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, then: str
+) -> None:
+    series_dir, onto = rebase_ready(tmp_path)
+    before = snapshot(series_dir)
+    room = room_of(series_dir)
+    rebase(series_dir, onto)
+    resolve_conflicts(room / "src" / "c.c", "C 10")
+
+    def killed(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(rebase_module, "repin_marker", killed)
+    with pytest.raises(KeyboardInterrupt):
+        rebase_continue(series_dir)
+    monkeypatch.undo()
+    assert rebasestate.load(room).state == "finishing"
+    assert snapshot(series_dir) != before  # the series was being switched
+    if then == "continue":
+        report = rebase_continue(series_dir)
+        assert report.state == "done"
+        assert verify_series(load_series(series_dir), [room]).ok
+    else:
+        rebase_abort(series_dir)
+        assert snapshot(series_dir) == before
+        assert all(a.reused for a in cleanroom_apply(series_dir).applied)
+
+
+def test_a_hand_edit_of_the_series_during_a_stop_is_not_overwritten(tmp_path: Path) -> None:
+    series_dir, onto = rebase_ready(tmp_path)
+    rebase(series_dir, onto)
+    path = series_dir / "series.yaml"
+    path.write_bytes(path.read_bytes() + b"# an edit\n")
+    with pytest.raises(SeriesChanged, match=r"series\.yaml"):
+        rebase_continue(series_dir)
+    rebase_abort(series_dir)  # abort never writes the series it did not write
+    assert path.read_bytes().endswith(b"# an edit\n")
+
+
+def test_the_same_upstream_is_refused(tmp_path: Path) -> None:
+    series_dir, _onto = rebase_ready(tmp_path)
+    commit = load_series(series_dir).upstream.commit
+    assert commit is not None
+    with pytest.raises(PatchctlError, match="already on"):
+        rebase(series_dir, commit)
+    assert not rebasestate.in_progress(room_of(series_dir))
+
+
+def test_cli_json_stop_and_continue(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    series_dir, onto = rebase_ready(tmp_path)
+    code = main(["rebase", "--series", str(series_dir), "--onto", onto, "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 3 and data["error"] == "RebaseStopped" and data["patch"] == "0004-c-10"
+    stop = data["report"]["stop"]
+    assert stop["files"] == ["src/c.c"] and stop["hunks"] == [{"file": "src/c.c", "hunk": 1}]
+    resolve_conflicts(room_of(series_dir) / "src" / "c.c", "C 10")
+    code = main(["rebase", "--series", str(series_dir), "--continue", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0 and data["state"] == "done"
+    assert data["range_diff_summary"][-1].lstrip().startswith("4:")
+    assert main(["rebase", "--series", str(series_dir), "--skip", "--abort"]) == 2
