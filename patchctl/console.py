@@ -7,7 +7,16 @@ import sys
 from types import TracebackType
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.text import Text
 
 from patchctl.errors import PatchctlError
 
@@ -33,6 +42,16 @@ def print_error(exc: PatchctlError) -> None:
     sys.stderr.flush()
 
 
+class CountColumn(ProgressColumn):
+    """`done/total`, or nothing for a task without a total (configure, a git step): never
+    `0/None`."""
+
+    def render(self, task: Task) -> Text:
+        if task.total is None:
+            return Text("")
+        return Text(f"{int(task.completed)}/{int(task.total)}")
+
+
 class RichProgress:
     """A `patchctl.progress.Progress` that draws rich progress bars on stderr."""
 
@@ -41,7 +60,7 @@ class RichProgress:
         self._bar = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
-            TextColumn("{task.completed}/{task.total}"),
+            CountColumn(),
             TimeElapsedColumn(),
             console=err,
             transient=True,
