@@ -16,9 +16,11 @@ import json
 import os
 import shutil
 import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
+from unidiff import PatchSet
 
 from patchctl.apply import cleanroom_apply
 from patchctl.archive import extract_archive
@@ -214,3 +216,113 @@ def test_strict_apply_reports_debian_offsets_as_drift(tmp_path: Path, debian_sou
 def series_bytes(series_dir: Path, patch_id: str) -> bytes:
     series = load_series(series_dir)
     return series.patch_path(patch_id).read_bytes()
+
+
+def _first_removed_line(data: bytes) -> tuple[str, int, bytes] | None:
+    """(file, first line of its hunk's context in the old file, a removed line) of the first hunk
+    that removes a line, read from patch bytes."""
+    for patched in PatchSet.from_string(data, encoding="latin-1"):
+        for hunk in patched:
+            for line in hunk:
+                if line.is_removed and len(line.value.strip()) > 8:
+                    return patched.path, hunk.source_start, line.value.encode("latin-1")
+    return None
+
+
+def _next_release(orig: Path, series_dir: Path, target: Path) -> tuple[Path, str, Path]:
+    """A made-up next upstream release of the real orig tarball (archive `target`): lines
+    inserted five lines above the first hunk of every file the series patches (so hunks move),
+    and the last patch's removed line changed upstream (a real conflict). Returns the archive,
+    the conflicted file and the last patch's path."""
+    tree = target.parent / "next-release"
+    extract_archive(orig, tree)
+    series = load_series(series_dir)
+    starts: dict[str, int] = {}
+    for patch in series.patches:
+        for patched in PatchSet.from_string(
+            series.patch_path(patch).read_bytes(), encoding="latin-1"
+        ):
+            if patched.is_modified_file and len(patched):
+                starts.setdefault(patched.path, patched[0].source_start)
+    for name, start in starts.items():
+        lines = (tree / name).read_bytes().splitlines(keepends=True)
+        if start > 6:
+            lines[start - 6 : start - 6] = [b"next release: a moved line\n"] * 3
+        (tree / name).write_bytes(b"".join(lines))
+    last = series.patch_path(series.patches[-1])
+    found = _first_removed_line(last.read_bytes())
+    assert found is not None, "the last Debian patch removes no line"
+    name, _start, removed = found
+    data = (tree / name).read_bytes()
+    assert data.count(removed) == 1, f"{removed!r} is not unique in {name}"
+    (tree / name).write_bytes(data.replace(removed, removed.rstrip(b"\n") + b" /* next */\n"))
+    with tarfile.open(target, "w:gz") as tar:
+        tar.add(tree, arcname="less-next")
+    return target, name, last
+
+
+def _keep_the_patch_side(path: Path) -> None:
+    """Resolve every diff3 conflict block of `path` by the patch's side (after =======)."""
+    out, side = [], "common"
+    for line in path.read_bytes().splitlines(keepends=True):
+        if line.startswith(b"<<<<<<< "):
+            side = "upstream"
+        elif line.startswith(b"||||||| ") and side == "upstream":
+            side = "base"
+        elif line.startswith(b"=======") and side == "base":
+            side = "patch"
+        elif line.startswith(b">>>>>>> ") and side == "patch":
+            side = "common"
+        elif side in ("common", "patch"):
+            out.append(line)
+    path.write_bytes(b"".join(out))
+
+
+def test_the_lifecycle_from_the_cli_keeps_every_header_byte(
+    tmp_path: Path, debian_source: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """init -> import (offsets) -> refresh -> strict apply -> verify -> rebase onto another
+    release (a conflict, resolved, --continue) -> verify, all through the CLI on Debian's
+    series; every patch keeps its header and trailer bytes throughout."""
+    orig = next(debian_source.glob("*.orig.tar.*"))
+    debian = tmp_path / "debian"
+    extract_archive(next(debian_source.glob("*.debian.tar.*")), debian)
+    quilt = debian / "patches"
+    series_dir = tmp_path / "project" / "patches" / PACKAGE
+    s = str(series_dir)
+
+    code, out = _cli("init", str(orig), "--series", s, "--json", capsys=capsys)
+    assert code == 0, out
+    assert load_series(series_dir).upstream.tree is not None
+    code, out = _cli("import", str(quilt), "--series", s, "--json", capsys=capsys)
+    assert code == 0, out
+    assert any("offset" in (entry["drift"] or "") for entry in json.loads(out)["imported"])
+    original = {p.id: series_bytes(series_dir, p.id) for p in load_series(series_dir).patches}
+    code, out = _cli("refresh", "--all", "--series", s, "--json", capsys=capsys)
+    assert code == 0, out
+    assert _cli("cleanroom", "apply", "--series", s, capsys=capsys)[0] == 0  # strict
+    assert _cli("verify", "--all", "--series", s, capsys=capsys)[0] == 0
+
+    onto, conflicted, last = _next_release(orig, series_dir, tmp_path / "less-next.tar.gz")
+    code, out = _cli("rebase", "--onto", str(onto), "--series", s, "--json", capsys=capsys)
+    data = json.loads(out)
+    assert code == 3 and data["error"] == "RebaseStopped", out
+    stop = data["report"]["stop"]
+    assert stop["patch"] == load_series(series_dir).patches[-1].id
+    assert conflicted in stop["files"]
+    moved = [p["how"] for p in data["report"]["patches"]]
+    assert len(moved) == len(original) - 1 and "merged" in moved, moved
+    room = tmp_path / "project" / "cleanroom" / PACKAGE
+    _keep_the_patch_side(room / conflicted)
+    code, out = _cli("rebase", "--continue", "--series", s, "--json", capsys=capsys)
+    assert code == 0, out
+    assert json.loads(out)["state"] == "done"
+    series = load_series(series_dir)
+    assert series.upstream.path is not None and Path(series.upstream.path).name == onto.name
+    assert _cli("verify", "--all", "--series", s, capsys=capsys)[0] == 0
+    assert series.upstream.sha256 == hashlib.sha256(onto.read_bytes()).hexdigest()
+    assert b"next release: a moved line" in (room / conflicted).read_bytes()
+    assert last.is_file()
+    for patch in series.patches:
+        old, new = split_patch(original[patch.id]), split_patch(series_bytes(series_dir, patch.id))
+        assert (old.header, old.trailer) == (new.header, new.trailer), patch.id
