@@ -125,7 +125,9 @@ def load(room: Path) -> Journal:
         ) from None
 
 
-def _journal(data: dict[str, Any]) -> Journal:
+def _journal(data: Any) -> Journal:
+    if not isinstance(data, dict):
+        raise ValueError(f"a JSON object was expected, not {type(data).__name__}")
     if data.get("version") != VERSION or data.get("state") not in STATES:
         raise ValueError(f"unknown version or state: {data.get('version')}, {data.get('state')}")
     stop = data.get("stop")
