@@ -34,6 +34,7 @@ from patchctl.upstream import (
     download_new,
     find_cached,
     git_cache,
+    in_tree_cache,
     sdist_releases,
     sha256_file,
     store,
@@ -164,7 +165,7 @@ def _pin_sdist(up: Upstream, progress: Progress | None) -> Upstream:
         cached, digest = download_new(release.url, release.filename, progress, release.sha256)
     else:
         digest = release.sha256 or sha256_file(cached)
-    return replace(up, sha256=digest, subdir=_archive_sub(cached, up.subdir))
+    return _with_subdir(replace(up, sha256=digest), cached)
 
 
 def _pin_archive(up: Upstream, series_dir: Path, progress: Progress | None) -> Upstream:
@@ -177,11 +178,16 @@ def _pin_archive(up: Upstream, series_dir: Path, progress: Progress | None) -> U
             raise NotFound(f"archive {source} does not exist")
         digest = sha256_file(source)
         cached = find_cached(digest) or store(source, digest, source.name)
-    return replace(up, sha256=digest, subdir=_archive_sub(cached, up.subdir))
+    return _with_subdir(replace(up, sha256=digest), cached)
 
 
-def _archive_sub(archive: Path, subdir: str | None) -> str | None:
-    return None if subdir is None else archive_subdir(archive, subdir) or None
+def _with_subdir(up: Upstream, archive: Path) -> Upstream:
+    """`up` with its subdir relative to the archive's top directory. Listing a large archive
+    takes seconds, so an upstream already in the tree cache (materialized before with this
+    subdir) keeps it as it is."""
+    if up.subdir is None or in_tree_cache(up):
+        return up
+    return replace(up, subdir=archive_subdir(archive, up.subdir) or None)
 
 
 def _pin_git(up: Upstream, series_dir: Path, progress: Progress | None) -> Upstream:

@@ -72,7 +72,7 @@ from patchctl.progress import Progress, or_null
 from patchctl.rebasestate import Done, Journal, Stop
 from patchctl.series import Patch, Series, Upstream, load_series, series_to_dict
 from patchctl.session import SeriesSession, series_session
-from patchctl.upstream import materialize
+from patchctl.upstream import materialize, tree_from_cache
 
 REFS = "refs/patchctl/rebase/"
 MARKER_COPY = ".cleanroom-marker.json"  # the marker's copy under old/
@@ -263,7 +263,13 @@ def _new_base(
     room: Cleanroom, series: Series, upstream: Upstream, progress: Progress | None
 ) -> tuple[str, str, tuple[str, ...]]:
     """Materialize `upstream` next to the clean room and bring its tree in as a commit:
-    (base commit, tree, names dropped on extraction)."""
+    (base commit, tree, names dropped on extraction). An archive or sdist already in the tree
+    cache is fetched from there as objects, without writing its files anywhere."""
+    message = f"upstream: {upstream.describe()}\n".encode()
+    cached = tree_from_cache(upstream, room.git)
+    if cached is not None:
+        _check_root(room, series, upstream, cached.tree)
+        return room.git.commit_tree(cached.tree, message), cached.tree, cached.dropped
     scratch = room.path / ".git" / "patchctl-rebase-base"
     shutil.rmtree(scratch, ignore_errors=True)  # a killed run's leftover
     try:
@@ -271,17 +277,20 @@ def _new_base(
         (scratch / ".git" / "info").mkdir(parents=True, exist_ok=True)
         (scratch / ".git" / "info" / "attributes").write_bytes(INFO_ATTRIBUTES)
         result = materialize(series.with_upstream(upstream), git, progress)
-        message = f"upstream: {upstream.describe()}\n".encode()
         base = git.commit_tree(result.tree, message)
         room.git.fetch(str(scratch), base)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    if series.root not in (".", "") and room.git.maybe_rev(f"{result.tree}:{series.root}") is None:
+    _check_root(room, series, upstream, result.tree)
+    return base, result.tree, result.dropped
+
+
+def _check_root(room: Cleanroom, series: Series, upstream: Upstream, tree: str) -> None:
+    if series.root not in (".", "") and room.git.maybe_rev(f"{tree}:{series.root}") is None:
         raise NotFound(
             f"root {series.root!r} is not a directory of {upstream.describe()}",
             hint="the new upstream lays its tree out differently: rebase onto another subdir",
         )
-    return base, result.tree, result.dropped
 
 
 def _identity(upstream: Upstream) -> dict[str, Any]:

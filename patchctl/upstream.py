@@ -367,23 +367,41 @@ def _save_to_tree_cache(up: Upstream, repo: Git, result: Materialized) -> None:
         pass  # the tree cache is an optimisation: a failure to fill it costs only time
 
 
-def _from_tree_cache(up: Upstream, repo: Git) -> Materialized | None:
-    """The staged upstream from the tree cache (None on a miss or an unreadable cache)."""
+def _cached_commit(up: Upstream) -> str | None:
     trees_path = cache_dir() / "trees.git"
-    if not (trees_path / "HEAD").is_file():
+    if up.sha256 is None or not (trees_path / "HEAD").is_file():
         return None
-    commit = Git(trees_path).maybe_rev(_tree_ref(up))
+    return Git(trees_path).maybe_rev(_tree_ref(up))
+
+
+def in_tree_cache(up: Upstream) -> bool:
+    """True when an archive or sdist upstream (sha256 and subdir) was materialized before: its
+    tree is cached, and its subdir is known to name a directory of the archive."""
+    return up.kind != "git" and _cached_commit(up) is not None
+
+
+def tree_from_cache(up: Upstream, repo: Git) -> Materialized | None:
+    """The upstream's cached tree fetched into `repo` (objects only: the index and the work
+    tree are not touched); None on a miss or an unreadable cache."""
+    commit = _cached_commit(up) if up.kind != "git" else None
     if commit is None:
         return None
     try:
-        repo.fetch(str(trees_path), commit)
+        repo.fetch(str(cache_dir() / "trees.git"), commit)
         tree = repo.tree_of(commit)
         message = repo.cat_file("commit", commit).decode("utf-8", "replace")
     except GitFailed:
         return None
-    repo.read_tree(tree, reset=True, update=True)
     dropped = tuple(line[9:] for line in message.splitlines() if line.startswith("dropped: "))
     return Materialized(tree, dropped)
+
+
+def _from_tree_cache(up: Upstream, repo: Git) -> Materialized | None:
+    """The staged upstream from the tree cache (None on a miss or an unreadable cache)."""
+    result = tree_from_cache(up, repo)
+    if result is not None:
+        repo.read_tree(result.tree, reset=True, update=True)
+    return result
 
 
 def _materialize_git(series: Series, repo: Git, progress: Progress | None) -> Materialized:

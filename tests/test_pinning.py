@@ -96,3 +96,26 @@ def test_what_cannot_be_an_upstream_is_refused_before_anything_is_fetched(
         parse_upstream(
             typed, where(tmp_path), commit=options.get("commit"), subdir=options.get("subdir")
         )
+
+
+def test_an_archive_already_in_the_tree_cache_is_not_listed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from patchctl import pinning
+    from patchctl.git import Git
+    from patchctl.series import Series
+    from patchctl.upstream import materialize
+
+    archive(tmp_path / "demo-1.1.tar.gz", "demo-1.1", {"vendor/lib/a.c": b"a\n"})
+    at = where(tmp_path)
+    pinned = pin(parse_upstream("demo-1.1.tar.gz", at, subdir="vendor/lib"), at.series_dir)
+    materialize(Series(at.series_dir / "series.yaml", pinned), Git.init(tmp_path / "room"))
+
+    def listing(*_args: object) -> str:
+        raise AssertionError("the archive was listed again")
+
+    monkeypatch.setattr(pinning, "archive_subdir", listing)
+    again = pin(parse_upstream("demo-1.1.tar.gz", at, subdir="vendor/lib"), at.series_dir)
+    assert again == pinned
+    with pytest.raises(AssertionError, match="listed again"):  # another spelling: listed
+        pin(parse_upstream("demo-1.1.tar.gz", at, subdir="demo-1.1/vendor/lib"), at.series_dir)

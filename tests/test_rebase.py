@@ -245,3 +245,25 @@ def test_cli_json_stop_and_continue(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert code == 0 and data["state"] == "done"
     assert data["range_diff_summary"][-1].lstrip().startswith("4:")
     assert main(["rebase", "--series", str(series_dir), "--skip", "--abort"]) == 2
+
+
+def test_onto_an_archive_already_in_the_tree_cache(tmp_path: Path) -> None:
+    from support.archives import make_tar
+    from support.series import make_project
+
+    from patchctl.init import init_series
+
+    series_dir = make_project(tmp_path, {"a.c": b"one\ntwo\nthree\n", "b.c": b"b\n"})
+    cleanroom_apply(series_dir)
+    room = room_of(series_dir)
+    assert main(["new", "0001-a", "--title", "A", "--series", str(series_dir)]) == 0
+    (room / "a.c").write_bytes(b"one\ntwo (patched)\nthree\n")
+    capture(series_dir, "0001-a")
+    onto = make_tar(tmp_path / "demo-1.1.tar.gz", {"a.c": b"0\none\ntwo\nthree\n", "b.c": b"b\n"})
+    other = init_series(tmp_path / "other" / "patches" / "demo", str(onto))  # now in the cache
+    done = rebase(series_dir, str(onto))
+    assert done.state == "done" and [d.how for d in done.patches] == ["merged"]
+    series = load_series(series_dir)
+    assert series.upstream.tree == other.series.upstream.tree
+    assert (room / "a.c").read_bytes() == b"0\none\ntwo (patched)\nthree\n"
+    assert main(["verify", "--all", "--series", str(series_dir)]) == 0

@@ -25,8 +25,10 @@ from patchctl.upstream import (
     fetch_git,
     fetch_sdist,
     find_cached,
+    in_tree_cache,
     materialize,
     store,
+    tree_from_cache,
 )
 
 
@@ -294,3 +296,19 @@ def test_relative_git_url_is_resolved_from_the_series_dir(
     assert materialize(Series(series_dir / "series.yaml", up), Git.init(tmp_path / "r")).tree == (
         repo.tree
     )
+
+
+def test_a_cached_tree_is_fetched_as_objects_without_a_checkout(
+    tmp_path: Path, cache_home: Path
+) -> None:
+    (tmp_path / "s").mkdir()
+    archive = make_tar(tmp_path / "s" / "orig.tar.gz", {"lib/x.c": b"int x;\n", "sub/.git": b"x\n"})
+    up = Upstream(kind="archive", path="orig.tar.gz", sha256=sha(archive), subdir="lib")
+    assert not in_tree_cache(up) and tree_from_cache(up, Git.init(tmp_path / "none")) is None
+    first = materialize(Series(tmp_path / "s" / "series.yaml", up), Git.init(tmp_path / "one"))
+    assert in_tree_cache(up)
+    assert not in_tree_cache(Upstream(kind="archive", path="orig.tar.gz", sha256=sha(archive)))
+    repo = Git.init(tmp_path / "two")
+    cached = tree_from_cache(up, repo)
+    assert cached == first and repo.maybe_rev(f"{cached.tree}:x.c") is not None
+    assert list((tmp_path / "two").iterdir()) == [tmp_path / "two" / ".git"]  # nothing written
