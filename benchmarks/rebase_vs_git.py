@@ -41,6 +41,8 @@ import tarfile
 import time
 from pathlib import Path
 
+from benchmarks.verify_vs_am import _git_version as git_version
+from benchmarks.verify_vs_am import timed
 from patchctl.apply import cleanroom_apply
 from patchctl.capture import capture_patch, new_patch
 from patchctl.cleanroom import BASE_REF, discard_cleanroom, open_cleanroom
@@ -131,13 +133,6 @@ def generate(series_dir: Path, room_path: Path, count: int, theirs: dict[str, by
         save_series(series)
     write_docs(series)
     return series
-
-
-def timed(cmd: list[str], env: dict[str, str] | None = None) -> float:
-    """Wall seconds of a command that must succeed."""
-    start = time.perf_counter()
-    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - start
 
 
 def git(repo: Path, *args: str) -> None:
@@ -241,16 +236,12 @@ def main() -> None:
             "cpus": os.cpu_count(),
             "loadavg_after": os.getloadavg(),
             "python": platform.python_version(),
-            "git": _git_version(),
+            "git": git_version(),
         },
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps(out, indent=2))
-
-
-def _git_version() -> str:
-    return subprocess.run(["git", "--version"], capture_output=True, text=True).stdout.strip()
 
 
 if __name__ == "__main__":
