@@ -47,6 +47,13 @@ class TinySpec:
     n_head_kv: int = 1
     head_dim: int = 64
     sliding_window: int = 48
+    # optional metadata (0 / None = absent): the GGUF DCA keys of patch 0078
+    # (<arch>.attention.dca.{chunk_size,local_size,original_max_position_embeddings}) and YaRN rope
+    # scaling (factor, rope.scaling.original_context_length); the weights do not depend on them
+    dca_chunk_size: int = 0
+    dca_local_size: int = 0
+    dca_orig: int = 0
+    yarn: tuple[float, int] | None = None
 
     @property
     def arch(self) -> str:
@@ -78,9 +85,14 @@ class TinySpec:
         return self.qk_norm_scale
 
     def file_name(self) -> str:
+        meta = ""
+        if self.dca_chunk_size or self.dca_local_size or self.dca_orig:
+            meta += f"-dca{self.dca_chunk_size}.{self.dca_local_size}.{self.dca_orig}"
+        if self.yarn is not None:
+            meta += f"-yarn{self.yarn[0]:g}.{self.yarn[1]}"
         return (
             f"tiny-{self.variant}-s{self.seed}-qk{self.qk_scale:g}-n{self.qk_norm_scale:g}"
-            f"-vo{self.vo_scale:g}-w{self.sliding_window}-e{self.embd_scale:g}-f3-g4.gguf"
+            f"-vo{self.vo_scale:g}-w{self.sliding_window}-e{self.embd_scale:g}{meta}-f3-g4.gguf"
         )
 
 
@@ -117,6 +129,20 @@ def _common_kv(wr: gguf.GGUFWriter, spec: TinySpec) -> None:
     wr.add_tokenizer_model("test")
     wr.add_token_list([f"tok_{i}" for i in range(spec.n_vocab)])
     wr.add_token_scores([0.0] * spec.n_vocab)
+
+
+def _meta_kv(wr: gguf.GGUFWriter, spec: TinySpec) -> None:
+    for key, value in (
+        ("chunk_size", spec.dca_chunk_size),
+        ("local_size", spec.dca_local_size),
+        ("original_max_position_embeddings", spec.dca_orig),
+    ):
+        if value:
+            wr.add_uint32(f"{spec.arch}.attention.dca.{key}", value)
+    if spec.yarn is not None:
+        wr.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        wr.add_rope_scaling_factor(spec.yarn[0])
+        wr.add_rope_scaling_orig_ctx_len(spec.yarn[1])
 
 
 def _arch_kv(wr: gguf.GGUFWriter, spec: TinySpec) -> None:
@@ -210,6 +236,7 @@ def write_tiny_gguf(spec: TinySpec, out_dir: Path) -> Path:
     wr = gguf.GGUFWriter(str(tmp), spec.arch)
     _common_kv(wr, spec)
     _arch_kv(wr, spec)
+    _meta_kv(wr, spec)
     for name, arr in build_tensors(spec).items():
         wr.add_tensor(name, arr)
     wr.write_header_to_file()

@@ -42,9 +42,10 @@ from patchctl.cleanroom import (
 from patchctl.errors import DirtyTree
 from patchctl.series import Series
 
-TARGETS = ("ggml", "llama", "llama-common")
+TARGETS = ("ggml", "llama", "llama-common", "llama-bench")
 """What the DCA tests link: libggml{,-base,-cpu}.so (probes), libllama and libllama-common
-(tests/native/dca_logits.cpp). test-backend-ops and the tools are not needed."""
+(tests/native/dca_logits.cpp), and run: llama-bench (test_dca_bench.py, its output columns).
+test-backend-ops and the other tools are not needed."""
 
 TEST_SUFFIX = "-test"
 UPSTREAM_SUFFIX = "-upstream"
