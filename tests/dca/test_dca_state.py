@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import LlamaBuild, compile_native
-from .test_dca_model import _header_digest
+from .conftest import LlamaBuild
+from .test_dca_model import build_tool
 from .tiny_models import TinySpec, write_tiny_gguf
 
 KINDS = ("full", "seq", "mem")
@@ -71,23 +71,14 @@ class Run:
         return [float(v) for v in line.split()[2:]]
 
 
-def build_state_tool(build: LlamaBuild) -> Path:
-    flags = (
-        f"-I{build.src / 'include'}",
-        f"-I{build.src / 'common'}",
-        f"-DDCA_STATE_HEADERS={_header_digest(build)}",
-    )
-    return compile_native("dca_state.cpp", build, flags, link_flags=("-lllama-common", "-lllama"))
-
-
 @pytest.fixture(scope="session")
 def state_tool(dca_build: LlamaBuild) -> Path:
-    return build_state_tool(dca_build)
+    return build_tool(dca_build, "dca_state.cpp")
 
 
 @pytest.fixture(scope="session")
 def upstream_state_tool(upstream_build: LlamaBuild) -> Path:
-    return build_state_tool(upstream_build)
+    return build_tool(upstream_build, "dca_state.cpp")
 
 
 @pytest.fixture(scope="session")
