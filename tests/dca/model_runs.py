@@ -63,13 +63,14 @@ def _header_digest(build: LlamaBuild) -> str:
     return digest.hexdigest()[:16]
 
 
-def build_tool(build: LlamaBuild) -> Path:
+def build_tool(build: LlamaBuild, source: str = "dca_logits.cpp") -> Path:
+    """tests/native/`source` (linked against libllama and libllama-common) built for `build`."""
     flags = (
         f"-I{build.src / 'include'}",
         f"-I{build.src / 'common'}",
         f"-DDCA_LOGITS_HEADERS={_header_digest(build)}",
     )
-    return compile_native("dca_logits.cpp", build, flags, link_flags=("-lllama-common", "-lllama"))
+    return compile_native(source, build, flags, link_flags=("-lllama-common", "-lllama"))
 
 
 def model_path(models_dir: Path, arch: str) -> Path:

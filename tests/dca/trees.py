@@ -42,9 +42,10 @@ from patchctl.cleanroom import (
 from patchctl.errors import DirtyTree
 from patchctl.series import Series
 
-TARGETS = ("ggml", "llama", "llama-common", "llama-bench")
-"""What the DCA tests link: libggml{,-base,-cpu}.so (probes), libllama and libllama-common
-(tests/native/dca_logits.cpp), and run: llama-bench (test_dca_bench.py, its output columns).
+TARGETS = ("ggml", "llama", "llama-common", "llama-bench", "llama-server")
+"""What the DCA tests link or run: libggml{,-base,-cpu}.so (probes), libllama and libllama-common
+(tests/native/dca_logits.cpp, dca_state.cpp), llama-bench (test_dca_bench.py, its output columns) and
+llama-server (test_dca_server.py).
 test-backend-ops and the other tools are not needed."""
 
 TEST_SUFFIX = "-test"
