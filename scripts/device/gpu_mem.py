@@ -9,7 +9,8 @@ buffers for the full context, then decodes N tokens). While it runs, nvidia-smi 
 0.1 s for the process's own used memory (--query-compute-apps) and the device's used memory; the
 peaks are kept, with the device's used memory before the process (so that device peak - baseline
 is the process's footprint where the driver does not report per-process numbers, as in some
-containers). The llama.cpp memory breakdown lines (model + context + compute = self) are kept too.
+containers). The llama.cpp memory breakdown lines (model + context + compute = self) are kept too,
+and are the footprint when nvidia-smi gives no usable number (each row names its source).
 Rows: extra MiB and % of DCA on vs off per context size; exit 1 when one exceeds 5%.
 """
 
@@ -81,12 +82,16 @@ def measure(cmd: list[str]) -> dict[str, Any]:
             "llama_self_mib": self_mib, "log": keep}
 
 
-def footprint(run: dict[str, Any]) -> float | None:
-    """The process's device memory: the driver's per-process peak, else device peak - baseline."""
-    value = run["peak_process_mib"]
-    if value is None:
-        value = run["peak_device_minus_baseline_mib"]
-    return float(value) if value is not None else None
+def footprint(run: dict[str, Any]) -> tuple[float | None, str]:
+    """The process's device memory and where it comes from: the driver's per-process peak, else the
+    device's peak over its baseline, else (no usable driver number) llama.cpp's own self total."""
+    if run["peak_process_mib"]:
+        return float(run["peak_process_mib"]), "nvidia-smi per process"
+    if run["peak_device_minus_baseline_mib"] and run["peak_device_minus_baseline_mib"] > 0:
+        return float(run["peak_device_minus_baseline_mib"]), "nvidia-smi device - baseline"
+    if run["llama_self_mib"] is not None:
+        return float(run["llama_self_mib"]), "llama.cpp memory breakdown (self)"
+    return None, "none"
 
 
 def main(argv: list[str]) -> int:
@@ -114,12 +119,13 @@ def main(argv: list[str]) -> int:
             print(f"ctx {ctx:>8} dca {dca:<3} rc={run['rc']} process {run['peak_process_mib']} "
                   f"device-baseline {run['peak_device_minus_baseline_mib']} "
                   f"llama self {run['llama_self_mib']} MiB ({run['wall_s']} s)", flush=True)
-        off, on = footprint(pair["off"]), footprint(pair["on"])
+        (off, src_off), (on, src_on) = footprint(pair["off"]), footprint(pair["on"])
         ok_runs = pair["off"]["rc"] == 0 and pair["on"]["rc"] == 0
         extra_pct = 100.0 * (on - off) / off if off and on is not None else None
         rows.append({"ctx": ctx, "off_mib": off, "on_mib": on,
                      "extra_mib": on - off if off is not None and on is not None else None,
                      "extra_pct": round(extra_pct, 2) if extra_pct is not None else None,
+                     "source": src_off if src_off == src_on else f"{src_off} / {src_on}",
                      "self_off_mib": pair["off"]["llama_self_mib"],
                      "self_on_mib": pair["on"]["llama_self_mib"],
                      "met": ok_runs and extra_pct is not None and extra_pct <= LIMIT_PCT})
