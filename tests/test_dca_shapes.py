@@ -86,12 +86,12 @@ def test_run_writes_rows_spread_and_commands(tmp_path: Path, ratio: float, rc: i
     assert ds.main(argv) == rc
     doc = json.loads(out.read_text())
     assert doc["complete"] and doc["tree"] == "abc" and doc["median_ratio"] == pytest.approx(ratio)
-    assert [(r["test"], r["depth"]) for r in doc["rows"]] == [("pp512", 32768), ("tg64", 32768)]
+    assert [(r["test"], r["depth"]) for r in doc["rows"]] == [("pp512", 8192), ("tg64", 8192)]
     row = doc["rows"][0]
     assert row["ratio_min"] == pytest.approx(ratio * 0.98 / 1.02, abs=1e-3)
     assert row["ratio_max"] == pytest.approx(ratio * 1.02 / 0.98, abs=1e-3)
     assert row["ratio_sd"] > 0 and row["kv"] == "f16" and row["gqa"] == 7
-    assert "-d 32768 -dca 0,1" in row["command"]
+    assert "-d 8192 -dca 0,1" in row["command"] and "--dca-chunk-size 6144" in row["command"]
     assert doc["runs"][0]["command"] == row["command"].split()
     assert (doc["cells_missing_target"] == []) == (ratio >= 0.95)
 
