@@ -2,28 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import stat
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from script_module import load_script
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "dca_shapes.py"
-
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("dca_shapes", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-ds = _load()
+ds = load_script("dca_shapes.py")
 
 
 def test_the_gpu_matrix_covers_the_issue_and_fits_the_budget() -> None:

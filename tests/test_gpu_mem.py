@@ -2,27 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from script_module import load_script
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "device" / "gpu_mem.py"
-
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpu_mem", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-gm = _load()
+gm = load_script("device/gpu_mem.py")
 
 # a llama-completion that logs llama.cpp's memory breakdown (DCA on: +10 or +500 MiB of compute)
 FAKE_COMPLETION = r'''#!{python}
