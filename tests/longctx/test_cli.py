@@ -41,7 +41,7 @@ def test_run_plot_table(tmp_path: Path, fake_bin: Path,  # noqa: F811
     assert {c["method"] for c in doc["cells"]} == {"naive", "yarn", "dca-small"}
     assert len(doc["trials"]) == (1 + 4 + 1 + 1) * (2 + 1 + 2)
 
-    code, printed, err = _run(capsys, "plot", str(out), "--out-dir", str(tmp_path / "png"))
+    code, _, err = _run(capsys, "plot", str(out), "--out-dir", str(tmp_path / "png"))
     assert code == 0, err
     pngs = sorted(p.name for p in (tmp_path / "png").iterdir())
     assert pngs == [f"tiny-cpu-{t}.png" for t in ("mk_niah", "mv_niah", "passkey", "vt")]
@@ -56,7 +56,7 @@ def test_run_plot_table(tmp_path: Path, fake_bin: Path,  # noqa: F811
     assert table.strip() in page.read_text()
 
 
-def test_errors_exit_with_their_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_errors_exit_with_their_code(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = _run(capsys, "--json", "fetch", "nope")
     assert code == 15 and json.loads(out)["error"] == "NotFound"
     assert err.startswith("error: unknown model 'nope'")
@@ -82,7 +82,7 @@ def test_pack_then_join_from_a_stage_folder(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setenv("PATCHCTL_CACHE_DIR", str(tmp_path / "cache"))
     spec, folder = _wheels(tmp_path)
     monkeypatch.setitem(models.MODELS, "tiny", spec)
-    code, out, err = _run(capsys, "pack", "tiny", str(tmp_path / "packed"), "--part-mib", "1",
+    code, _, err = _run(capsys, "pack", "tiny", str(tmp_path / "packed"), "--part-mib", "1",
                           "--wheels", str(folder))  # fmt: skip
     assert code == 0, err
     stage = tmp_path / "stage"
@@ -90,7 +90,7 @@ def test_pack_then_join_from_a_stage_folder(tmp_path: Path, monkeypatch: pytest.
     for part in sorted((tmp_path / "packed").glob("part*/*")):
         part.rename(stage / part.name)
     (stage / "other.gguf.00").write_bytes(b"another model's part")
-    code, out, err = _run(capsys, "join", "tiny", str(tmp_path / "m.gguf"), "--parts-in",
+    code, _, err = _run(capsys, "join", "tiny", str(tmp_path / "m.gguf"), "--parts-in",
                           str(stage), "--remove-parts")  # fmt: skip
     assert code == 0, err
     assert (tmp_path / "m.gguf").stat().st_size == spec.size
