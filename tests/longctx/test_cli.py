@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from scripts.longctx import models
 from scripts.longctx.cli import main
 from scripts.longctx.corpus import save_corpus
 
 from .fakes import corpus
+from .test_models import _wheels
 from .test_runner import fake_bin  # noqa: F401  (fixture)
 
 
@@ -73,12 +75,9 @@ def test_plan_shows_lanes(capsys: pytest.CaptureFixture[str]) -> None:
     assert "dca@1048576 x1" in out and "dca-q8@1048576 x0" in out
 
 
-def test_pack_then_join_from_a_stage_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                            capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
-    from scripts.longctx import models
-
-    from .test_models import _wheels
-
+def test_pack_then_join_from_a_stage_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("PATCHCTL_CACHE_DIR", str(tmp_path / "cache"))
     spec, folder = _wheels(tmp_path)
     monkeypatch.setitem(models.MODELS, "tiny", spec)
