@@ -9,6 +9,9 @@
 - ``buffers``: the buffers llama.cpp logs at load (``<device> model|KV|compute|output buffer size
   = N MiB``), MiB per device and kind: what llama.cpp itself allocates, without the CUDA context
   and the CUDA pool.
+- ``breakdown``: the table llama-server prints when it stops (``common_memory_breakdown_print``),
+  per GPU: total, free, self = model + context + compute (the compute buffers as they ended up),
+  and unaccounted (total - free - self: the CUDA context, pools and every other process).
 """
 
 from __future__ import annotations
@@ -23,6 +26,21 @@ from pathlib import Path
 from typing import Any
 
 BUFFER_LINE = re.compile(r"([\w.-]+)\s+(model|KV|compute|output|RS) buffer size =\s*([\d.]+) MiB")
+
+
+BREAKDOWN_LINE = re.compile(
+    r"\|\s+- (\S+) \([^|]*\)\s*\|\s*(\d+)\s*=\s*(\d+)\s*\+\s*\(\s*(\d+)\s*=\s*(\d+)\s*\+"
+    r"\s*(\d+)\s*\+\s*(\d+)\s*\)\s*\+\s*(-?\d+)"
+)
+BREAKDOWN_KEYS = ("total", "free", "self", "model", "context", "compute", "unaccounted")
+
+
+def parse_breakdown(log: str) -> dict[str, dict[str, int]]:
+    """MiB per GPU from the last memory breakdown table of a llama.cpp log ({} without one)."""
+    out: dict[str, dict[str, int]] = {}
+    for device, *values in BREAKDOWN_LINE.findall(log):
+        out[device] = dict(zip(BREAKDOWN_KEYS, map(int, values), strict=True))
+    return out
 
 
 def parse_buffers(log: str) -> dict[str, dict[str, float]]:

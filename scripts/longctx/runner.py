@@ -7,8 +7,10 @@ suffix. Haystacks depend on (seed, group, length, index) only, never on the meth
 method sees the same haystacks (paired comparisons). A separate small tokenizer server (the
 same model, no GPU, ``-c 512``) tokenizes everything, so measuring servers do nothing else.
 
-The budget: a unit starts only when its expected time, scaled by measured / expected so far,
-still ends before the deadline; a job that cannot fit its first unit is skipped ("budget").
+Memory probes (jobs without haystacks) run first, one at a time, before the lanes start, so the
+all-GPUs peak during a probe is that server's own. The budget: a unit starts only when its
+expected time, scaled by measured / expected so far, still ends before the deadline; a job that
+cannot fit its first unit is skipped ("budget").
 The document is rewritten after every unit, so a run stopped from outside keeps its trials.
 """
 
@@ -34,7 +36,7 @@ from . import SCHEMA, results
 from .corpus import Corpus
 from .errors import BadInput, HarnessError, UnsupportedFlags
 from .haystack import Built, TokenPool, build
-from .memory import MemoryMonitor, parse_buffers, smi_query
+from .memory import MemoryMonitor, device_used, parse_breakdown, parse_buffers, smi_query
 from .methods import Method
 from .plan import CostModel, Job, Plan
 from .server import Server, check_flags, server_version
@@ -379,6 +381,9 @@ class Run:
                 except HarnessError as exc:
                     state.fail(exc.one_line())
                     return
+                except Exception as exc:  # a bug: fail the job, keep the run and its data
+                    state.fail(f"internal error: {type(exc).__name__}: {exc}")
+                    return
                 state.finish()
                 n = len(self.samples[unit][0].questions)
                 self.cfg.say(
@@ -432,6 +437,7 @@ class Run:
         if not self.budget.allows(first):
             return {"status": "budget", "reason": "the first haystack would overrun the budget"}
         log = cfg.work / f"{cfg.label}-{job.method}-{max(job.lengths)}-lane{lane}.log"
+        before = device_used(shutil.which("nvidia-smi"))[1]
         server = Server.launch(cfg.binary, cfg.model.path, self.n_ctx(job), job.slots, args, log)
         mon = MemoryMonitor(server.pid).start()
         out: dict[str, Any] = {"log": log.name}
@@ -452,7 +458,10 @@ class Run:
             mon.sample()
             mon.stop()
             server.stop()
-            out["memory"] = {**mon.peak(), "buffers": parse_buffers(server.log_tail(1 << 20))}
+            log_text = server.log_tail(1 << 22)
+            out["memory"] = {**mon.peak(), "device_before_mib": before,
+                             "buffers": parse_buffers(log_text),
+                             "breakdown": parse_breakdown(log_text)}  # fmt: skip
         return out
 
     def lane(self, jobs: tuple[Job, ...], index: int) -> None:
@@ -469,8 +478,10 @@ class Run:
             if cfg.token_cache is not None:
                 cache = load_token_cache(cfg.token_cache, cfg.model.sha256, cfg.corpus.sha256)
             self.pool = TokenPool(cfg.corpus, tokenizer, cache=cache)
+            probes = [j for lane in cfg.plan.lanes for j in lane if j.haystacks == 0]
+            self.lane(tuple(probes), -1)  # alone: the all-GPUs peak is then this process's own
             threads = [
-                threading.Thread(target=self.lane, args=(jobs, i))
+                threading.Thread(target=self.lane, args=(tuple(j for j in jobs if j.haystacks), i))
                 for i, jobs in enumerate(cfg.plan.lanes)
             ]
             for t in threads:

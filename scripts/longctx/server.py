@@ -30,6 +30,7 @@ from .errors import ServerFailed, UnsupportedFlags
 HOST = "127.0.0.1"
 FIXED_ARGS = ("--no-kv-unified", "--cache-ram", "0", "--no-warmup", "--no-webui")
 REQUEST_TIMEOUT_S = 3600.0  # a 1M-token prefill on a slow device
+RETRIES = 3
 # `--port 0` makes the server bind a free port and log it (tools/server/server.cpp); no race
 # with another process for a port picked beforehand.
 LISTENING = re.compile(r"listening on http://127\.0\.0\.1:(\d+)")
@@ -65,6 +66,12 @@ def check_flags(binary: Path, args: Sequence[str], what: str) -> None:
             flags=missing,
             hint="build a tree with that flag, or leave the method out (--methods)",
         )
+
+
+def _transient(exc: BaseException) -> bool:
+    """A refused or reset connection (a full accept queue), not a timeout or a bad answer."""
+    reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+    return isinstance(reason, (ConnectionResetError, ConnectionRefusedError, BrokenPipeError))
 
 
 @dataclass(frozen=True)
@@ -180,23 +187,30 @@ class Server:
         return f"http://{HOST}:{self.port}{path}"
 
     def post(self, path: str, body: dict[str, Any], timeout: float = REQUEST_TIMEOUT_S) -> Any:
-        """POST JSON, return the decoded answer; ServerFailed on an HTTP error or a dead server."""
+        """POST JSON, return the decoded answer; ServerFailed on an HTTP error or a dead server.
+
+        A connection refused or reset while the process lives is retried (RETRIES times, after
+        0.5 s, 1 s, ...): every request the harness sends is greedy and may be sent again."""
         data = json.dumps(body).encode("utf-8")
-        req = urllib.request.Request(
-            self._url(path), data=data, headers={"Content-Type": "application/json"}
-        )
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
-                return json.loads(resp.read())
-        except urllib.error.HTTPError as exc:
-            detail = exc.read()[:500].decode("utf-8", errors="replace")
-            raise ServerFailed(
-                f"{path}: HTTP {exc.code}: {detail}", log_tail=self.log_tail()
-            ) from None
-        except (urllib.error.URLError, OSError) as exc:
-            if self.proc.poll() is not None:
-                raise self._died(f"answering {path}") from None
-            raise ServerFailed(f"{path}: {exc}", log_tail=self.log_tail()) from None
+        for attempt in range(RETRIES + 1):
+            req = urllib.request.Request(
+                self._url(path), data=data, headers={"Content-Type": "application/json"}
+            )
+            try:
+                with urllib.request.urlopen(req, timeout=timeout) as resp:
+                    return json.loads(resp.read())
+            except urllib.error.HTTPError as exc:
+                detail = exc.read()[:500].decode("utf-8", errors="replace")
+                raise ServerFailed(
+                    f"{path}: HTTP {exc.code}: {detail}", log_tail=self.log_tail()
+                ) from None
+            except (urllib.error.URLError, OSError) as exc:
+                if self.proc.poll() is not None:
+                    raise self._died(f"answering {path}") from None
+                if attempt == RETRIES or not _transient(exc):
+                    raise ServerFailed(f"{path}: {exc}", log_tail=self.log_tail()) from None
+                time.sleep(0.5 * 2**attempt)
+        raise AssertionError("unreachable")
 
     def tokenize(self, text: str, *, add_special: bool = False) -> list[int]:
         data = self.post("/tokenize", {"content": text, "add_special": add_special})

@@ -72,6 +72,10 @@ def answer(prompt: str) -> str:
     return " ?"
 
 
+class Server(ThreadingHTTPServer):
+    request_queue_size = 64  # the harness tokenizes with 8 requests at a time
+
+
 class Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: Any) -> None:
         pass
@@ -120,7 +124,7 @@ def main() -> int:
     print(f"llama_kv_cache:        CPU KV buffer size = {n_ctx / 1024:.2f} MiB", file=sys.stderr)
     print("sched_reserve:        CPU compute buffer size =     8.00 MiB", file=sys.stderr)
     sys.stderr.flush()
-    server = ThreadingHTTPServer(("127.0.0.1", int(ARGS[ARGS.index("--port") + 1])), Handler)
+    server = Server(("127.0.0.1", int(ARGS[ARGS.index("--port") + 1])), Handler)
     print(f"main: listening on http://127.0.0.1:{server.server_address[1]}", file=sys.stderr)
     sys.stderr.flush()
     server.serve_forever()

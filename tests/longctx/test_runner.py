@@ -98,7 +98,7 @@ def test_resume_runs_only_the_missing_haystacks(tmp_path: Path, fake_bin: Path) 
     second = run(_config(tmp_path, fake_bin, methods, _grid(methods, (1,), 3, lanes=1),
                          resume=(first,)))  # fmt: skip
     assert len(first["trials"]) == QUESTIONS
-    assert len(second["trials"]) == 3 * QUESTIONS
+    assert len(second["trials"]) == 3 * QUESTIONS, [j["reason"] for j in second["jobs"]]
     assert sorted({t["haystack"] for t in second["trials"]}) == [0, 1, 2]
     assert second["jobs"][-1]["units_planned"] == 2
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import urllib.error
 from pathlib import Path
 
 import pytest
 
 from scripts.longctx.errors import ServerFailed, UnsupportedFlags
-from scripts.longctx.memory import MemoryMonitor, host_peak, parse_buffers
-from scripts.longctx.server import Server, check_flags, flags_in, supported_flags
+from scripts.longctx.memory import MemoryMonitor, host_peak, parse_breakdown, parse_buffers
+from scripts.longctx.server import Server, _transient, check_flags, flags_in, supported_flags
 
 from .test_runner import fake_bin  # noqa: F401  (fixture)
 
@@ -58,6 +59,13 @@ def test_server_round_trip_and_stop(tmp_path: Path, fake_bin: Path) -> None:  # 
     assert server.proc.returncode is not None
 
 
+def test_only_refused_or_reset_connections_are_retried() -> None:
+    assert _transient(urllib.error.URLError(ConnectionRefusedError()))
+    assert _transient(ConnectionResetError())
+    assert not _transient(urllib.error.URLError(TimeoutError()))
+    assert not _transient(TimeoutError())
+
+
 def test_parse_buffers() -> None:
     log = """load_tensors:   CPU_Mapped model buffer size =   137.42 MiB
 load_tensors:        CUDA0 model buffer size =   373.71 MiB
@@ -73,6 +81,17 @@ sched_reserve:  CUDA_Host compute buffer size =    18.01 MiB
         "CUDA0": {"model": 373.71, "KV": 12320.0, "compute": 812.0},
         "CUDA_Host": {"output": 0.58, "compute": 18.01},
     }
+
+
+def test_parse_breakdown() -> None:
+    log = """llama_memory_breakdown_print: | memory breakdown [MiB] | total   free     self   model   context   compute    unaccounted |
+llama_memory_breakdown_print: |   - CUDA0 (RTX 4090)   | 24077 =  945 + (19187 = 17904 +     384 +     898) +        3945 |
+llama_memory_breakdown_print: |   - Host               |                 58271 = 58259 +       0 +      12                |
+"""  # noqa: E501  (the real line, from tools/fit-params/README.md)
+    assert parse_breakdown(log) == {"CUDA0": {
+        "total": 24077, "free": 945, "self": 19187, "model": 17904, "context": 384,
+        "compute": 898, "unaccounted": 3945}}  # fmt: skip
+    assert parse_breakdown("no table") == {}
 
 
 def test_host_peak_of_this_process() -> None:
