@@ -10,8 +10,11 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import os
 import shlex
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +25,7 @@ from . import corpus, models, plan, plots, report, results
 from .errors import BadInput, ConfigError, NotFound
 from .methods import BUILTIN, DEFAULT_METHODS, Method, parse_methods
 from .runner import ModelRef, RunConfig, run, tokenize_corpus
+from .server import stop_all
 from .tasks import LAYOUTS, TASKS, TaskParams
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -314,8 +318,17 @@ COMMANDS = {
 }  # fmt: skip
 
 
+def _on_signal(signum: int, frame: object) -> None:
+    """SIGTERM: kill the servers, then exit (the results file already holds every finished
+    haystack: it is rewritten after each)."""
+    stop_all()
+    os._exit(128 + signum)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_signal) if main_thread else None
     try:
         out = COMMANDS[args.command](args)
     except PatchctlError as exc:
@@ -324,12 +337,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc.one_line()}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
+        stop_all()
         return 130
     except Exception as exc:  # a bug: say so with the traceback's last line
         print(f"internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
         if args.json:
             print(json.dumps({"ok": False, "error": "internal", "exit_code": EXIT_INTERNAL}))
         return EXIT_INTERNAL
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
     if args.json:
         print(json.dumps({"ok": True, **(out if isinstance(out, dict) else {"items": out})}))
     elif args.command in ("models", "fetch", "pack", "join", "tokens", "corpus", "plot"):

@@ -39,7 +39,7 @@ from .haystack import Built, TokenPool, build
 from .memory import MemoryMonitor, device_used, parse_breakdown, parse_buffers, smi_query
 from .methods import Method
 from .plan import CostModel, Job, Plan
-from .server import Server, check_flags, server_version
+from .server import Server, check_flags, parse_dca, server_version
 from .stats import cells
 from .tasks import Sample, TaskParams, make_sample, score
 
@@ -409,7 +409,7 @@ class Run:
         record: dict[str, Any] = {
             **asdict(job), "lengths": list(job.lengths), "lane": lane, "args": list(args),
             "n_ctx": self.n_ctx(job), "status": "ok", "reason": None, "wall_s": 0.0,
-            "memory": {}, "units_planned": 0, "units_done": 0, "log": None,
+            "memory": {}, "dca": None, "units_planned": 0, "units_done": 0, "log": None,
         }  # fmt: skip
         units = self.units(job)
         record["units_planned"] = len(units)
@@ -462,6 +462,7 @@ class Run:
             out["memory"] = {**mon.peak(), "device_before_mib": before,
                              "buffers": parse_buffers(log_text),
                              "breakdown": parse_breakdown(log_text)}  # fmt: skip
+            out["dca"] = parse_dca(log_text)
         return out
 
     def lane(self, jobs: tuple[Job, ...], index: int) -> None:

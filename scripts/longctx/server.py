@@ -16,6 +16,7 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -28,7 +29,12 @@ from typing import Any
 from .errors import ServerFailed, UnsupportedFlags
 
 HOST = "127.0.0.1"
-FIXED_ARGS = ("--no-kv-unified", "--cache-ram", "0", "--no-warmup", "--no-webui")
+# Added when the build has them (older builds lack some): per-slot KV streams, no host prompt
+# cache, no warmup, no web UI, and log level 4 (llama.cpp's buffer sizes, the DCA settings and the
+# memory breakdown at exit are only logged at that level).
+FIXED_ARGS = (("--no-kv-unified",), ("--cache-ram", "0"), ("--no-warmup",), ("--no-webui",),
+              ("-lv", "4"))  # fmt: skip
+DCA_LINE = re.compile(r"dca\s+= on \(chunk_size = (\d+), local_window = (\d+), chunk_len = (\d+)\)")
 REQUEST_TIMEOUT_S = 3600.0  # a 1M-token prefill on a slow device
 RETRIES = 3
 # `--port 0` makes the server bind a free port and log it (tools/server/server.cpp); no race
@@ -100,7 +106,21 @@ def _completion(data: dict[str, Any], n_prompt: int) -> Completion:
     )
 
 
-@dataclass
+_LIVE: set[Server] = set()  # started and not yet stopped, for stop_all
+_LIVE_LOCK = threading.Lock()
+
+
+def stop_all() -> None:
+    """Kill every server this process started and has not stopped (on SIGTERM / Ctrl-C: the
+    servers share the harness's process group, so whoever ends the group ends them too)."""
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for server in live:
+        if server.proc.poll() is None:
+            server.proc.kill()
+
+
+@dataclass(eq=False)
 class Server:
     """A running llama-server (start with `launch`; `stop` ends it)."""
 
@@ -124,9 +144,11 @@ class Server:
         """Start the server (UnsupportedFlags before starting when `args` has unknown options);
         `env` adds to the environment (e.g. CUDA_VISIBLE_DEVICES="" keeps it off the GPU)."""
         check_flags(binary, args, "this run")
+        have = supported_flags(binary)
+        fixed = [a for group in FIXED_ARGS if group[0] in have for a in group]
         full = (
             "-m", str(model), "-c", str(n_ctx), "-np", str(slots), "--host", HOST,
-            "--port", "0", *FIXED_ARGS, *args,
+            "--port", "0", *fixed, *args,
         )  # fmt: skip
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("wb") as sink:
@@ -135,10 +157,12 @@ class Server:
                 stdin=subprocess.DEVNULL,
                 stdout=sink,
                 stderr=subprocess.STDOUT,
-                start_new_session=True,
                 env={**os.environ, **(env or {})},
             )
-        return cls(binary, full, 0, log, proc)
+        server = cls(binary, full, 0, log, proc)
+        with _LIVE_LOCK:
+            _LIVE.add(server)
+        return server
 
     @property
     def pid(self) -> int:
@@ -245,12 +269,23 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        with _LIVE_LOCK:
+            _LIVE.discard(self)
 
     def __enter__(self) -> Server:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def parse_dca(log: str) -> dict[str, int] | None:
+    """The DCA settings a server logged at context creation, or None (DCA off)."""
+    found = DCA_LINE.search(log)
+    if found is None:
+        return None
+    cs, w, cl = map(int, found.groups())
+    return {"chunk_size": cs, "local_window": w, "chunk_len": cl}
 
 
 def server_version(binary: Path) -> str:

@@ -12,15 +12,17 @@ Tasks (the wording follows RULER, NVIDIA/RULER ``scripts/data/synthetic``):
   QZXKT." in increasing depth; a question gives the value and asks for every variable of its
   chain; the other chains' variables are distractors.
 
-Scoring (``score``) reads the answer as the first non-empty line of the greedy continuation:
+Scoring (``score``) reads the greedy continuation (at most ``n_predict`` tokens):
 
-- passkey, mk_niah: correct iff the first maximal run of digits in it is the expected number;
-- mv_niah: correct iff every expected value is among its digit runs and no distractor value is;
-- vt: correct iff every variable of the chain is among its 5-capital-letter words and no variable
-  of another chain is.
+- passkey, mk_niah: correct iff its first maximal run of digits is the expected number (what
+  follows, often the model going on with more text, is not read);
+- mv_niah: read up to the point where every expected value has appeared; correct iff they all
+  appear and no distractor value appears in that span;
+- vt: the same with the chain's variables (5-capital-letter words) and the other chains' names.
 
-``recall`` (the fraction of expected items present) and ``distractors`` (how many distractor items
-appear) are recorded beside the exact verdict.
+``recall`` (the fraction of expected items anywhere in the continuation) and ``distractors``
+(distractor items in the span read) are recorded beside the exact verdict, and ``answer`` is the
+span read.
 
 Every number and name in one sample is distinct, and corpus.prose keeps numbers of 5 or more
 digits and the needles' wording out of the haystack, so a found item can only come from a needle.
@@ -289,24 +291,31 @@ def make_sample(tasks: tuple[str, ...], seed: int, index: int, params: TaskParam
 # ----------------------------------------------------------------------------- scoring
 
 
-def answer_line(got: str) -> str:
-    """The first non-empty line of a continuation (the answer the model gave)."""
-    return next((line.strip() for line in got.splitlines() if line.strip()), "")
+NUMBER = re.compile(r"\d+")
+NAME = re.compile(r"\b[A-Z]{5}\b")
 
 
 def score(question: Question, got: str) -> Score:
-    """The exact verdict on `got` (see the module docstring), with recall and distractor hits."""
-    answer = answer_line(got)
-    if question.task == "vt":
-        items = re.findall(r"\b[A-Z]{5}\b", answer)
-    else:
-        items = re.findall(r"\d+", answer)
-    present = set(items)
-    found = sum(e in present for e in question.expected)
-    recall = found / len(question.expected)
-    distractors = sum(d in present for d in question.distractors)
+    """The exact verdict on the continuation `got` (see the module docstring), with the span it
+    was read from (`answer`), recall over the whole continuation and distractor hits in the span."""
+    pattern = NAME if question.task == "vt" else NUMBER
+    items = [(m.group(), m.end()) for m in pattern.finditer(got)]
+    expected = set(question.expected)
+    end = len(got)
     if question.task in ("passkey", "mk_niah"):
-        correct = bool(items) and items[0] == question.expected[0]
+        end = items[0][1] if items else end
     else:
-        correct = found == len(question.expected) and distractors == 0
-    return Score(correct, recall, distractors, answer)
+        seen: set[str] = set()
+        for item, pos in items:
+            seen |= {item} & expected
+            if seen == expected:
+                end = pos
+                break
+    span = {item for item, pos in items if pos <= end}
+    recall = len(expected & {item for item, _ in items}) / len(expected)
+    distractors = sum(d in span for d in question.distractors)
+    if question.task in ("passkey", "mk_niah"):
+        correct = bool(items) and items[0][0] == question.expected[0]
+    else:
+        correct = expected <= span and distractors == 0
+    return Score(correct, recall, distractors, got[:end].strip())

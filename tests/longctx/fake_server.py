@@ -39,6 +39,7 @@ HELP = """usage: llama-server [options]
 --dca-chunk-size N
 --dca-local-window N
 --crash
+-lv,   --verbosity, --log-verbosity N
 """
 
 ARGS = sys.argv[1:]
@@ -123,6 +124,9 @@ def main() -> int:
     n_ctx = int(ARGS[ARGS.index("-c") + 1])
     print(f"llama_kv_cache:        CPU KV buffer size = {n_ctx / 1024:.2f} MiB", file=sys.stderr)
     print("sched_reserve:        CPU compute buffer size =     8.00 MiB", file=sys.stderr)
+    if "--dca" in ARGS:
+        print("llama_context: dca                   = on (chunk_size = 3072, local_window = 512, "
+              "chunk_len = 2560)", file=sys.stderr)  # fmt: skip
     sys.stderr.flush()
     server = Server(("127.0.0.1", int(ARGS[ARGS.index("--port") + 1])), Handler)
     print(f"main: listening on http://127.0.0.1:{server.server_address[1]}", file=sys.stderr)

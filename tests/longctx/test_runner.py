@@ -87,6 +87,9 @@ def test_a_grid_run_end_to_end(tmp_path: Path, fake_bin: Path) -> None:
         unit_seed(1234, "combined", n, h) for n in (N // 2, N, 2 * N) for h in range(2)
     }
     ok = [j for j in doc["jobs"] if j["status"] == "ok"]
+    dca = {j["method"]: j["dca"] for j in ok}
+    assert dca["naive"] is None
+    assert dca["dca"] == {"chunk_size": 3072, "local_window": 512, "chunk_len": 2560}
     assert all(j["memory"]["buffers"]["CPU"]["compute"] == 8.0 for j in ok)
     assert all(j["memory"]["host_mib"] > 0 for j in ok)
     assert len(load_token_cache(tmp_path / "tokens.json.xz", "ab" * 32, cfg.corpus.sha256)) > 10

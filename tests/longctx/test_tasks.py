@@ -12,7 +12,6 @@ from scripts.longctx.tasks import (
     Question,
     Sample,
     TaskParams,
-    answer_line,
     make_sample,
     score,
     van_der_corput,
@@ -121,28 +120,34 @@ def _q(task: str, expected: tuple[str, ...], distractors: tuple[str, ...] = ()) 
 
 
 @pytest.mark.parametrize(
-    ("task", "expected", "distractors", "got", "correct", "recall", "hits"),
+    ("task", "expected", "distractors", "got", "correct", "recall", "hits", "answer"),
     [
-        ("passkey", ("48213",), (), " 48213. Remember it.", True, 1.0, 0),
-        ("passkey", ("48213",), (), "\n\n 48213\nmore 1", True, 1.0, 0),
-        ("passkey", ("48213",), (), " 148213.", False, 0.0, 0),  # a longer number is not it
-        ("passkey", ("48213",), (), " unknown\n48213", False, 0.0, 0),  # only the first line
-        ("mk_niah", ("1234567",), ("7654321",), " 7654321 or 1234567", False, 1.0, 1),
-        ("mk_niah", ("1234567",), ("7654321",), " 1234567, not 7654321", True, 1.0, 1),
-        ("mv_niah", ("1111111", "2222222"), ("3333333",), " 2222222, 1111111.", True, 1.0, 0),
-        ("mv_niah", ("1111111", "2222222"), ("3333333",), " 1111111 and 3333333", False, 0.5, 1),
-        ("mv_niah", ("1111111", "2222222"), ("3333333",), " 2222222, 1111111, 3333333", False,
-         1.0, 1),
-        ("vt", ("ABCDE", "FGHIJ"), ("KLMNO",), " ABCDE, FGHIJ", True, 1.0, 0),
-        ("vt", ("ABCDE", "FGHIJ"), ("KLMNO",), " ABCDE, FGHIJ, KLMNO", False, 1.0, 1),
-        ("vt", ("ABCDE", "FGHIJ"), ("KLMNO",), " ABCDEF, FGHIJ", False, 0.5, 0),
-        ("passkey", ("48213",), (), "", False, 0.0, 0),
+        ("passkey", ("48213",), (), " 48213. Remember it. 555", True, 1.0, 0, "48213"),
+        ("passkey", ("48213",), (), "\n\n 48213\nmore 1", True, 1.0, 0, "48213"),
+        ("passkey", ("48213",), (), " 148213.", False, 0.0, 0, "148213"),  # not a longer number
+        ("passkey", ("48213",), (), " it is\n1. 48213", False, 1.0, 0, "it is\n1"),
+        ("mk_niah", ("1234567",), ("7654321",), " 7654321 or 1234567", False, 1.0, 1, "7654321"),
+        ("mk_niah", ("1234567",), ("7654321",), " 1234567, not 7654321", True, 1.0, 0,
+         "1234567"),
+        ("mv_niah", ("1111111", "2222222"), ("3333333",), " 2222222, 1111111.\nThe special "
+         "magic number for x is 3333333", True, 1.0, 0, "2222222, 1111111"),
+        ("mv_niah", ("1111111", "2222222"), ("3333333",), ":\n1. 1111111\n2. 2222222", True,
+         1.0, 0, ":\n1. 1111111\n2. 2222222"),
+        ("mv_niah", ("1111111", "2222222"), ("3333333",), " 1111111 and 3333333", False, 0.5, 1,
+         "1111111 and 3333333"),
+        ("mv_niah", ("1111111", "2222222"), ("3333333",), " 3333333, 2222222, 1111111", False,
+         1.0, 1, "3333333, 2222222, 1111111"),
+        ("vt", ("ABCDE", "FGHIJ"), ("KLMNO",), " ABCDE, FGHIJ\nVAR KLMNO", True, 1.0, 0,
+         "ABCDE, FGHIJ"),
+        ("vt", ("ABCDE", "FGHIJ"), ("KLMNO",), " ABCDE, KLMNO, FGHIJ", False, 1.0, 1,
+         "ABCDE, KLMNO, FGHIJ"),
+        ("vt", ("ABCDE", "FGHIJ"), ("KLMNO",), " ABCDEF, FGHIJ", False, 0.5, 0, "ABCDEF, FGHIJ"),
+        ("passkey", ("48213",), (), "", False, 0.0, 0, ""),
     ],
 )  # fmt: skip
 def test_score(
     task: str, expected: tuple[str, ...], distractors: tuple[str, ...], got: str,
-    correct: bool, recall: float, hits: int,
+    correct: bool, recall: float, hits: int, answer: str,
 ) -> None:  # fmt: skip
     s = score(_q(task, expected, distractors), got)
-    assert (s.correct, s.recall, s.distractors) == (correct, recall, hits)
-    assert s.answer == answer_line(got)
+    assert (s.correct, s.recall, s.distractors, s.answer) == (correct, recall, hits, answer)
