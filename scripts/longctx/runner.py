@@ -192,7 +192,7 @@ def save_token_cache(
 
 def tokenizer_server(binary: Path, model: ModelRef, work: Path, extra: tuple[str, ...]) -> Server:
     """A small llama-server for /tokenize only: -c 512, one slot, kept off the GPU."""
-    args = ("-t", "2", *model.server_args, *extra)
+    args = ("-t", "1", *model.server_args, *extra)
     log = work / f"tokenizer-{model.name}.log"
     return Server.launch(binary, model.path, 512, 1, args, log, env={"CUDA_VISIBLE_DEVICES": ""})
 

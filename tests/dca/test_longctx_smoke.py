@@ -73,7 +73,7 @@ def test_harness_smoke_on_llama_server(
         "--methods", "naive", "--methods", DCA_SMALL,
         "--methods", "bogus=--no-such-flag-xyz", "--corpus", str(corpus), "--out", str(out),
         "--mv-keys", "1", "--mv-values", "2", "--vt-chains", "1", "--vt-hops", "2",
-        "--server-args", "-t 2", "--label", "cpu-smoke",
+        "--server-args", "-t 1", "--label", "cpu-smoke",
     ])  # fmt: skip
     captured = capsys.readouterr()
     assert code == 0, captured.err
