@@ -7,7 +7,8 @@ Tasks (the wording follows RULER, NVIDIA/RULER ``scripts/data/synthetic``):
   with distinct keys (adjective-noun) and distinct 7-digit values; each key is asked in turn, so
   every question has ``mk_keys - 1`` (default 3) distractor needles of the same form.
 - ``mv_niah``: ``mv_keys`` keys with ``mv_values`` needles each (same form); each key is asked for
-  all of its values; the other keys' values are distractors.
+  all of its values; the other keys' values (and in a combined haystack the mk_niah values) are
+  distractors.
 - ``vt``: ``vt_chains`` chains "VAR QZXKT = 52841." then ``vt_hops`` times "VAR HWPLD = VAR
   QZXKT." in increasing depth; a question gives the value and asks for every variable of its
   chain; the other chains' variables are distractors.
@@ -75,9 +76,9 @@ class TaskParams:
     """How many needles each task hides (see the module docstring)."""
 
     mk_keys: int = 4
-    mv_keys: int = 2
+    mv_keys: int = 1
     mv_values: int = 4
-    vt_chains: int = 2
+    vt_chains: int = 1
     vt_hops: int = 4
 
     def __post_init__(self) -> None:

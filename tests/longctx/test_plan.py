@@ -92,4 +92,4 @@ def test_plan_validation_and_groups() -> None:
 
 
 def test_questions_per_group_counts_every_question() -> None:
-    assert len(questions_per_group(TASKS, PARAMS)) == 1 + 4 + 2 + 2
+    assert len(questions_per_group(TASKS, PARAMS)) == 1 + 4 + 1 + 1

@@ -63,8 +63,12 @@ def test_question_counts_and_distractors() -> None:
         assert not set(q.distractors) & set(q.expected)
         # every distractor is a value of a needle of the same form
         assert all(any(f"is: {d}." in n.text for n in sample.needles) for d in q.distractors)
-    for q in by_task["vt"]:
-        assert len(q.distractors) == (PARAMS.vt_chains - 1) * (PARAMS.vt_hops + 1)
+    two = TaskParams(mv_keys=2, vt_chains=2)
+    for q in make_sample(TASKS, 7, 0, two).questions:
+        if q.task == "vt":
+            assert len(q.distractors) == two.vt_hops + 1  # the other chain's names
+        if q.task == "mv_niah":
+            assert len(q.distractors) == two.mv_values  # the other key's values
 
 
 def test_items_are_distinct_within_a_sample() -> None:
