@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 from .errors import ConfigError
 from .methods import DEFAULT_METHODS, Method
-from .tasks import LAYOUTS, TASKS, TaskParams
+from .tasks import LAYOUTS, TASKS, TaskParams, make_sample
 
 
 @dataclass(frozen=True)
@@ -115,17 +115,7 @@ class Plan:
 
 def questions_per_group(tasks: tuple[str, ...], params: TaskParams) -> list[int]:
     """n_predict of every question a haystack holding `tasks` asks (for cost estimates)."""
-    out: list[int] = []
-    for task in tasks:
-        if task == "passkey":
-            out.append(12)
-        elif task == "mk_niah":
-            out += [16] * params.mk_keys
-        elif task == "mv_niah":
-            out += [12 * params.mv_values + 8] * params.mv_keys
-        else:
-            out += [4 * (params.vt_hops + 1) + 8] * params.vt_chains
-    return out
+    return [q.n_predict for q in make_sample(tasks, 0, 0, params).questions]
 
 
 def job_cost(job: Job, plan: Plan, cost: CostModel, params: TaskParams) -> float:

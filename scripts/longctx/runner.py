@@ -34,11 +34,11 @@ from patchctl.fsio import write_atomic
 
 from . import SCHEMA, results
 from .corpus import Corpus
-from .errors import BadInput, HarnessError, UnsupportedFlags
+from .errors import BadInput, HarnessError, ServerFailed, UnsupportedFlags
 from .haystack import Built, TokenPool, build
 from .memory import MemoryMonitor, device_used, parse_breakdown, parse_buffers, smi_query
 from .methods import Method
-from .plan import CostModel, Job, Plan
+from .plan import CostModel, Job, Plan, questions_per_group
 from .server import Server, check_flags, parse_dca, server_version
 from .stats import cells
 from .tasks import Sample, TaskParams, make_sample, score
@@ -331,8 +331,10 @@ class Run:
         return (*rendered, *self.cfg.model.server_args, *self.cfg.server_args)
 
     def n_ctx(self, job: Job) -> int:
-        longest = max(job.lengths) + 96 + 64  # the longest generation (mv_niah: 56) and margin
-        per_slot = -(-longest // 256) * 256
+        """Slots x (the longest prompt + the longest generation + 64), in multiples of 256."""
+        generation = max(n for g in self.cfg.plan.groups()
+                         for n in questions_per_group(g, self.cfg.params))  # fmt: skip
+        per_slot = -(-(max(job.lengths) + generation + 64) // 256) * 256
         return per_slot * job.slots
 
     def run_unit(self, job: Job, server: Server, unit: Unit, slot: int,
@@ -420,6 +422,8 @@ class Run:
             record.update(status="unsupported", reason=exc.one_line())
         except HarnessError as exc:
             record.update(status="failed", reason=exc.one_line())
+            if isinstance(exc, ServerFailed):
+                record["log_tail"] = exc.log_tail[-2000:]
         record["wall_s"] = round(time.monotonic() - t0, 1)
         self.cfg.say(f"[lane {lane}] {job.label}: {record['status']}"
                      + (f" ({record['reason']})" if record["reason"] else ""))  # fmt: skip
@@ -463,6 +467,8 @@ class Run:
                              "buffers": parse_buffers(log_text),
                              "breakdown": parse_breakdown(log_text)}  # fmt: skip
             out["dca"] = parse_dca(log_text)
+            if out.get("status") == "failed":
+                out["log_tail"] = log_text[-2000:]
         return out
 
     def lane(self, jobs: tuple[Job, ...], index: int) -> None:
