@@ -71,8 +71,10 @@ def cmd_pack(args: argparse.Namespace) -> Any:
     if args.part_mib == "auto":
         room = CARRY_LIMIT - models.repo_bytes(args.repo) - args.reserve_mib * MIB
         part = room // MIB * MIB
-    else:
+    elif args.part_mib.isdigit():
         part = int(args.part_mib) * MIB
+    else:
+        raise ConfigError(f"--part-mib takes a number or auto, not {args.part_mib!r}")
     parts = models.pack(path, args.out, part)
     return {"model": spec.name, "sha256": spec.sha256, "part_bytes": part,
             "parts": [str(p) for p in parts]}  # fmt: skip

@@ -33,13 +33,17 @@ BREAKDOWN_LINE = re.compile(
     r"\s*(\d+)\s*\+\s*(\d+)\s*\)\s*\+\s*(-?\d+)"
 )
 BREAKDOWN_KEYS = ("total", "free", "self", "model", "context", "compute", "unaccounted")
+HOST_LINE = re.compile(r"\|\s+- Host\s*\|\s*(\d+)\s*=\s*(\d+)\s*\+\s*(\d+)\s*\+\s*(\d+)")
 
 
 def parse_breakdown(log: str) -> dict[str, dict[str, int]]:
-    """MiB per GPU from the last memory breakdown table of a llama.cpp log ({} without one)."""
+    """MiB per device from the last memory breakdown table of a llama.cpp log ({} without one):
+    each GPU's row, and ``Host`` (self = model + context + compute in host memory)."""
     out: dict[str, dict[str, int]] = {}
     for device, *values in BREAKDOWN_LINE.findall(log):
         out[device] = dict(zip(BREAKDOWN_KEYS, map(int, values), strict=True))
+    for values in HOST_LINE.findall(log):
+        out["Host"] = dict(zip(BREAKDOWN_KEYS[2:6], map(int, values), strict=True))
     return out
 
 

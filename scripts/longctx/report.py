@@ -69,27 +69,37 @@ def _mib(v: object) -> str:
     return "" if v is None else f"{float(v):.0f}"  # type: ignore[arg-type]
 
 
+GPU_PREFIXES = ("CUDA", "ROCm", "Metal", "Vulkan", "SYCL")
+
+
+def _buffers(buffers: Mapping[str, Mapping[str, float]]) -> str:
+    """`model / KV / compute (where)`: the GPU's buffers, else the sum over host buffers."""
+    gpus = [d for d in buffers if d.startswith(GPU_PREFIXES)]
+    where = gpus[:1] if gpus else list(buffers)
+    total = {k: sum(buffers[d].get(k, 0.0) for d in where) for k in ("model", "KV", "compute")}
+    label = where[0] if gpus else "host"
+    return " / ".join(_mib(total[k]) for k in ("model", "KV", "compute")) + f" ({label})"
+
+
 def memory_table(doc: Mapping[str, Any]) -> str:
-    """One row per finished server job: method, context, KV type, status, peaks and buffers."""
+    """One row per server job that ran: method, context, KV type, status, the peaks and
+    llama.cpp's own buffers (device peak: nvidia-smi for the process; all GPUs: the peak of the
+    whole device minus what was in use before the server started)."""
     lines = [
-        "| method | n_ctx | slots | KV | status | device peak MiB | all GPUs peak MiB | "
-        "host peak MiB | model / KV / compute buffers MiB (device) |",
+        "| method | n_ctx | slots | KV | status | device peak MiB | all GPUs peak - before MiB | "
+        "host peak MiB | model / KV / compute buffers MiB |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for job in sorted(doc["jobs"], key=lambda j: (j.get("n_ctx", 0), j["method"])):
         mem = job.get("memory") or {}
-        if job["status"] in ("unsupported", "budget") or not mem:
+        if job["status"] in ("unsupported", "budget") or not mem.get("buffers"):
             continue
-        buffers = mem.get("buffers") or {}
-        dev = next((d for d in buffers if d.startswith(("CUDA", "ROCm", "Metal", "Vulkan"))),
-                   next(iter(buffers), None))  # fmt: skip
-        b = buffers.get(dev, {}) if dev else {}
-        split = " / ".join(_mib(b.get(k)) for k in ("model", "KV", "compute"))
+        total, before = mem.get("device_total_mib"), mem.get("device_before_mib") or 0.0
+        used = None if total is None else total - before
         lines.append(
             f"| {job['method']} | {job.get('n_ctx', '')} | {job['slots']} | "
             f"{_kv_type(job.get('args', []))} | {job['status']} | {_mib(mem.get('device_mib'))} | "
-            f"{_mib(mem.get('device_total_mib'))} | {_mib(mem.get('host_mib'))} | "
-            f"{split} ({dev or '-'}) |"
+            f"{_mib(used)} | {_mib(mem.get('host_mib'))} | {_buffers(mem['buffers'])} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -90,7 +90,8 @@ llama_memory_breakdown_print: |   - Host               |                 58271 =
 """  # noqa: E501  (the real line, from tools/fit-params/README.md)
     assert parse_breakdown(log) == {"CUDA0": {
         "total": 24077, "free": 945, "self": 19187, "model": 17904, "context": 384,
-        "compute": 898, "unaccounted": 3945}}  # fmt: skip
+        "compute": 898, "unaccounted": 3945},
+        "Host": {"self": 58271, "model": 58259, "context": 0, "compute": 12}}  # fmt: skip
     assert parse_breakdown("no table") == {}
 
 
