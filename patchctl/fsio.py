@@ -1,9 +1,13 @@
-"""Atomic file writes: a reader sees the old bytes or the new ones, never a partial file."""
+"""Atomic file writes (a reader sees the old bytes or the new ones, never a partial file), and
+the sha256 of a file read in blocks."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
+
+BLOCK = 1 << 20
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -20,3 +24,12 @@ def write_if_changed(path: Path, data: bytes) -> bool:
         return False
     write_atomic(path, data)
     return True
+
+
+def sha256_file(path: Path) -> str:
+    """The hex sha256 of a file's bytes, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        for block in iter(lambda: stream.read(BLOCK), b""):
+            digest.update(block)
+    return digest.hexdigest()

