@@ -20,18 +20,24 @@ the ids may differ from tokenizing the joined text (both decode to the same text
 from __future__ import annotations
 
 import bisect
+import json
+import lzma
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from threading import Lock
 from typing import Protocol
 
+from patchctl.fsio import write_atomic
+
 from .corpus import Corpus
-from .errors import HarnessError
+from .errors import BadInput, HarnessError
 from .tasks import Sample
 
 Tokens = tuple[int, ...]
+TOKENS_SCHEMA = "patchctl-longctx-tokens/1"
 
 
 class Tokenizer(Protocol):
@@ -174,3 +180,46 @@ def _insert(
             shared += paragraphs[k]
     depths = tuple(starts[s] / n_filler for s in slot)
     return Built(tuple(shared), questions, tuple(pos), depths, n_filler, passes)
+
+
+# ----------------------------------------------------------------------------- token cache
+
+
+def load_token_cache(path: Path, model_sha: str, corpus_sha: str) -> dict[int, tuple[int, ...]]:
+    """Paragraph tokens saved by an earlier run of this model and corpus ({} when absent)."""
+    if not path.is_file():
+        return {}
+    try:
+        doc = json.loads(lzma.decompress(path.read_bytes()))
+    except (OSError, lzma.LZMAError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BadInput(f"cannot read token cache {path}: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("schema") != TOKENS_SCHEMA:
+        raise BadInput(f"{path} is not a token cache ({TOKENS_SCHEMA})")
+    if doc.get("model_sha256") != model_sha or doc.get("corpus_sha256") != corpus_sha:
+        raise BadInput(
+            f"{path} was made for another model or corpus", hint="delete it or name another file"
+        )
+    paras = doc.get("paragraphs")
+    if not isinstance(paras, dict):
+        raise BadInput(f"{path}: paragraphs must be a mapping")
+    out: dict[int, tuple[int, ...]] = {}
+    for key, toks in paras.items():
+        if not key.isdigit() or not isinstance(toks, list):
+            raise BadInput(f"{path}: bad entry {key!r}")
+        if not all(isinstance(t, int) and not isinstance(t, bool) for t in toks):
+            raise BadInput(f"{path}: entry {key} holds a non-integer token")
+        out[int(key)] = tuple(toks)
+    return out
+
+
+def save_token_cache(
+    path: Path, model_sha: str, corpus_sha: str, cache: Mapping[int, tuple[int, ...]]
+) -> None:
+    """Paragraph tokens for a later run (xz-compressed JSON, keyed by model and corpus)."""
+    doc = {
+        "schema": TOKENS_SCHEMA,
+        "model_sha256": model_sha,
+        "corpus_sha256": corpus_sha,
+        "paragraphs": {str(k): list(v) for k, v in sorted(cache.items())},
+    }
+    write_atomic(path, lzma.compress(json.dumps(doc, separators=(",", ":")).encode()))

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -161,3 +162,21 @@ class MemoryMonitor:
             samples = self.samples
         rounded = {k: None if v is None else round(v, 1) for k, v in values.items()}
         return {**rounded, "samples": samples}
+
+
+def device_info() -> dict[str, Any]:
+    """The GPU (nvidia-smi) or the CPU this run measures on."""
+    smi = shutil.which("nvidia-smi")
+    gpus = smi_query(smi, ["--query-gpu=name,memory.total"]) if smi else []
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    info: dict[str, Any] = {"cpu": cpu, "cpus": len(os.sched_getaffinity(0))}
+    if gpus:
+        info["gpus"] = [{"name": g[0], "memory_mib": g[1] if len(g) > 1 else ""} for g in gpus]
+    return info

@@ -17,9 +17,6 @@ The document is rewritten after every unit, so a run stopped from outside keeps 
 from __future__ import annotations
 
 import hashlib
-import json
-import lzma
-import os
 import shutil
 import threading
 import time
@@ -30,20 +27,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from patchctl.fsio import write_atomic
-
 from . import SCHEMA, results
 from .corpus import Corpus
-from .errors import BadInput, HarnessError, ServerFailed, UnsupportedFlags
-from .haystack import Built, TokenPool, build
-from .memory import MemoryMonitor, device_used, parse_breakdown, parse_buffers, smi_query
+from .errors import HarnessError, ServerFailed, UnsupportedFlags
+from .haystack import Built, TokenPool, build, load_token_cache, save_token_cache
+from .memory import MemoryMonitor, device_info, device_used, parse_breakdown, parse_buffers
 from .methods import Method
 from .plan import CostModel, Job, Plan, questions_per_group
 from .server import Server, check_flags, parse_dca, server_version
 from .stats import cells
 from .tasks import Sample, TaskParams, make_sample, score
-
-TOKENS_SCHEMA = "patchctl-longctx-tokens/1"
 
 
 @dataclass(frozen=True)
@@ -128,66 +121,6 @@ class Budget:
         with self.lock:
             self.expected += expected_s
             self.measured += measured_s
-
-
-def device_info() -> dict[str, Any]:
-    """The GPU (nvidia-smi) or the CPU this run measures on."""
-    smi = shutil.which("nvidia-smi")
-    gpus = smi_query(smi, ["--query-gpu=name,memory.total"]) if smi else []
-    cpu = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    info: dict[str, Any] = {"cpu": cpu, "cpus": len(os.sched_getaffinity(0))}
-    if gpus:
-        info["gpus"] = [{"name": g[0], "memory_mib": g[1] if len(g) > 1 else ""} for g in gpus]
-    return info
-
-
-# ----------------------------------------------------------------------------- token cache
-
-
-def load_token_cache(path: Path, model_sha: str, corpus_sha: str) -> dict[int, tuple[int, ...]]:
-    """Paragraph tokens saved by an earlier run of this model and corpus ({} when absent)."""
-    if not path.is_file():
-        return {}
-    try:
-        doc = json.loads(lzma.decompress(path.read_bytes()))
-    except (OSError, lzma.LZMAError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BadInput(f"cannot read token cache {path}: {exc}") from None
-    if not isinstance(doc, dict) or doc.get("schema") != TOKENS_SCHEMA:
-        raise BadInput(f"{path} is not a token cache ({TOKENS_SCHEMA})")
-    if doc.get("model_sha256") != model_sha or doc.get("corpus_sha256") != corpus_sha:
-        raise BadInput(
-            f"{path} was made for another model or corpus", hint="delete it or name another file"
-        )
-    paras = doc.get("paragraphs")
-    if not isinstance(paras, dict):
-        raise BadInput(f"{path}: paragraphs must be a mapping")
-    out: dict[int, tuple[int, ...]] = {}
-    for key, toks in paras.items():
-        if not key.isdigit() or not isinstance(toks, list):
-            raise BadInput(f"{path}: bad entry {key!r}")
-        if not all(isinstance(t, int) and not isinstance(t, bool) for t in toks):
-            raise BadInput(f"{path}: entry {key} holds a non-integer token")
-        out[int(key)] = tuple(toks)
-    return out
-
-
-def save_token_cache(
-    path: Path, model_sha: str, corpus_sha: str, cache: Mapping[int, tuple[int, ...]]
-) -> None:
-    doc = {
-        "schema": TOKENS_SCHEMA,
-        "model_sha256": model_sha,
-        "corpus_sha256": corpus_sha,
-        "paragraphs": {str(k): list(v) for k, v in sorted(cache.items())},
-    }
-    write_atomic(path, lzma.compress(json.dumps(doc, separators=(",", ":")).encode()))
 
 
 def tokenizer_server(binary: Path, model: ModelRef, work: Path, extra: tuple[str, ...]) -> Server:

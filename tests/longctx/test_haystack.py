@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import lzma
+from pathlib import Path
+
 import pytest
 
-from scripts.longctx.errors import HarnessError
-from scripts.longctx.haystack import TokenPool, build
+from scripts.longctx.errors import BadInput, HarnessError
+from scripts.longctx.haystack import (
+    TOKENS_SCHEMA,
+    TokenPool,
+    build,
+    load_token_cache,
+    save_token_cache,
+)
 from scripts.longctx.tasks import TASKS, TaskParams, make_sample
 
 from .fakes import BOS, CharTokenizer, PairTokenizer, corpus
@@ -72,3 +82,20 @@ def test_tokenizes_only_what_it_needs_and_once() -> None:
 def test_too_short_a_length_is_refused() -> None:
     with pytest.raises(HarnessError, match="cannot hold"):
         build(SAMPLE, TokenPool(corpus(), CharTokenizer()), 300, seed=1)
+
+
+def test_token_cache_round_trip_and_refusals(tmp_path: Path) -> None:
+    path = tmp_path / "t.json.xz"
+    assert load_token_cache(path, "m", "c") == {}  # absent: nothing cached yet
+    save_token_cache(path, "m", "c", {3: (5, 6), 1: (7,)})
+    assert load_token_cache(path, "m", "c") == {1: (7,), 3: (5, 6)}
+    with pytest.raises(BadInput, match="another model or corpus"):
+        load_token_cache(path, "m", "other corpus")
+    path.write_bytes(lzma.compress(json.dumps({
+        "schema": TOKENS_SCHEMA, "model_sha256": "m", "corpus_sha256": "c",
+        "paragraphs": {"1": [1, "2"]}}).encode()))  # fmt: skip
+    with pytest.raises(BadInput, match="non-integer"):
+        load_token_cache(path, "m", "c")
+    path.write_bytes(b"not xz")
+    with pytest.raises(BadInput, match="cannot read"):
+        load_token_cache(path, "m", "c")

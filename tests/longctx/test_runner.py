@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from scripts.longctx import results
+from scripts.longctx.haystack import load_token_cache
 from scripts.longctx.methods import BUILTIN, Method
 from scripts.longctx.plan import COSTS, Job, Plan, assign_lanes, grid_jobs, lengths_of
-from scripts.longctx.runner import ModelRef, RunConfig, load_token_cache, run, unit_seed
+from scripts.longctx.runner import ModelRef, RunConfig, run, unit_seed
 from scripts.longctx.tasks import TaskParams
 
 from .fakes import corpus
