@@ -26,6 +26,7 @@ import pytest
 
 from . import reference as ref
 from .model_runs import (
+    GPU_PLAIN_MAX,
     ON_GPU,
     Plan,
     random_tokens,
@@ -293,12 +294,18 @@ def test_a_yarn_gguf_gets_dca_without_yarn_frequencies(
     over the model's unscaled rope (the reference knows no YaRN), and a warning says so."""
     model = tiny(models_dir, arch, yarn=(4.0, 2048))
     args = (*YARN_PLAN_ARGS, *MSCALE_FLAGS, "--dca-mscale", "off")
-    dump = run_tool(dca_tool, yarn_plan(), model, args, tmp_path)
+    dump = run_tool(dca_tool, yarn_plan(), model, args, tmp_path / "yarn")
     assert "DCA takes priority over YaRN (GGUF rope.scaling.type yarn)" in dump.log
+    # the same weights without the YaRN keys: the same graph, so the same bits (CPU and GPU)
+    unscaled = run_tool(dca_tool, yarn_plan(), tiny(models_dir, arch), args, tmp_path / "plain")
+    assert dump.tokens == unscaled.tokens
+    assert dump.raw == unscaled.raw, "a YaRN GGUF with --dca on differs from the unscaled model"
     err = rel_err_all(
         dump.logits(), reference_logits(model, dump.tokens, ref.RunConfig(dca=YARN_DCA))
     )
-    assert err <= 1e-4, f"YaRN GGUF + DCA vs DCA without YaRN: {err:.3g}"
+    # a GPU is far from the reference on these sharp tiny models (see model_runs.GPU_PLAIN_MAX)
+    bound = GPU_PLAIN_MAX if ON_GPU else 1e-4
+    assert err <= bound, f"YaRN GGUF + DCA vs DCA without YaRN: {err:.3g}"
 
 
 @pytest.mark.parametrize(
