@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
 from dca import fa_lse_harness as fa  # noqa: E402
-from dca.builds import LlamaBuild, env_build, produce, require_usable  # noqa: E402
+from dca.builds import LlamaBuild, provide  # noqa: E402
 from dca.trees import TreeBuilder, dca_room, upstream_room  # noqa: E402
 
 DEFAULT_OUT = REPO / "docs" / "benchmarks" / "fa-lse-cpu-accuracy.json"
@@ -37,14 +37,6 @@ DEFAULT_OUT = REPO / "docs" / "benchmarks" / "fa-lse-cpu-accuracy.json"
 
 def _say(line: str) -> None:
     print(f"[dca trees] {line}", file=sys.stderr, flush=True)
-
-
-def tree(kind: str, builder: TreeBuilder) -> LlamaBuild:
-    """The tree the DCA tests would use for `kind` ("DCA" or "UPSTREAM")."""
-    override = env_build(kind)
-    if override is not None:
-        return require_usable(kind, override)
-    return produce(kind, dca_room if kind == "DCA" else upstream_room, builder)
 
 
 def _bitwise_equal(a: fa.F32, b: fa.F32) -> bool:
@@ -169,8 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--seed", type=int, default=fa.DEFAULT_SEED)
     args = parser.parse_args(argv)
-    builder = TreeBuilder(_say)
-    doc = measure_all(tree("DCA", builder), tree("UPSTREAM", builder), args.seed)
+    builder = TreeBuilder(_say)  # one builder: a tree shared by both is built once
+    dca = provide("DCA", dca_room, lambda: builder)
+    doc = measure_all(dca, provide("UPSTREAM", upstream_room, lambda: builder), args.seed)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     bad = sum(g["cases_with_problems"] for g in doc["summary"].values())

@@ -135,6 +135,20 @@ def produce(
     )
 
 
+def provide(
+    kind: str,
+    make_room: Callable[[Series, Say], Cleanroom],
+    builder: Callable[[], TreeBuilder],
+) -> LlamaBuild:
+    """The tree for `kind` ("DCA" or "UPSTREAM"): the env override when set (checked usable),
+    else the room `make_room` picks, produced and built through patchctl (`builder` is only
+    called then)."""
+    override = env_build(kind)
+    if override is not None:
+        return require_usable(kind, override)
+    return produce(kind, make_room, builder())
+
+
 def _native_source(name: str) -> Path:
     """tests/native/<name>; `name` is a file name (``fa_lse_probe.c``) or a stem."""
     direct = NATIVE_DIR / name

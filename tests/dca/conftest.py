@@ -20,11 +20,12 @@ test that silently skips would count as passed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from .builds import LlamaBuild, env_build, produce, require_usable, terminal_say
+from .builds import LlamaBuild, provide, terminal_say
 from .model_runs import build_tool
 from .trees import TreeBuilder, dca_room, upstream_room
 
@@ -35,22 +36,21 @@ def tree_builder(pytestconfig: pytest.Config) -> TreeBuilder:
     return TreeBuilder(terminal_say(pytestconfig))
 
 
+def _builder(request: pytest.FixtureRequest) -> Callable[[], TreeBuilder]:
+    """The session's `tree_builder`, made only when a tree is built (not with the override)."""
+    return lambda: request.getfixturevalue("tree_builder")
+
+
 @pytest.fixture(scope="session")
 def dca_build(request: pytest.FixtureRequest) -> LlamaBuild:
     """The patched (DCA) llama.cpp tree: the env override, else the series built by patchctl."""
-    override = env_build("DCA")
-    if override is not None:
-        return require_usable("DCA", override)
-    return produce("DCA", dca_room, request.getfixturevalue("tree_builder"))
+    return provide("DCA", dca_room, _builder(request))
 
 
 @pytest.fixture(scope="session")
 def upstream_build(request: pytest.FixtureRequest) -> LlamaBuild:
     """The unpatched upstream tree: the env override, else the bare upstream built by patchctl."""
-    override = env_build("UPSTREAM")
-    if override is not None:
-        return require_usable("UPSTREAM", override)
-    return produce("UPSTREAM", upstream_room, request.getfixturevalue("tree_builder"))
+    return provide("UPSTREAM", upstream_room, _builder(request))
 
 
 @pytest.fixture(scope="session")

@@ -190,19 +190,6 @@ def test_build_failure_fails_the_fixture_with_the_compiler_error(
     assert "first errors:" in message and "undeclared_thing" in message
 
 
-def test_env_override_needs_both_variables(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PATCHCTL_UPSTREAM_SRC", "/somewhere")
-    monkeypatch.delenv("PATCHCTL_UPSTREAM_BUILD", raising=False)
-    with pytest.raises(pytest.fail.Exception, match="set both"):
-        builds.env_build("UPSTREAM")
-    monkeypatch.setenv("PATCHCTL_UPSTREAM_BUILD", "/somewhere/build")
-    tree = builds.env_build("UPSTREAM")
-    assert tree is not None and tree.bin == Path("/somewhere/build/bin")
-    monkeypatch.delenv("PATCHCTL_DCA_SRC", raising=False)
-    monkeypatch.delenv("PATCHCTL_DCA_BUILD", raising=False)
-    assert builds.env_build("DCA") is None
-
-
 def test_terminal_progress_prints_start_tenths_and_done() -> None:
     seen, say = _lines()
     progress = TerminalProgress(say)
