@@ -23,7 +23,7 @@ import numpy.typing as npt
 import pytest
 
 from . import reference as ref
-from .conftest import LlamaBuild, compile_native
+from .builds import LlamaBuild, compile_native
 from .tiny_models import TinySpec, write_tiny_gguf
 
 F32 = npt.NDArray[np.float32]

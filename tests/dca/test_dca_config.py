@@ -4,8 +4,8 @@ shapes (test_dca_shapes.py) and llama-server (another engineer's part):
 - defaults from the model's original training length: GGUF DCA keys, else
   rope.scaling.original_context_length, else context_length (a guess, warned); the window derived
   from the chunk size; each value logged with where it came from;
-- mscale (dca-spec §5): logits of query i scaled by max(1, 0.1 ln((i+1)/L) + 1)^2 on the queries,
-  never on the cached keys, against the float64 reference;
+- mscale (docs/dca.md "mscale"): logits of query i scaled by max(1, 0.1 ln((i+1)/L) + 1)^2 on
+  the queries, never on the cached keys, against the float64 reference;
 - YaRN: DCA takes priority (no YaRN frequencies on top of DCA's positions), for a YaRN GGUF and
   for --rope-scaling yarn on the command line; chunk_size checked against the original length;
 - non-causal batches (llama_set_causal_attn false, mtmd's image chunks): honoured within a chunk,
@@ -266,8 +266,8 @@ def test_mscale_matches_the_reference_and_leaves_the_cache_alone(
 
 
 def test_mscale_factor_is_the_specs() -> None:
-    """dca-spec §5: Qwen2.5-1M (original 262144) at 1,000,000 tokens: mscale 1.1339, squared
-    1.2857; 1 up to the original length."""
+    """max(1, 0.1 ln(L_seq/L) + 1)^2 for Qwen2.5-1M (original 262144) at 1,000,000 tokens: mscale
+    1.1339, squared 1.2857; 1 up to the original length."""
     f = ref.mscale_factors(1_000_000, 262_144)
     assert f[262_143] == 1.0
     assert abs(f[-1] - 1.2857) < 1e-4

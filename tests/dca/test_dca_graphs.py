@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from . import reference as ref
-from .conftest import LlamaBuild
+from .builds import LlamaBuild
 from .model_runs import (
     GPU_PLAIN_FACTOR,
     ON_GPU,

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from .conftest import LlamaBuild
+from .builds import LlamaBuild
 from .llama_server import LlamaServer, Reply, ServerFailed
 from .tiny_models import TinySpec, write_tiny_gguf
 

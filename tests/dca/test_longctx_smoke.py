@@ -27,7 +27,7 @@ from scripts.longctx import models, results
 from scripts.longctx.cli import main
 from scripts.longctx.corpus import build_corpus, save_corpus
 
-from .conftest import LlamaBuild
+from .builds import LlamaBuild
 from .trees import TreeBuilder, build_config
 
 REAL_HOME = Path(pwd.getpwuid(os.getuid()).pw_dir)  # resolved before the hermetic seal

@@ -11,9 +11,7 @@ from scripts.longctx import models
 from scripts.longctx.cli import main
 from scripts.longctx.corpus import save_corpus
 
-from .fakes import corpus
-from .test_models import _wheels
-from .test_runner import fake_bin  # noqa: F401  (fixture)
+from .fakes import corpus, model_wheels
 
 
 def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -22,7 +20,7 @@ def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]
     return code, out, err
 
 
-def test_run_plot_table(tmp_path: Path, fake_bin: Path,  # noqa: F811
+def test_run_plot_table(tmp_path: Path, fake_bin: Path,
                         capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
     save_corpus(corpus(), tmp_path / "corpus.json.xz")
     model = tmp_path / "tiny.gguf"
@@ -79,7 +77,7 @@ def test_pack_then_join_from_a_stage_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("PATCHCTL_CACHE_DIR", str(tmp_path / "cache"))
-    spec, folder = _wheels(tmp_path)
+    spec, folder = model_wheels(tmp_path)
     monkeypatch.setitem(models.MODELS, "tiny", spec)
     code, _, err = _run(capsys, "pack", "tiny", str(tmp_path / "packed"), "--part-mib", "1",
                           "--wheels", str(folder))  # fmt: skip

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from scripts.longctx import results
 from scripts.longctx.haystack import load_token_cache
@@ -21,16 +18,6 @@ from .fakes import corpus
 N = 4096  # the stand-in counts characters: a combined haystack needs ~1.4k
 PARAMS = TaskParams()
 QUESTIONS = 1 + PARAMS.mk_keys + PARAMS.mv_keys + PARAMS.vt_chains
-
-
-@pytest.fixture
-def fake_bin(tmp_path: Path) -> Path:
-    script = Path(__file__).with_name("fake_server.py")
-    exe = tmp_path / "bin" / "llama-server"
-    exe.parent.mkdir()
-    exe.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{script}" "$@"\n')
-    exe.chmod(0o755)
-    return exe
 
 
 def _config(tmp_path: Path, binary: Path, methods: list[Method], plan: Plan,

@@ -12,15 +12,13 @@ from scripts.longctx.errors import ServerFailed, UnsupportedFlags
 from scripts.longctx.memory import MemoryMonitor, host_peak, parse_breakdown, parse_buffers
 from scripts.longctx.server import Server, _transient, check_flags, flags_in, supported_flags
 
-from .test_runner import fake_bin  # noqa: F401  (fixture)
-
 
 def test_flags_in_skips_values() -> None:
     args = ["--dca", "on", "-ctk", "q8_0", "--rope-scale", "-1", "--x=3", "-ngl", "99"]
     assert flags_in(args) == ("--dca", "-ctk", "--rope-scale", "--x", "-ngl")
 
 
-def test_unsupported_flags_are_named_before_start(fake_bin: Path) -> None:  # noqa: F811
+def test_unsupported_flags_are_named_before_start(fake_bin: Path) -> None:
     assert {"--dca", "-ctk", "--no-kv-unified"} <= supported_flags(fake_bin)
     check_flags(fake_bin, ["--dca", "on", "-ngl", "99"], "dca")
     with pytest.raises(UnsupportedFlags, match="--dca-mscale") as info:
@@ -36,14 +34,14 @@ def test_not_a_server_is_refused(tmp_path: Path) -> None:
         supported_flags(exe)
 
 
-def test_a_server_that_exits_reports_its_log(tmp_path: Path, fake_bin: Path) -> None:  # noqa: F811
+def test_a_server_that_exits_reports_its_log(tmp_path: Path, fake_bin: Path) -> None:
     server = Server.launch(fake_bin, tmp_path / "m.gguf", 512, 1, ["--crash"], tmp_path / "s.log")
     with pytest.raises(ServerFailed, match="exited with code 1") as info:
         server.wait_ready(timeout_s=60)
     assert "asked to crash" in info.value.log_tail
 
 
-def test_server_round_trip_and_stop(tmp_path: Path, fake_bin: Path) -> None:  # noqa: F811
+def test_server_round_trip_and_stop(tmp_path: Path, fake_bin: Path) -> None:
     with Server.launch(fake_bin, tmp_path / "m.gguf", 4096, 2, [], tmp_path / "s.log") as server:
         server.wait_ready(timeout_s=60)
         assert server.port > 0
