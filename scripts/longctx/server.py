@@ -34,7 +34,13 @@ HOST = "127.0.0.1"
 # memory breakdown at exit are only logged at that level).
 FIXED_ARGS = (("--no-kv-unified",), ("--cache-ram", "0"), ("--no-warmup",), ("--no-webui",),
               ("-lv", "4"))  # fmt: skip
-DCA_LINE = re.compile(r"dca\s+= on \(chunk_size = (\d+), local_window = (\d+), chunk_len = (\d+)\)")
+# "dca = on (chunk_size = C, local_window = W, chunk_len = L)" (first 0078), or "dca = on:
+# chunk_size = C [source], local_window = W [source], chunk_len = L, original length = O
+# [source], mscale = on|off (...)" (0078 with issue 14's defaults and --dca-mscale)
+DCA_LINE = re.compile(
+    r"dca\s+= on[ :(]+chunk_size = (\d+)[^\n]*?local_window = (\d+)[^\n]*?chunk_len = (\d+)"
+    r"(?:, original length = (\d+)[^\n]*?, mscale = ([^\n]*))?"
+)
 REQUEST_TIMEOUT_S = 3600.0  # a 1M-token prefill on a slow device
 RETRIES = 3
 # `--port 0` makes the server bind a free port and log it (tools/server/server.cpp); no race
@@ -168,6 +174,17 @@ class Server:
     def pid(self) -> int:
         return self.proc.pid
 
+    def log_ends(self, n: int = 1 << 21) -> str:
+        """The log's first and last `n` bytes (all of it when shorter): what it says at the
+        start (buffers, DCA settings) and at the end (the memory breakdown) of a long log."""
+        try:
+            data = self.log_path.read_bytes()
+        except OSError:
+            return ""
+        if len(data) > 2 * n:
+            data = data[:n] + b"\n...\n" + data[-n:]
+        return data.decode("utf-8", errors="replace")
+
     def log_tail(self, n: int = 3000) -> str:
         try:
             return self.log_path.read_bytes()[-n:].decode("utf-8", errors="replace")
@@ -279,13 +296,18 @@ class Server:
         self.stop()
 
 
-def parse_dca(log: str) -> dict[str, int] | None:
-    """The DCA settings a server logged at context creation, or None (DCA off)."""
+def parse_dca(log: str) -> dict[str, Any] | None:
+    """The DCA settings a server logged at context creation, or None (DCA off): chunk_size,
+    local_window, chunk_len and, from builds that log them, original_length and mscale (the
+    logged text, e.g. "off (auto: original length unknown)")."""
     found = DCA_LINE.search(log)
     if found is None:
         return None
-    cs, w, cl = map(int, found.groups())
-    return {"chunk_size": cs, "local_window": w, "chunk_len": cl}
+    cs, w, cl, orig, mscale = found.groups()
+    out: dict[str, Any] = {"chunk_size": int(cs), "local_window": int(w), "chunk_len": int(cl)}
+    if orig is not None:
+        out.update(original_length=int(orig), mscale=mscale.strip())
+    return out
 
 
 def server_version(binary: Path) -> str:
