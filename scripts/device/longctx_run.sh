@@ -61,7 +61,7 @@ then
   cp "$data/tokens-$name.json.xz" "$work/"; extra+=(--token-cache "$work/tokens-$name.json.xz")
 fi
 for p in ${PROBES-dca@32 dca-q8@32}; do extra+=(--probe "$p"); done
-left=$((budget - ($(date +%s) - t0) - 5))  # 5 s: the model's sha256 and the corpus, before the clock
+left=$((budget - ($(date +%s) - t0) - 2))  # 2 s: python starting, before the clock
 cmd=(python3 -m scripts.longctx run --server "$LLAMA_SERVER" --model "$name" --model-file "$gguf"
      --unpinned --tier "${TIER:-onecall}" --lanes "${LANES:-2}" --budget-s "$left"
      --server-args "${SERVER_ARGS:--ngl 99 -fa on -ub 1024 -b 2048}" --label h200

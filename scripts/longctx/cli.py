@@ -16,6 +16,7 @@ import shlex
 import signal
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -203,6 +204,8 @@ def cmd_run(args: argparse.Namespace) -> Any:
         work=args.work or args.out.parent / "logs", label=args.label, seed=args.seed,
         server_args=tuple(shlex.split(args.server_args)), token_cache=args.token_cache,
         resume=resume, command=tuple(sys.argv), say=say, summary=args.summary,
+        budget_from=args.started,  # the budget counts reading the model and corpus too
+        request_timeout_s=args.request_timeout_s,
     )  # fmt: skip
     doc = run(cfg)
     if not args.json:
@@ -265,7 +268,8 @@ def _plan_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vt-chains", type=int, default=d.vt_chains, help="vt chains")
     p.add_argument("--vt-hops", type=int, default=d.vt_hops, help="vt assignments after the value")
     p.add_argument("--lanes", type=int, default=1, help="server processes side by side")
-    p.add_argument("--budget-s", type=float, help="stop starting haystacks after this many s")
+    p.add_argument("--budget-s", type=float,
+                   help="start no haystack that would end later than this many s after start")
     p.add_argument("--cost", choices=sorted(plan.COSTS), default="h200-0.5b",
                    help="cost model for lanes and the budget")  # fmt: skip
 
@@ -324,6 +328,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--work", type=Path, help="server logs (default: OUT's folder/logs)")
     p.add_argument("--resume", type=Path, action="append", help="skip haystacks done there")
     p.add_argument("--summary", type=Path, help="also write the summary JSON (no trials) here")
+    p.add_argument("--request-timeout-s", type=float, default=3600.0,
+                   help="one request (a whole prefill) may take this long; then the job fails")
     p = sub.add_parser("plot", help="PNG plots from results files")
     p.add_argument("results", type=Path, nargs="+")
     p.add_argument("--out-dir", type=Path, required=True)
@@ -361,7 +367,9 @@ def _on_signal(signum: int, frame: object) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    started = time.monotonic()
     args = parser().parse_args(argv)
+    args.started = started
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _on_signal) if main_thread else None
     try:

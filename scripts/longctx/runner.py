@@ -37,7 +37,7 @@ from .haystack import Built, TokenPool, build, load_token_cache, save_token_cach
 from .memory import MemoryMonitor, device_info, device_used, parse_breakdown, parse_buffers
 from .methods import Method
 from .plan import CostModel, Job, Plan, questions_per_group
-from .server import Server, check_flags, parse_dca, server_version
+from .server import REQUEST_TIMEOUT_S, Server, check_flags, parse_dca, server_version
 from .stats import cells
 from .tasks import Sample, TaskParams, make_sample, score
 
@@ -80,6 +80,8 @@ class RunConfig:
     command: tuple[str, ...] = ()
     say: Callable[[str], None] = print
     summary: Path | None = None  # also write results.summary() here
+    budget_from: float | None = None  # time.monotonic() the budget counts from (default: now)
+    request_timeout_s: float = REQUEST_TIMEOUT_S  # one request to a server (ServerFailed after)
 
 
 @dataclass(frozen=True)
@@ -207,7 +209,8 @@ class Run:
         self.started = time.monotonic()
         self.started_at = datetime.now(UTC).isoformat(timespec="seconds")
         budget = cfg.plan.budget_s
-        self.budget = Budget(None if budget is None else self.started + budget)
+        start = self.started if cfg.budget_from is None else cfg.budget_from
+        self.budget = Budget(None if budget is None else start + budget)
         self.samples: dict[Unit, tuple[Sample, Built]] = {}
         self.building: dict[Unit, threading.Lock] = {}
         self.pool: TokenPool | None = None
@@ -425,6 +428,7 @@ class Run:
         log = cfg.work / f"{name}.log"
         before = device_used(shutil.which("nvidia-smi"))[1]
         server = Server.launch(cfg.binary, cfg.model.path, self.n_ctx(job), job.slots, args, log)
+        server.request_timeout_s = cfg.request_timeout_s
         mon = MemoryMonitor(server.pid).start()
         out: dict[str, Any] = {"log": log.name}
         try:
@@ -474,6 +478,7 @@ class Run:
         cfg = self.cfg
         cfg.work.mkdir(parents=True, exist_ok=True)
         with tokenizer_server(cfg.binary, cfg.model, cfg.work, cfg.tokenizer_args) as tokenizer:
+            tokenizer.request_timeout_s = cfg.request_timeout_s
             tokenizer.wait_ready()
             cache: dict[int, tuple[int, ...]] = {}
             if cfg.token_cache is not None:

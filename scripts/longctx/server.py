@@ -135,6 +135,7 @@ class Server:
     port: int
     log_path: Path
     proc: subprocess.Popen[bytes]
+    request_timeout_s: float = REQUEST_TIMEOUT_S  # one HTTP request, a long prefill included
 
     @classmethod
     def launch(
@@ -227,12 +228,13 @@ class Server:
     def _url(self, path: str) -> str:
         return f"http://{HOST}:{self.port}{path}"
 
-    def post(self, path: str, body: dict[str, Any], timeout: float = REQUEST_TIMEOUT_S) -> Any:
+    def post(self, path: str, body: dict[str, Any], timeout: float | None = None) -> Any:
         """POST JSON, return the decoded answer; ServerFailed on an HTTP error or a dead server.
 
         A connection refused or reset while the process lives is retried (RETRIES times, after
         0.5 s, 1 s, ...): every request the harness sends is greedy and may be sent again."""
         data = json.dumps(body).encode("utf-8")
+        timeout = self.request_timeout_s if timeout is None else timeout
         for attempt in range(RETRIES + 1):
             req = urllib.request.Request(
                 self._url(path), data=data, headers={"Content-Type": "application/json"}

@@ -168,3 +168,14 @@ def test_budget_ratio_trusts_a_faster_device_only_after_enough_time() -> None:
     assert budget.ratio == RATIO_MIN  # 10 / 40 measured / expected, floored
     budget.record(10.0, 90.0)
     assert budget.ratio == pytest.approx(100 / 50)
+
+
+def test_a_request_that_hangs_fails_its_job_after_the_timeout(
+    tmp_path: Path, fake_bin: Path
+) -> None:
+    methods = [Method("hang", ("--hang",)), BUILTIN["naive"]]
+    plan = Plan("p", ((Job("hang", (N,), 1), Job("naive", (N,), 1)),))
+    doc = run(_config(tmp_path, fake_bin, methods, plan, request_timeout_s=2.0))
+    jobs = {j["method"]: j for j in doc["jobs"]}
+    assert jobs["hang"]["status"] == "failed" and "timed out" in jobs["hang"]["reason"]
+    assert jobs["naive"]["status"] == "ok" and len(doc["trials"]) == QUESTIONS
