@@ -191,6 +191,14 @@ def _model_ref(args: argparse.Namespace) -> ModelRef:
     return ModelRef(name, path, sha, spec.arch, n_train, spec.server_args)
 
 
+def _command_line() -> tuple[str, ...]:
+    """sys.argv as it can be typed again: ``python3 -m scripts.longctx ...`` for the module."""
+    argv = tuple(sys.argv)
+    if argv and Path(argv[0]).resolve() == Path(__file__).with_name("__main__.py"):
+        return ("python3", "-m", "scripts.longctx", *argv[1:])
+    return argv
+
+
 def cmd_run(args: argparse.Namespace) -> Any:
     model = _model_ref(args)
     methods = {m.name: m for m in _methods(args)}
@@ -203,7 +211,7 @@ def cmd_run(args: argparse.Namespace) -> Any:
         methods=methods, params=_params(args), cost=plan.COSTS[args.cost], out=args.out,
         work=args.work or args.out.parent / "logs", label=args.label, seed=args.seed,
         server_args=tuple(shlex.split(args.server_args)), token_cache=args.token_cache,
-        resume=resume, command=tuple(sys.argv), say=say, summary=args.summary,
+        resume=resume, command=_command_line(), say=say, summary=args.summary,
         budget_from=args.started,  # the budget counts reading the model and corpus too
         request_timeout_s=args.request_timeout_s,
     )  # fmt: skip

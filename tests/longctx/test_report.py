@@ -35,9 +35,11 @@ def test_memory_table() -> None:
     table = report.memory_table(_doc())
     assert "| dca | 2304 | 1 | q8_0 | ok | 900 | 1000 | 300 | 374 / 12 / 300 (CUDA0) |" in table
     doc = _doc()
-    doc["jobs"][0]["memory"] = {"host_mib": 210.0, "device_mib": None, "device_total_mib": None,
-                                "buffers": {"CPU_Mapped": {"model": 92.1},
-                                            "CPU": {"KV": 56.25, "compute": 14.76}}}  # type: ignore[index]
+    jobs = doc["jobs"]
+    assert isinstance(jobs, list)
+    jobs[0]["memory"] = {"host_mib": 210.0, "device_mib": None, "device_total_mib": None,
+                         "buffers": {"CPU_Mapped": {"model": 92.1},
+                                     "CPU": {"KV": 56.25, "compute": 14.76}}}  # fmt: skip
     assert "| 92 / 56 / 15 (host) |" in report.memory_table(doc)
 
 
