@@ -10,7 +10,14 @@ import pytest
 
 from scripts.longctx.errors import ServerFailed, UnsupportedFlags
 from scripts.longctx.memory import MemoryMonitor, host_peak, parse_breakdown, parse_buffers
-from scripts.longctx.server import Server, _transient, check_flags, flags_in, supported_flags
+from scripts.longctx.server import (
+    Server,
+    _transient,
+    check_flags,
+    flags_in,
+    parse_dca,
+    supported_flags,
+)
 
 
 def test_flags_in_skips_values() -> None:
@@ -97,3 +104,18 @@ def test_host_peak_of_this_process() -> None:
     peak = host_peak(os.getpid())
     assert peak is not None and peak > 10
     assert host_peak(2**22 + 12345) is None
+
+
+def test_parse_dca_reads_both_log_formats() -> None:
+    old = "llama_context: dca                   = on (chunk_size = 3072, local_window = 512, " \
+          "chunk_len = 2560)\n"  # fmt: skip
+    assert parse_dca(old) == {"chunk_size": 3072, "local_window": 512, "chunk_len": 2560}
+    new = ("llama_dca_resolve: dca = on: chunk_size = 24576 [3/4 of the original length "
+           "(ChunkLlama)], local_window = 4096 [1/8 of the original length (ChunkLlama)], "
+           "chunk_len = 20480, original length = 32768 [GGUF context_length], mscale = off "
+           "(auto: original length unknown)\nllama_context: n_ctx = 65536\n")  # fmt: skip
+    assert parse_dca(new) == {
+        "chunk_size": 24576, "local_window": 4096, "chunk_len": 20480, "original_length": 32768,
+        "mscale": "off (auto: original length unknown)",
+    }  # fmt: skip
+    assert parse_dca("llama_context: dca = off\n") is None
