@@ -20,6 +20,7 @@ after every unit, so a run stopped from outside keeps its trials.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import shutil
 import threading
 import time
@@ -304,8 +305,21 @@ class Run:
 
     def job_args(self, job: Job) -> tuple[str, ...]:
         method = self.cfg.methods[job.method]
-        rendered = method.render(max(job.lengths), self.cfg.model.n_ctx_train)
-        return (*rendered, *self.cfg.model.server_args, *self.cfg.server_args)
+        model = self.cfg.model
+        rendered = method.render(max(job.lengths), model.n_ctx_train)
+        return (*rendered, *self.slot_cap_args(job, rendered), *model.server_args,
+                *self.cfg.server_args)  # fmt: skip
+
+    def slot_cap_args(self, job: Job, rendered: tuple[str, ...]) -> tuple[str, ...]:
+        """llama-server caps every slot at the model's trained context (GGUF context_length);
+        patch 0078 lifts that cap with --dca on only. The other methods run past the trained
+        length by declaring a context_length as large as the slot (it changes nothing else for
+        plain, linear or YaRN rope: YaRN's original length comes from --yarn-orig-ctx)."""
+        per_slot = self.n_ctx(job) // job.slots
+        dca_on = any(a == "--dca" and b == "on" for a, b in itertools.pairwise(rendered))
+        if dca_on or per_slot <= self.cfg.model.n_ctx_train:
+            return ()
+        return ("--override-kv", f"{self.cfg.model.arch}.context_length=int:{per_slot}")
 
     def n_ctx(self, job: Job) -> int:
         """Slots x (the longest prompt + the longest generation + 64), in multiples of 256."""

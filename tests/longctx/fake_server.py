@@ -37,6 +37,7 @@ HELP = """usage: llama-server [options]
 --rope-scaling {none,linear,yarn}
 --rope-scale N
 --yarn-orig-ctx N
+--override-kv KEY=TYPE:VALUE
 --dca on|off
 --dca-chunk-size N
 --dca-local-window N

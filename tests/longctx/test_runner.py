@@ -78,6 +78,13 @@ def test_a_grid_run_end_to_end(tmp_path: Path, fake_bin: Path) -> None:
         unit_seed(1234, "combined", n, h) for n in (N // 2, N, 2 * N) for h in range(2)
     }
     ok = [j for j in doc["jobs"] if j["status"] == "ok"]
+    # past the trained length, every method but DCA raises llama-server's slot cap (the GGUF's
+    # context_length) to the slot size; DCA needs no override (patch 0078 lifts the cap)
+    for j in ok:
+        override = [a for a in j["args"] if a.startswith("llama.context_length=int:")]
+        per_slot = j["n_ctx"] // j["slots"]
+        past = per_slot > N and not j["method"].startswith("dca")
+        assert override == ([f"llama.context_length=int:{per_slot}"] if past else []), j
     dca = {j["method"]: j["dca"] for j in ok}
     assert dca["naive"] is None
     assert dca["dca"] == {"chunk_size": 3072, "local_window": 512, "chunk_len": 2560}
