@@ -8,7 +8,9 @@ writes (docs/architecture.md, "The git layer").
 The vocabulary the features use lives here too: `Index` (an index file patchctl owns:
 read-tree, add-all, apply, write-tree, checkout), `temp_index`, `Git.snapshot_worktree` (the
 one work-tree snapshot), `Git.status_paths` and `scratch_repo` (a throwaway bare repository
-borrowing objects through alternates). Every method separates options from values: a value
+borrowing objects through alternates), and two long-lived processes for work that touches many
+objects: `ObjectReader` (`cat-file --batch-command`) and `TreeWriter` (`mktree --batch`).
+Every method separates options from values: a value
 (URL, ref, path, object id) follows `--end-of-options` where the subcommand supports it, or is
 checked to be an object id where it does not, and pathspecs follow `--`. So no value from a
 series file or the command line can ever be read by git as an option.
@@ -23,7 +25,7 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from functools import cache
 from pathlib import Path
 
@@ -211,6 +213,17 @@ class Git:
         """The tree id of a commit-ish."""
         return self.rev_parse(f"{rev}^{{tree}}")
 
+    def trees_of(self, commits: Sequence[str]) -> list[str]:
+        """The tree ids of many commits (full ids) in one process."""
+        if not commits:
+            return []
+        query = "".join(f"{object_id(c)}^{{tree}}\n" for c in commits).encode("ascii")
+        out = self.run("cat-file", "--batch-check=%(objectname) %(objecttype)", stdin=query)
+        trees = [line.split(" ") for line in out.decode("ascii").splitlines()]
+        if len(trees) != len(commits) or any(kind != "tree" for _oid, kind in trees):
+            raise GitFailed(["git", "cat-file", "--batch-check"], 128, out)
+        return [oid for oid, _kind in trees]
+
     def has_tree(self, oid: str | None) -> bool:
         """True when `oid` names a tree (or a commit's tree) this repository can read."""
         if oid is None:
@@ -292,14 +305,6 @@ class Git:
         """Load `tree` into the index (`reset`: drop unmerged entries; `update`: and the files)."""
         flags = [*(["--reset"] if reset else []), *(["-u"] if update else [])]
         self.run("read-tree", *flags, "--end-of-options", tree)
-
-    def apply(self, data: bytes, flags: Sequence[str]) -> tuple[int, bytes]:
-        """`git apply --index <flags>` of patch bytes on stdin: (exit status, stderr).
-
-        The index and the work tree move together; `--check` in `flags` writes nothing.
-        """
-        code, _out, err = self.run_full("apply", "--index", *flags, stdin=data)
-        return code, err
 
     def refresh_index(self) -> None:
         """Refresh the index's stat data so later status/diff calls hash only changed files."""
@@ -396,6 +401,30 @@ class Index:
         """Write the index as a tree object and return its id."""
         return self.run("write-tree").decode("ascii").strip()
 
+    def add_entries(self, entries: Mapping[bytes, tuple[str, str]]) -> None:
+        """Add (or replace) entries `path -> (mode, object id)` without touching any file.
+
+        Paths are raw bytes, fed NUL-terminated on stdin (`update-index -z --index-info`), so
+        no path is ever read as an option or unquoted.
+        """
+        lines = b"".join(
+            f"{mode} {oid}\t".encode("ascii") + path + b"\0"
+            for path, (mode, oid) in entries.items()
+        )
+        self.run("update-index", "-z", "--index-info", stdin=lines)
+
+    def entries(self) -> dict[bytes, tuple[str, str]]:
+        """The index's entries as `path -> (mode, object id)` (stage 0 only; raw path bytes)."""
+        found: dict[bytes, tuple[str, str]] = {}
+        for record in self.run("ls-files", "-s", "-z").split(b"\0"):
+            if not record:
+                continue
+            info, _tab, path = record.partition(b"\t")
+            mode, oid, stage = info.decode("ascii").split(" ")
+            if stage == "0":
+                found[path] = (mode, oid)
+        return found
+
     def checkout(self, prefix: Path) -> None:
         """Write every entry of the index as files under directory `prefix`."""
         self.run("checkout-index", "-a", "-f", f"--prefix={prefix}/")
@@ -440,3 +469,119 @@ def scratch_repo(sources: Sequence[Path]) -> Iterator[Git]:
         (git.repo / "objects" / "info").mkdir(parents=True, exist_ok=True)
         (git.repo / "objects" / "info" / "alternates").write_text(alternates)
         yield git
+
+
+# ----------------------------------------------------------------------------- long-lived processes
+
+
+class Pipe:
+    """One long-lived git process spoken to over stdin/stdout, for work that touches many
+    objects (one process instead of one per object). stderr goes to a temporary file, so a
+    chatty process can never block on a full pipe; it is quoted when the process fails."""
+
+    def __init__(self, git: Git, *args: str) -> None:
+        self.args = ("git", *args)
+        self._errors = tempfile.TemporaryFile()  # noqa: SIM115 (closed in close())
+        self._proc = subprocess.Popen(
+            git.command(*args),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._errors,
+            env=hermetic_env(git.repo),
+        )
+
+    def ask(self, request: bytes) -> None:
+        """Send `request` (complete records) and flush it."""
+        assert self._proc.stdin is not None
+        try:
+            self._proc.stdin.write(request)
+            self._proc.stdin.flush()
+        except BrokenPipeError:
+            raise self._failure() from None
+
+    def line(self) -> bytes:
+        """One line of the answer, without its newline."""
+        assert self._proc.stdout is not None
+        raw = self._proc.stdout.readline()
+        if not raw.endswith(b"\n"):
+            raise self._failure()
+        return raw[:-1]
+
+    def exactly(self, size: int) -> bytes:
+        """`size` bytes of the answer."""
+        assert self._proc.stdout is not None
+        data = self._proc.stdout.read(size)
+        if len(data) != size:
+            raise self._failure()
+        return data
+
+    def _failure(self) -> GitFailed:
+        code = self._proc.poll()
+        self._errors.seek(0)
+        return GitFailed(self.args, -1 if code is None else code, self._errors.read())
+
+    def close(self) -> None:
+        """End the process (its stdin closed; killed if it does not exit)."""
+        if self._proc.stdin is not None:
+            with suppress(BrokenPipeError):
+                self._proc.stdin.close()
+        try:
+            self._proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        if self._proc.stdout is not None:
+            self._proc.stdout.close()
+        self._errors.close()
+
+
+class ObjectReader:
+    """Reads objects by id through one `git cat-file --batch-command` process."""
+
+    def __init__(self, git: Git) -> None:
+        self._pipe = Pipe(git, "cat-file", "--batch-command")
+
+    def read(self, oid: str) -> tuple[str, bytes] | None:
+        """(type, raw bytes) of object `oid`, or None when it is missing."""
+        self._pipe.ask(f"contents {object_id(oid)}\n".encode("ascii"))
+        header = self._pipe.line().split(b" ")
+        if len(header) != 3:
+            return None  # "<oid> missing"
+        data = self._pipe.exactly(int(header[2]) + 1)[:-1]
+        return header[1].decode("ascii"), data
+
+    def close(self) -> None:
+        """End the process."""
+        self._pipe.close()
+
+
+# The object type a tree entry's mode stands for (any other mode is a blob).
+TREE_TYPES = {"40000": "tree", "160000": "commit"}
+
+
+class TreeWriter:
+    """Writes tree objects through one `git mktree -z --batch` process.
+
+    Entries come from trees and indexes git itself wrote, so their objects exist; `--missing`
+    skips mktree's per-entry lookup of each object, which for a directory of a thousand
+    files would otherwise cost a thousand object reads per tree written.
+    """
+
+    def __init__(self, git: Git) -> None:
+        self._pipe = Pipe(git, "mktree", "-z", "--batch", "--missing")
+
+    def write(self, entries: Mapping[bytes, tuple[str, str]]) -> str:
+        """The id of the tree holding `entries` (`name -> (mode, object id)`; names without
+        a slash). mktree sorts the entries as git orders them in a tree."""
+        records = b"".join(
+            f"{mode} {TREE_TYPES.get(mode, 'blob')} {object_id(oid)}\t".encode("ascii")
+            + name
+            + b"\0"
+            for name, (mode, oid) in entries.items()
+        )
+        self._pipe.ask(records + b"\0")
+        return object_id(self._pipe.line().decode("ascii"))
+
+    def close(self) -> None:
+        """End the process."""
+        self._pipe.close()
