@@ -19,12 +19,13 @@ series file or the command line can ever be read by git as an option.
 from __future__ import annotations
 
 import atexit
+import hashlib
 import os
 import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from functools import cache
 from pathlib import Path
@@ -223,6 +224,16 @@ class Git:
         if len(trees) != len(commits) or any(kind != "tree" for _oid, kind in trees):
             raise GitFailed(["git", "cat-file", "--batch-check"], 128, out)
         return [oid for oid, _kind in trees]
+
+    def tree_objects(self, tree: str) -> list[str]:
+        """The ids of `tree` and of every tree and blob below it (gitlinks left out)."""
+        out = self.run("ls-tree", "-r", "-t", "-z", "--full-tree", "--end-of-options", tree)
+        found = [object_id(tree)]
+        for record in out.split(b"\0"):
+            info = record.partition(b"\t")[0].split(b" ")
+            if len(info) == 3 and info[1] in (b"tree", b"blob"):
+                found.append(info[2].decode("ascii"))
+        return found
 
     def has_tree(self, oid: str | None) -> bool:
         """True when `oid` names a tree (or a commit's tree) this repository can read."""
@@ -451,6 +462,54 @@ def objects_dir(source: Path) -> Path:
     raise NotFound(f"{source} is not a git repository", hint="run patchctl cleanroom apply first")
 
 
+def share_objects(
+    source: Git, target: Git, oids: Iterable[str] | None = None, *, replace: bool = False
+) -> set[str]:
+    """Give `target` the loose objects of `source` (`oids`, or all of them) as hard links.
+
+    A loose object is an immutable file named by its id: git writes a new object to a
+    temporary file and renames it into place, and never writes to an existing one, so two
+    repositories can share the file (removing it from one, as gc does, unlinks only that
+    name). Where a link cannot be made (another file system) the file is copied to a
+    temporary name and renamed, so a concurrent reader never sees half an object. Objects
+    `target` already has as loose files are skipped, unless `replace` (the caller trusts
+    `source`'s copies over `target`'s: a damaged object in `target` is mended). Returns the
+    ids asked for that `source` does not hold as loose files (packed ones: the caller
+    fetches those instead).
+    """
+    src, dst = objects_dir(source.git_dir()), objects_dir(target.git_dir())
+    wanted = _loose_ids(src) if oids is None else {object_id(o) for o in oids}
+    missing: set[str] = set()
+    for oid in wanted:
+        name = Path(oid[:2]) / oid[2:]
+        if not replace and (dst / name).is_file():
+            continue
+        if not (src / name).is_file():
+            missing.add(oid)
+            continue
+        (dst / name).parent.mkdir(exist_ok=True)
+        _link_or_copy(src / name, dst / name)
+    return missing
+
+
+def _loose_ids(objects: Path) -> set[str]:
+    found: set[str] = set()
+    for fan in objects.iterdir():
+        if len(fan.name) == 2 and fan.is_dir():
+            found.update(fan.name + f.name for f in fan.iterdir())
+    return {oid for oid in found if OBJECT_ID.fullmatch(oid)}
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(source, tmp)
+    except OSError:
+        shutil.copyfile(source, tmp)
+    os.replace(tmp, target)
+
+
 @contextmanager
 def scratch_repo(sources: Sequence[Path]) -> Iterator[Git]:
     """A temporary bare repository that reads objects from `sources` (via alternates).
@@ -533,6 +592,33 @@ class Pipe:
         if self._proc.stdout is not None:
             self._proc.stdout.close()
         self._errors.close()
+
+
+def unsound_objects(git: Git, oids: Sequence[str], chunk: int = 256) -> list[str]:
+    """The ids among `oids` that `git` lacks, or whose bytes do not hash to the id.
+
+    Every object is read (`cat-file --batch`, `chunk` ids at a time, so neither pipe can
+    fill while the other waits) and hashed as git names it: `<type> <size>\\0<bytes>`.
+    """
+    pipe = Pipe(git, "cat-file", "--batch")
+    bad = []
+    try:
+        for start in range(0, len(oids), chunk):
+            batch = [object_id(o) for o in oids[start : start + chunk]]
+            pipe.ask("".join(f"{o}\n" for o in batch).encode("ascii"))
+            for oid in batch:
+                header = pipe.line().split(b" ")
+                if len(header) != 3:
+                    bad.append(oid)  # "<oid> missing"
+                    continue
+                data = pipe.exactly(int(header[2]) + 1)[:-1]
+                digest = hashlib.sha1 if len(oid) == 40 else hashlib.sha256
+                named = digest(header[1] + b" %d\0" % len(data) + data).hexdigest()
+                if named != oid:
+                    bad.append(oid)
+    finally:
+        pipe.close()
+    return bad
 
 
 class ObjectReader:
