@@ -156,10 +156,16 @@ def _status(fields: dict[str, str]) -> str | None:
 
 
 def make_entry(incoming: Incoming, number: int, origin: str, taken: set[str]) -> Patch:
-    """The series entry for one imported patch (id NNNN-slug, file <id>.patch)."""
+    """The series entry for one imported patch (id NNNN-slug, file <id>.patch).
+
+    NNNN is the number a top-level name starts with (`0007-fix.patch`: a format-patch
+    directory, a flat quilt series), else the patch's place in the stack. A number inside a
+    nested name (`features/all/lockdown/0001-x.patch`: numbered within its own folder) is
+    dropped, so ids never nest numbers (`0121-x`, not `0121-0001-x`).
+    """
     match = NUMBER.match(incoming.name)
     num = int(match.group(1)) if match else number
-    rest = incoming.name[match.end() :] if match else incoming.name
+    rest = NUMBER.sub("", incoming.name.rsplit("/", 1)[-1], count=1)
     pid = f"{num:04d}-{slug(rest)}"
     while pid in taken:
         pid = f"{pid[:60]}-{len(taken)}"

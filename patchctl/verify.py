@@ -53,6 +53,7 @@ class StepResult:
     step: str
     ok: bool
     detail: str = ""
+    note: str | None = None  # what passed but needs a look (hunks git placed at an offset)
 
 
 @dataclass(frozen=True)
@@ -67,12 +68,20 @@ class PatchReport:
         """True when every step passed."""
         return all(s.ok for s in self.steps)
 
+    @property
+    def notes(self) -> list[tuple[str, str]]:
+        """(step, note) for the steps that passed with a note."""
+        return [(s.step, s.note) for s in self.steps if s.note]
+
     def to_json(self) -> dict[str, object]:
         """Plain data for --json."""
         return {
             "id": self.id,
             "ok": self.ok,
-            "steps": [{"step": s.step, "ok": s.ok, "detail": s.detail} for s in self.steps],
+            "steps": [
+                {"step": s.step, "ok": s.ok, "detail": s.detail, "note": s.note}
+                for s in self.steps
+            ],
         }
 
 
@@ -119,10 +128,9 @@ class VerifyReport:
 # ----------------------------------------------------------------------------- scratch repo
 
 
-def _drift_note(outcome: Outcome) -> str:
+def _drift_note(outcome: Outcome) -> str | None:
     """Hunks git placed at an offset (possible only for imported patches; not a failure)."""
-    summary = drift_summary(outcome.drift())
-    return "" if summary is None else f" (note: {summary})"
+    return drift_summary(outcome.drift())
 
 
 def first_differing_path(git: Git, expected: str, actual: str) -> str:
@@ -355,7 +363,9 @@ def _forward(
     post, expected = result.tree, item.patch.post_tree
     if expected is not None and post != expected:
         return post, StepResult("forward", False, first_differing_path(git, expected, post))
-    return post, StepResult("forward", True, post + _drift_note(result.outcome))
+    note = _drift_note(result.outcome)
+    detail = post if note is None else f"{post} (note: {note})"
+    return post, StepResult("forward", True, detail, note)
 
 
 def _reverse(
