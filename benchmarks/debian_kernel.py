@@ -9,7 +9,8 @@ Usage (from the project root; not run in CI):
    apt configuration (a deb-src line for bookworm; the system's apt setup is never touched),
    cached in `$PATCHCTL_TEST_CACHE` (default ~/.cache/patchctl-test), as the Debian
    integration test does. The orig tarball is the `archive` upstream.
-2. Reference: `tar x` of the orig tarball + `git init` + `git add -A` + `git commit`.
+2. Reference: `tar x` of the orig tarball + `git init` + `git add -A` + `git commit` (auto gc
+   off, as patchctl pins it: a background gc would otherwise run into the next step).
 3. `patchctl cleanroom apply` with an empty series and an empty (private) patchctl cache:
    clean-room creation.
 4. `patchctl import debian/patches/series`: the series as Debian ships it (hunks at an offset
@@ -168,6 +169,27 @@ def refreshed_quilt(series_dir: Path, room: Path, drifted: set[str], target: Pat
     return target
 
 
+def quilt_files(series: Path) -> str:
+    """The patch files a quilt series file lists, space-separated (for a shell loop)."""
+    return " ".join(
+        str(series.parent / line.split()[0])
+        for line in series.read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    )
+
+
+def worktree_tree(directory: Path) -> str:
+    """The tree of every file under `directory` (ignored ones too: `add -A -f`)."""
+    if not (directory / ".git").exists():
+        subprocess.run(
+            ["git", "init", "-q"], cwd=directory, check=True, env=hermetic_env(directory)
+        )
+    subprocess.run(
+        ["git", "add", "-A", "-f"], cwd=directory, check=True, env=hermetic_env(directory)
+    )
+    return Git(directory).write_tree()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", type=Path, required=True)
@@ -196,7 +218,7 @@ def main() -> None:
         "ref_create",
         shell(
             f"tar xf {orig} -C {ref} --strip-components=1 && cd {ref} && git init -q && "
-            "git add -A && git -c user.name=b -c user.email=b@b commit -q -m base"
+            "git add -A -f && git -c gc.auto=0 -c user.name=b -c user.email=b@b commit -q -m base"
         ),
         cwd=ref,
     )
@@ -281,11 +303,7 @@ def main() -> None:
     qdir = work / "quilt"
     qdir.mkdir()
     subprocess.run(["tar", "xf", str(orig), "-C", str(qdir), "--strip-components=1"], check=True)
-    debian_files = " ".join(
-        str(quilt / line.split()[0])
-        for line in (quilt / "series").read_text().splitlines()
-        if line.strip() and not line.lstrip().startswith("#")
-    )
+    debian_files = quilt_files(quilt / "series")
     step(
         r,
         "ref_patch_fuzz0_loop",
@@ -296,8 +314,7 @@ def main() -> None:
         cwd=qdir,
     )
     subprocess.run(["git", "init", "-q"], cwd=qdir, check=True)
-    subprocess.run(["git", "add", "-A"], cwd=qdir, check=True, env=hermetic_env(qdir))
-    quilt_tree = Git(qdir).write_tree()
+    quilt_tree = worktree_tree(qdir)
 
     # 7. verify
     for name, which in (
@@ -348,6 +365,67 @@ def main() -> None:
     }
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: result[k] for k in ("trees_equal", "ratios")}, indent=2))
+    rt_series = work / "debian" / "patches-rt" / "series"
+    if rt_series.is_file():
+        result["rt"] = rt(pc, env, s2, room, qdir, rt_series, work)
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+        print(json.dumps(result["rt"], indent=2))
+
+
+def rt(
+    pc: list[str],
+    env: dict[str, str],
+    s2: Path,
+    room: Path,
+    qdir: Path,
+    rt_series: Path,
+    work: Path,
+) -> dict[str, Any]:
+    """The rt series on top: imported onto the refreshed series, its drifted patches refreshed,
+    the whole stack imported again (a third series) and applied (the first patches are kept:
+    same ids and bytes), verified, and compared with quilt's engine on the same tree."""
+    r: dict[str, Any] = {}
+    where = ["--workdir", str(room), "--json"]
+    out = step(
+        r,
+        "patchctl_import_rt",
+        [*pc, "import", str(rt_series), "--series", str(s2), *where],
+        env=env,
+    )
+    imported = json.loads(out)["imported"]
+    drifted = {e["id"] for e in imported if e.get("drift")}
+    fresh = refreshed_quilt(s2, room, drifted, work / "refreshed-rt")
+    s3 = write_series(work / "p3" / "patches" / "kernel", Path(load_series(s2).upstream.path or ""))
+    step(
+        r,
+        "patchctl_import_refreshed_all",
+        [*pc, "import", str(fresh / "series"), "--series", str(s3), *where],
+        env=env,
+    )
+    out = step(
+        r, "patchctl_apply_rt", [*pc, "cleanroom", "apply", "--series", str(s3), *where], env=env
+    )
+    tree = json.loads(out)["tree"]
+    step(
+        r, "patchctl_verify_all_rt", [*pc, "verify", "--all", "--series", str(s3), *where], env=env
+    )
+    step(
+        r,
+        "ref_patch_fuzz0_loop_rt",
+        shell(
+            f"cd {qdir} && for p in {quilt_files(rt_series)}; do patch -p1 -s --fuzz=0 "
+            "--no-backup-if-mismatch < $p; done"
+        ),
+        cwd=qdir,
+    )
+    quilt_tree = worktree_tree(qdir)
+    return {
+        "patches": len(imported),
+        "drifted_as_shipped": len(drifted),
+        "final_tree": {"patchctl": tree, "patch_fuzz0_loop": quilt_tree},
+        "trees_equal": tree == quilt_tree,
+        "steps": r,
+    }
 
 
 if __name__ == "__main__":

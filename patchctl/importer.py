@@ -159,12 +159,14 @@ def make_entry(incoming: Incoming, number: int, origin: str, taken: set[str]) ->
     """The series entry for one imported patch (id NNNN-slug, file <id>.patch).
 
     NNNN is the number a top-level name starts with (`0007-fix.patch`: a format-patch
-    directory, a flat quilt series), else the patch's place in the stack. A number inside a
-    nested name (`features/all/lockdown/0001-x.patch`: numbered within its own folder) is
-    dropped, so ids never nest numbers (`0121-x`, not `0121-0001-x`).
+    directory, a flat quilt series) when that is not below the patch's place in the stack
+    (`number`), else that place: a second numbered series imported on top continues the
+    numbering instead of restarting it. A number inside a nested name
+    (`features/all/lockdown/0001-x.patch`: numbered within its own folder) is dropped, so ids
+    never nest numbers (`0121-x`, not `0121-0001-x`).
     """
     match = NUMBER.match(incoming.name)
-    num = int(match.group(1)) if match else number
+    num = int(match.group(1)) if match and int(match.group(1)) >= number else number
     rest = NUMBER.sub("", incoming.name.rsplit("/", 1)[-1], count=1)
     pid = f"{num:04d}-{slug(rest)}"
     while pid in taken:

@@ -231,7 +231,9 @@ def test_imported_ids_never_nest_numbers() -> None:
     assert pid("features/all/lockdown/0001-MODSIGN-load-keys.patch") == "0121-MODSIGN-load-keys"
     assert pid("bugfix/all/0017-fix.patch") == "0121-fix"
     assert pid("debian/gitignore.patch") == "0121-gitignore"
-    assert pid("0007-top-level.patch") == "0007-top-level"  # a flat series keeps its numbers
+    assert pid("0007-top-level.patch", 7) == "0007-top-level"  # a flat series keeps its numbers
+    assert pid("0200-ahead.patch") == "0200-ahead"
+    assert pid("0001-rt-on-top.patch", 166) == "0166-rt-on-top"  # numbering continues
     assert pid("sub/0002-.patch") == "0121-patch"
     taken = {"0121-fix"}
     again = make_entry(Incoming("other/0003-fix.patch", DEP3), 121, "quilt:series", taken)
