@@ -4,7 +4,7 @@ Sources: a quilt `series` file (or a directory holding one, e.g. debian/patches)
 patches, a `git format-patch` directory (*.patch in name order), or an mbox (split per message;
 each message's bytes kept, `From ` line included). Each patch file is copied verbatim into the
 series directory and recorded with `imported: true`; its pre/post trees come from applying it,
-in order, onto the materialized upstream tree through a temporary index (strict: no fuzz, no
+in order, onto the materialized upstream tree (patchapply.TreePatcher: strict, no fuzz, no
 whitespace fixing). Headers (DEP-3, gbp-pq, mail) are only read, to fill title and provenance.
 """
 
@@ -19,8 +19,8 @@ from pathlib import Path
 
 from patchctl.errors import ConfigError, NotFound
 from patchctl.fsio import write_if_changed
-from patchctl.git import Git, temp_index
-from patchctl.patchapply import apply_to_index, conflict, drift_summary, patch_sha256
+from patchctl.git import Git
+from patchctl.patchapply import TreePatcher, conflict, drift_summary, patch_sha256
 from patchctl.progress import Progress, or_null
 from patchctl.series import PATCH_ID, Patch, Series
 from patchctl.session import series_session
@@ -156,10 +156,18 @@ def _status(fields: dict[str, str]) -> str | None:
 
 
 def make_entry(incoming: Incoming, number: int, origin: str, taken: set[str]) -> Patch:
-    """The series entry for one imported patch (id NNNN-slug, file <id>.patch)."""
+    """The series entry for one imported patch (id NNNN-slug, file <id>.patch).
+
+    NNNN is the number a top-level name starts with (`0007-fix.patch`: a format-patch
+    directory, a flat quilt series) when that is not below the patch's place in the stack
+    (`number`), else that place: a second numbered series imported on top continues the
+    numbering instead of restarting it. A number inside a nested name
+    (`features/all/lockdown/0001-x.patch`: numbered within its own folder) is dropped, so ids
+    never nest numbers (`0121-x`, not `0121-0001-x`).
+    """
     match = NUMBER.match(incoming.name)
-    num = int(match.group(1)) if match else number
-    rest = incoming.name[match.end() :] if match else incoming.name
+    num = int(match.group(1)) if match and int(match.group(1)) >= number else number
+    rest = NUMBER.sub("", incoming.name.rsplit("/", 1)[-1], count=1)
     pid = f"{num:04d}-{slug(rest)}"
     while pid in taken:
         pid = f"{pid[:60]}-{len(taken)}"
@@ -182,7 +190,7 @@ def make_entry(incoming: Incoming, number: int, origin: str, taken: set[str]) ->
 
 @dataclass(frozen=True)
 class Applied:
-    """One imported patch applied in the temporary index: its trees and any offset hunks."""
+    """One imported patch applied to the tree before it: its trees and any offset hunks."""
 
     pre: str
     post: str
@@ -194,23 +202,21 @@ def apply_chain(
 ) -> list[Applied]:
     """Apply each patch in order onto tree `base` in `git`; its trees and offset notes."""
     results = []
-    with temp_index(git) as index:
-        index.read_tree(base)
+    with TreePatcher(git) as patcher:
         current = base
         for patch, data in patches:
-            outcome = apply_to_index(index, data, root)
-            if not outcome.ok:
+            result = patcher.apply(current, data, root)
+            if not result.outcome.ok or result.tree is None:
                 raise conflict(
                     patch.id,
                     data,
-                    outcome.stderr,
+                    result.outcome.stderr,
                     root,
                     onto=f" to the tree before it ({current})",
                     hint="nothing was written; fix the patch or import onto the upstream it needs",
                 )
-            post = index.write_tree()
-            results.append(Applied(current, post, drift_summary(outcome.drift())))
-            current = post
+            results.append(Applied(current, result.tree, drift_summary(result.outcome.drift())))
+            current = result.tree
     return results
 
 
