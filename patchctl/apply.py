@@ -1,9 +1,11 @@
 """`patchctl cleanroom apply`: a series applied strictly onto its clean room.
 
-No fuzz, no offsets, whitespace untouched: each patch is first checked (patchapply.check_patch:
-conflict, drift and already-applied are told apart there), and nothing is written until the
-check passes, so the tree stays at the last good patch. Each applied patch becomes one commit
-with the `Patchctl-Id:` and `Patchctl-Patch-Sha256:` trailers (patchapply.commit_message).
+No fuzz, no offsets, whitespace untouched: each patch is applied to the tree of the commit
+before it (patchapply.strict_apply: conflict, drift and already-applied are told apart there)
+and becomes one commit with the `Patchctl-Id:` and `Patchctl-Patch-Sha256:` trailers
+(patchapply.commit_message). Trees and commits are made in the object store, a patch costing
+only the paths it touches; the clean room's index and files follow once, at the end (or at
+the last good patch when one fails), with `reset --keep`, which touches only files that differ.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from patchctl.cleanroom import (
     same_pin,
 )
 from patchctl.errors import DirtyTree
-from patchctl.patchapply import apply_in_tree, check_patch, commit_message, patch_sha256
+from patchctl.patchapply import TreePatcher, commit_message, patch_sha256, strict_apply
 from patchctl.progress import Progress, or_null
 from patchctl.series import Patch, Series
 from patchctl.session import series_session
@@ -54,14 +56,18 @@ class ApplyReport:
     backup: Backup | None = None
 
 
-def apply_patch(room: Cleanroom, series: Series, patch: Patch) -> AppliedPatch:
-    """Check, apply and commit one patch on top of HEAD."""
+def apply_patch(
+    room: Cleanroom, patcher: TreePatcher, series: Series, patch: Patch, parent: AppliedPatch | None
+) -> AppliedPatch:
+    """Apply one patch strictly to the tree of `parent` (the base when None) and commit it.
+
+    Only objects are written: the clean room's HEAD, index and files do not move here.
+    """
     data = series.patch_path(patch).read_bytes()
-    check_patch(room.git, patch, data, series.root, room.head_tree())
-    apply_in_tree(room.git, data, series.root)
-    tree = room.git.write_tree()
-    commit = room.git.commit_tree(tree, commit_message(patch, patch_sha256(data)), (room.head(),))
-    room.git.update_ref("HEAD", commit, f"patchctl apply {patch.id}")
+    pre = parent.tree if parent is not None else room.base_tree()
+    tree = strict_apply(patcher, patch, data, series.root, pre)
+    head = parent.commit if parent is not None else room.base_commit()
+    commit = room.git.commit_tree(tree, commit_message(patch, patch_sha256(data)), (head,))
     return AppliedPatch(patch.id, commit, tree, False, _ladder(patch, tree))
 
 
@@ -76,11 +82,14 @@ def reusable_prefix(
 ) -> list[AppliedPatch]:
     """The applied commits that already match the first target patches byte for byte."""
     kept: list[AppliedPatch] = []
+    matching: list[tuple[str, Patch]] = []
     for (commit, pid, sha), patch in zip(room.stack(), targets, strict=False):
         path = series.patch_path(patch)
         if pid != patch.id or not path.is_file() or sha != patch_sha256(path.read_bytes()):
             break
-        tree = room.git.tree_of(commit)
+        matching.append((commit, patch))
+    trees = room.git.trees_of([commit for commit, _patch in matching])
+    for (commit, patch), tree in zip(matching, trees, strict=True):
         kept.append(AppliedPatch(patch.id, commit, tree, True, _ladder(patch, tree)))
     return kept
 
@@ -90,25 +99,34 @@ def apply_series(
     cleanroom: Cleanroom,
     upto: str | None = None,
     progress: Progress | None = None,
+    *,
+    known_clean: bool = False,
 ) -> ApplyReport:
     """Bring a clean (no unsaved work) clean room to base + the series up to `upto`.
 
-    Commits that already match a prefix of the series are kept (their files are untouched,
-    so incremental builds stay incremental); the rest is reset with `reset --keep` and applied.
+    Commits that already match a prefix of the series are kept; the rest are made in the
+    object store, and the clean room moves once from its HEAD to the last of them with
+    `reset --keep`, which rewrites only files that differ (incremental builds stay
+    incremental). When a patch fails, the clean room moves to the last good patch instead.
+    `known_clean`: the caller has just checked that there is no unsaved work (a `git status`
+    of a large tree is not free).
     """
-    if cleanroom.is_dirty():
+    if not known_clean and cleanroom.is_dirty():
         raise DirtyTree(f"{cleanroom.path} has unsaved work", hint="pass --force to back it up")
     targets = series.upto(upto)
     kept = reusable_prefix(cleanroom, series, targets)
-    cleanroom.reset_to(kept[-1].commit if kept else cleanroom.base_commit())
-    cleanroom.git.refresh_index()
     report = or_null(progress)
     report.start("apply", len(targets))
     report.advance("apply", len(kept))
     applied = list(kept)
-    for patch in targets[len(kept) :]:
-        applied.append(apply_patch(cleanroom, series, patch))
-        report.advance("apply")
+    try:
+        with TreePatcher(cleanroom.git) as patcher:
+            for patch in targets[len(kept) :]:
+                parent = applied[-1] if applied else None
+                applied.append(apply_patch(cleanroom, patcher, series, patch, parent))
+                report.advance("apply")
+    finally:
+        cleanroom.reset_to(applied[-1].commit if applied else cleanroom.base_commit())
     report.done("apply")
     return _report(cleanroom, tuple(applied))
 
@@ -181,7 +199,7 @@ def _apply_locked(
     else:
         room = create_cleanroom(series, path, progress)
         created = True
-    result = apply_series(series, room, upto, progress)
+    result = apply_series(series, room, upto, progress, known_clean=True)
     return replace(result, created=created, backup=backup)
 
 

@@ -8,7 +8,9 @@ writes (docs/architecture.md, "The git layer").
 The vocabulary the features use lives here too: `Index` (an index file patchctl owns:
 read-tree, add-all, apply, write-tree, checkout), `temp_index`, `Git.snapshot_worktree` (the
 one work-tree snapshot), `Git.status_paths` and `scratch_repo` (a throwaway bare repository
-borrowing objects through alternates). Every method separates options from values: a value
+borrowing objects through alternates), and two long-lived processes for work that touches many
+objects: `ObjectReader` (`cat-file --batch-command`) and `TreeWriter` (`mktree --batch`).
+Every method separates options from values: a value
 (URL, ref, path, object id) follows `--end-of-options` where the subcommand supports it, or is
 checked to be an object id where it does not, and pathspecs follow `--`. So no value from a
 series file or the command line can ever be read by git as an option.
@@ -17,13 +19,14 @@ series file or the command line can ever be read by git as an option.
 from __future__ import annotations
 
 import atexit
+import hashlib
 import os
 import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -216,6 +219,27 @@ class Git:
         """The tree id of a commit-ish."""
         return self.rev_parse(f"{rev}^{{tree}}")
 
+    def trees_of(self, commits: Sequence[str]) -> list[str]:
+        """The tree ids of many commits (full ids) in one process."""
+        if not commits:
+            return []
+        query = "".join(f"{object_id(c)}^{{tree}}\n" for c in commits).encode("ascii")
+        out = self.run("cat-file", "--batch-check=%(objectname) %(objecttype)", stdin=query)
+        trees = [line.split(" ") for line in out.decode("ascii").splitlines()]
+        if len(trees) != len(commits) or any(kind != "tree" for _oid, kind in trees):
+            raise GitFailed(["git", "cat-file", "--batch-check"], 128, out)
+        return [oid for oid, _kind in trees]
+
+    def tree_objects(self, tree: str) -> list[str]:
+        """The ids of `tree` and of every tree and blob below it (gitlinks left out)."""
+        out = self.run("ls-tree", "-r", "-t", "-z", "--full-tree", "--end-of-options", tree)
+        found = [object_id(tree)]
+        for record in out.split(b"\0"):
+            info = record.partition(b"\t")[0].split(b" ")
+            if len(info) == 3 and info[1] in (b"tree", b"blob"):
+                found.append(info[2].decode("ascii"))
+        return found
+
     def has_tree(self, oid: str | None) -> bool:
         """True when `oid` names a tree (or a commit's tree) this repository can read."""
         if oid is None:
@@ -340,14 +364,6 @@ class Git:
         """Load `tree` into the index (`reset`: drop unmerged entries; `update`: and the files)."""
         flags = [*(["--reset"] if reset else []), *(["-u"] if update else [])]
         self.run("read-tree", *flags, "--end-of-options", tree)
-
-    def apply(self, data: bytes, flags: Sequence[str]) -> tuple[int, bytes]:
-        """`git apply --index <flags>` of patch bytes on stdin: (exit status, stderr).
-
-        The index and the work tree move together; `--check` in `flags` writes nothing.
-        """
-        code, _out, err = self.run_full("apply", "--index", *flags, stdin=data)
-        return code, err
 
     def refresh_index(self) -> None:
         """Refresh the index's stat data so later status/diff calls hash only changed files."""
@@ -485,6 +501,30 @@ class Index:
         """Write the index as a tree object and return its id."""
         return self.run("write-tree").decode("ascii").strip()
 
+    def add_entries(self, entries: Mapping[bytes, tuple[str, str]]) -> None:
+        """Add (or replace) entries `path -> (mode, object id)` without touching any file.
+
+        Paths are raw bytes, fed NUL-terminated on stdin (`update-index -z --index-info`), so
+        no path is ever read as an option or unquoted.
+        """
+        lines = b"".join(
+            f"{mode} {oid}\t".encode("ascii") + path + b"\0"
+            for path, (mode, oid) in entries.items()
+        )
+        self.run("update-index", "-z", "--index-info", stdin=lines)
+
+    def entries(self) -> dict[bytes, tuple[str, str]]:
+        """The index's entries as `path -> (mode, object id)` (stage 0 only; raw path bytes)."""
+        found: dict[bytes, tuple[str, str]] = {}
+        for record in self.run("ls-files", "-s", "-z").split(b"\0"):
+            if not record:
+                continue
+            info, _tab, path = record.partition(b"\t")
+            mode, oid, stage = info.decode("ascii").split(" ")
+            if stage == "0":
+                found[path] = (mode, oid)
+        return found
+
     def checkout(self, prefix: Path) -> None:
         """Write every entry of the index as files under directory `prefix`."""
         self.run("checkout-index", "-a", "-f", f"--prefix={prefix}/")
@@ -511,6 +551,54 @@ def objects_dir(source: Path) -> Path:
     raise NotFound(f"{source} is not a git repository", hint="run patchctl cleanroom apply first")
 
 
+def share_objects(
+    source: Git, target: Git, oids: Iterable[str] | None = None, *, replace: bool = False
+) -> set[str]:
+    """Give `target` the loose objects of `source` (`oids`, or all of them) as hard links.
+
+    A loose object is an immutable file named by its id: git writes a new object to a
+    temporary file and renames it into place, and never writes to an existing one, so two
+    repositories can share the file (removing it from one, as gc does, unlinks only that
+    name). Where a link cannot be made (another file system) the file is copied to a
+    temporary name and renamed, so a concurrent reader never sees half an object. Objects
+    `target` already has as loose files are skipped, unless `replace` (the caller trusts
+    `source`'s copies over `target`'s: a damaged object in `target` is mended). Returns the
+    ids asked for that `source` does not hold as loose files (packed ones: the caller
+    fetches those instead).
+    """
+    src, dst = objects_dir(source.git_dir()), objects_dir(target.git_dir())
+    wanted = _loose_ids(src) if oids is None else {object_id(o) for o in oids}
+    missing: set[str] = set()
+    for oid in wanted:
+        name = Path(oid[:2]) / oid[2:]
+        if not replace and (dst / name).is_file():
+            continue
+        if not (src / name).is_file():
+            missing.add(oid)
+            continue
+        (dst / name).parent.mkdir(exist_ok=True)
+        _link_or_copy(src / name, dst / name)
+    return missing
+
+
+def _loose_ids(objects: Path) -> set[str]:
+    found: set[str] = set()
+    for fan in objects.iterdir():
+        if len(fan.name) == 2 and fan.is_dir():
+            found.update(fan.name + f.name for f in fan.iterdir())
+    return {oid for oid in found if OBJECT_ID.fullmatch(oid)}
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(source, tmp)
+    except OSError:
+        shutil.copyfile(source, tmp)
+    os.replace(tmp, target)
+
+
 @contextmanager
 def scratch_repo(sources: Sequence[Path]) -> Iterator[Git]:
     """A temporary bare repository that reads objects from `sources` (via alternates).
@@ -529,3 +617,146 @@ def scratch_repo(sources: Sequence[Path]) -> Iterator[Git]:
         (git.repo / "objects" / "info").mkdir(parents=True, exist_ok=True)
         (git.repo / "objects" / "info" / "alternates").write_text(alternates)
         yield git
+
+
+# ----------------------------------------------------------------------------- long-lived processes
+
+
+class Pipe:
+    """One long-lived git process spoken to over stdin/stdout, for work that touches many
+    objects (one process instead of one per object). stderr goes to a temporary file, so a
+    chatty process can never block on a full pipe; it is quoted when the process fails."""
+
+    def __init__(self, git: Git, *args: str) -> None:
+        self.args = ("git", *args)
+        self._errors = tempfile.TemporaryFile()  # noqa: SIM115 (closed in close())
+        self._proc = subprocess.Popen(
+            git.command(*args),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._errors,
+            env=hermetic_env(git.repo),
+        )
+
+    def ask(self, request: bytes) -> None:
+        """Send `request` (complete records) and flush it."""
+        assert self._proc.stdin is not None
+        try:
+            self._proc.stdin.write(request)
+            self._proc.stdin.flush()
+        except BrokenPipeError:
+            raise self._failure() from None
+
+    def line(self) -> bytes:
+        """One line of the answer, without its newline."""
+        assert self._proc.stdout is not None
+        raw = self._proc.stdout.readline()
+        if not raw.endswith(b"\n"):
+            raise self._failure()
+        return raw[:-1]
+
+    def exactly(self, size: int) -> bytes:
+        """`size` bytes of the answer."""
+        assert self._proc.stdout is not None
+        data = self._proc.stdout.read(size)
+        if len(data) != size:
+            raise self._failure()
+        return data
+
+    def _failure(self) -> GitFailed:
+        code = self._proc.poll()
+        self._errors.seek(0)
+        return GitFailed(self.args, -1 if code is None else code, self._errors.read())
+
+    def close(self) -> None:
+        """End the process (its stdin closed; killed if it does not exit)."""
+        if self._proc.stdin is not None:
+            with suppress(BrokenPipeError):
+                self._proc.stdin.close()
+        try:
+            self._proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        if self._proc.stdout is not None:
+            self._proc.stdout.close()
+        self._errors.close()
+
+
+def unsound_objects(git: Git, oids: Sequence[str], chunk: int = 256) -> list[str]:
+    """The ids among `oids` that `git` lacks, or whose bytes do not hash to the id.
+
+    Every object is read (`cat-file --batch`, `chunk` ids at a time, so neither pipe can
+    fill while the other waits) and hashed as git names it: `<type> <size>\\0<bytes>`.
+    """
+    pipe = Pipe(git, "cat-file", "--batch")
+    bad = []
+    try:
+        for start in range(0, len(oids), chunk):
+            batch = [object_id(o) for o in oids[start : start + chunk]]
+            pipe.ask("".join(f"{o}\n" for o in batch).encode("ascii"))
+            for oid in batch:
+                header = pipe.line().split(b" ")
+                if len(header) != 3:
+                    bad.append(oid)  # "<oid> missing"
+                    continue
+                data = pipe.exactly(int(header[2]) + 1)[:-1]
+                digest = hashlib.sha1 if len(oid) == 40 else hashlib.sha256
+                named = digest(header[1] + b" %d\0" % len(data) + data).hexdigest()
+                if named != oid:
+                    bad.append(oid)
+    finally:
+        pipe.close()
+    return bad
+
+
+class ObjectReader:
+    """Reads objects by id through one `git cat-file --batch-command` process."""
+
+    def __init__(self, git: Git) -> None:
+        self._pipe = Pipe(git, "cat-file", "--batch-command")
+
+    def read(self, oid: str) -> tuple[str, bytes] | None:
+        """(type, raw bytes) of object `oid`, or None when it is missing."""
+        self._pipe.ask(f"contents {object_id(oid)}\n".encode("ascii"))
+        header = self._pipe.line().split(b" ")
+        if len(header) != 3:
+            return None  # "<oid> missing"
+        data = self._pipe.exactly(int(header[2]) + 1)[:-1]
+        return header[1].decode("ascii"), data
+
+    def close(self) -> None:
+        """End the process."""
+        self._pipe.close()
+
+
+# The object type a tree entry's mode stands for (any other mode is a blob).
+TREE_TYPES = {"40000": "tree", "160000": "commit"}
+
+
+class TreeWriter:
+    """Writes tree objects through one `git mktree -z --batch` process.
+
+    Entries come from trees and indexes git itself wrote, so their objects exist; `--missing`
+    skips mktree's per-entry lookup of each object, which for a directory of a thousand
+    files would otherwise cost a thousand object reads per tree written.
+    """
+
+    def __init__(self, git: Git) -> None:
+        self._pipe = Pipe(git, "mktree", "-z", "--batch", "--missing")
+
+    def write(self, entries: Mapping[bytes, tuple[str, str]]) -> str:
+        """The id of the tree holding `entries` (`name -> (mode, object id)`; names without
+        a slash). mktree sorts the entries as git orders them in a tree."""
+        records = b"".join(
+            f"{mode} {TREE_TYPES.get(mode, 'blob')} {object_id(oid)}\t".encode("ascii")
+            + name
+            + b"\0"
+            for name, (mode, oid) in entries.items()
+        )
+        self._pipe.ask(records + b"\0")
+        return object_id(self._pipe.line().decode("ascii"))
+
+    def close(self) -> None:
+        """End the process."""
+        self._pipe.close()

@@ -4,11 +4,12 @@ Sources: a quilt `series` file (or a directory holding one, e.g. debian/patches)
 patches, a `git format-patch` directory (*.patch in name order), or an mbox (split per message;
 each message's bytes kept, `From ` line included). Each patch file is copied verbatim into the
 series directory and recorded with `imported: true`; its pre/post trees come from applying it,
-in order, onto the materialized upstream tree through a temporary index, as quilt would:
-exactly, else at an offset, else with fuzz (never whitespace fixing). A patch that drifted is
-reported per hunk (fuzz named as fuzz), or with `--refresh` regenerated to apply exactly
-(patchparts.py: its header kept); only a conflict stops the import, and then nothing is
-written. Headers (DEP-3, gbp-pq, mail) are only read, to fill title and provenance.
+in order, onto the materialized upstream tree as tree objects (patchapply.replay_tree on a
+TreePatcher: no clean room, no whole index), as quilt would: exactly, else at an offset, else
+with fuzz (never whitespace fixing). A patch that drifted is reported per hunk (fuzz named as
+fuzz), or with `--refresh` regenerated to apply exactly (patchparts.py: its header kept); only
+a conflict stops the import, and then nothing is written. Headers (DEP-3, gbp-pq, mail) are
+only read, to fill title and provenance.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from pathlib import Path
 
 from patchctl.errors import ConfigError, NotFound
 from patchctl.fsio import write_if_changed
-from patchctl.git import Git, scratch_repo, temp_index
-from patchctl.patchapply import Drift, is_fuzz, patch_sha256, replay
+from patchctl.git import Git, scratch_repo
+from patchctl.patchapply import Drift, TreePatcher, is_fuzz, patch_sha256, replay_tree
 from patchctl.patchparts import regenerated
 from patchctl.progress import Progress, or_null
 from patchctl.series import PATCH_ID, Patch, Series
@@ -187,10 +188,18 @@ def _bracketed(status: str, where: str) -> str:
 
 
 def make_entry(incoming: Incoming, number: int, origin: str, taken: set[str]) -> Patch:
-    """The series entry for one imported patch (id NNNN-slug, file <id>.patch)."""
+    """The series entry for one imported patch (id NNNN-slug, file <id>.patch).
+
+    NNNN is the number a top-level name starts with (`0007-fix.patch`: a format-patch
+    directory, a flat quilt series) when that is not below the patch's place in the stack
+    (`number`), else that place: a second numbered series imported on top continues the
+    numbering instead of restarting it. A number inside a nested name
+    (`features/all/lockdown/0001-x.patch`: numbered within its own folder) is dropped, so ids
+    never nest numbers (`0121-x`, not `0121-0001-x`).
+    """
     match = NUMBER.match(incoming.name)
-    num = int(match.group(1)) if match else number
-    rest = incoming.name[match.end() :] if match else incoming.name
+    num = int(match.group(1)) if match and int(match.group(1)) >= number else number
+    rest = NUMBER.sub("", incoming.name.rsplit("/", 1)[-1], count=1)
     pid = f"{num:04d}-{slug(rest)}"
     while pid in taken:
         pid = f"{pid[:60]}-{len(taken)}"
@@ -213,7 +222,7 @@ def make_entry(incoming: Incoming, number: int, origin: str, taken: set[str]) ->
 
 @dataclass(frozen=True)
 class Applied:
-    """One imported patch applied in the temporary index: its trees and drifted hunks."""
+    """One imported patch applied to the tree before it: its trees and drifted hunks."""
 
     pre: str
     post: str
@@ -242,15 +251,15 @@ def apply_chain(
     git: Git, base: str, patches: Sequence[tuple[Patch, bytes]], root: str = "."
 ) -> list[Applied]:
     """Apply each patch in order onto tree `base` in `git`, as quilt would (exactly, else at an
-    offset, else with fuzz: patchapply.replay); its trees and drifted hunks. A patch that does
+    offset, else with fuzz: patchapply.replay_tree); its trees and drifted hunks. A patch that does
     not apply even with fuzz is a conflict (exit 3) naming the patch, file and hunk."""
     results = []
-    with temp_index(git) as index:
-        index.read_tree(base)
+    with TreePatcher(git) as patcher:
         current = base
         for patch, data in patches:
-            replayed = replay(
-                index,
+            replayed = replay_tree(
+                patcher,
+                current,
                 data,
                 root,
                 patch.id,

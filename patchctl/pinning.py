@@ -27,6 +27,7 @@ from pathlib import Path
 
 from patchctl.archive import archive_subdir, is_archive
 from patchctl.errors import ConfigError, GitFailed, NotFound
+from patchctl.fsio import sha256_file
 from patchctl.progress import Progress, or_null
 from patchctl.series import HEX40, Upstream
 from patchctl.upstream import (
@@ -36,7 +37,6 @@ from patchctl.upstream import (
     git_cache,
     in_tree_cache,
     sdist_releases,
-    sha256_file,
     store,
 )
 

@@ -6,8 +6,9 @@ a file mode other than the one it names. Such a patch applies with `git apply` o
 strict `cleanroom apply` refuses it (exit 10). A patch that applies exactly is left alone,
 byte for byte, whatever its format.
 
-How: the patches are replayed in a temporary index of the clean room's repository (never its
-index or work tree), each exactly, else at an offset, else with fuzz (patchapply.replay); a
+How: the patches are replayed as tree objects of the clean room's repository (never its index
+or work tree; a TreePatcher, so each patch costs the paths it touches), each exactly, else at
+an offset, else with fuzz (patchapply.replay_tree); a
 drifted patch's diff is regenerated from the trees around it with the pinned diff flags
 (patchparts.regenerated), so the refreshed patch turns the same pre-tree into the same
 post-tree, exactly. Like `quilt refresh`, the header (DEP-3, gbp-pq, mail headers,
@@ -31,8 +32,8 @@ from pathlib import Path
 
 from patchctl.cleanroom import Cleanroom, same_pin
 from patchctl.errors import PatchctlError
-from patchctl.git import scratch_repo, temp_index
-from patchctl.patchapply import Drift, is_fuzz, patch_sha256, replay
+from patchctl.git import scratch_repo
+from patchctl.patchapply import Drift, TreePatcher, is_fuzz, patch_sha256, replay_tree
 from patchctl.patchparts import regenerated, split_patch
 from patchctl.progress import Progress, or_null
 from patchctl.series import Patch, Series
@@ -93,12 +94,12 @@ def refresh_patches(
     prog.start("refresh", last + 1)
     results: list[tuple[RefreshedPatch, bytes]] = []
     updated = series
-    with temp_index(room.git) as index, scratch_repo([room.path]) as scratch:
+    with TreePatcher(room.git) as patcher, scratch_repo([room.path]) as scratch:
         pre = room.base_tree()
-        index.read_tree(pre)
         for patch in series.patches[: last + 1]:
             data = series.patch_path(patch).read_bytes()
-            replayed = replay(index, data, series.root, patch.id, onto=f" to tree {pre}")
+            onto = f" to tree {pre}"
+            replayed = replay_tree(patcher, pre, data, series.root, patch.id, onto=onto)
             if patch.id in targets:
                 new = data
                 if replayed.drift:

@@ -24,8 +24,8 @@ from urllib.parse import urljoin
 from patchctl.archive import extract_archive, is_archive
 from patchctl.cache import cache_dir
 from patchctl.errors import ChecksumMismatch, ConfigError, GitFailed, NotFound, PatchctlError
-from patchctl.fsio import write_atomic
-from patchctl.git import Git
+from patchctl.fsio import sha256_file, write_atomic
+from patchctl.git import Git, share_objects, unsound_objects
 from patchctl.progress import Progress, or_null
 from patchctl.series import Series, Upstream
 
@@ -37,15 +37,6 @@ CHUNK = 1 << 20
 def pypi_url() -> str:
     """The PyPI root (`$PATCHCTL_PYPI_URL` overrides it, e.g. a mirror or a file:// tree)."""
     return os.environ.get("PATCHCTL_PYPI_URL", PYPI_URL).rstrip("/")
-
-
-def sha256_file(path: Path) -> str:
-    """The hex sha256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with path.open("rb") as stream:
-        for block in iter(lambda: stream.read(CHUNK), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def cached_path(sha256: str, filename: str, cache: Path | None = None) -> Path:
@@ -342,9 +333,13 @@ def _materialize_archive(series: Series, repo: Git, progress: Progress | None) -
     return result
 
 
-# Extracting and staging a large sdist takes a while; the staged tree is kept in one cache
-# repository, keyed by the archive's sha256 and subdir (so the key is content-addressed),
-# and later clean rooms fetch it from there.
+# Extracting and staging a large archive takes a while; the staged tree is kept in one cache
+# repository, keyed by the archive's sha256 and subdir (so the key is content-addressed).
+# Its objects are shared, not copied: the loose objects the new clean room just wrote are
+# hard-linked into the cache, and a later clean room links the tree's objects back
+# (git.share_objects) once each has been read and found to hash to its id. Packing them
+# instead (push, fetch) costs a delta search and a recompression of every object: on a
+# kernel-sized tree, longer than staging it.
 
 
 def _trees_cache() -> Git:
@@ -362,7 +357,10 @@ def _save_to_tree_cache(up: Upstream, repo: Git, result: Materialized) -> None:
     commit = repo.commit_tree(result.tree, f"patchctl tree cache\n\n{dropped}".encode())
     try:
         trees = _trees_cache()
-        repo.push(str(trees.repo), f"+{commit}:{_tree_ref(up)}")
+        # every loose object of the new clean room (the upstream's only), mending any
+        # damaged copy the cache held
+        share_objects(repo, trees, replace=True)
+        trees.update_ref(_tree_ref(up), commit, "patchctl tree cache")
     except (GitFailed, OSError):
         pass  # the tree cache is an optimisation: a failure to fill it costs only time
 
@@ -381,16 +379,24 @@ def in_tree_cache(up: Upstream) -> bool:
 
 
 def tree_from_cache(up: Upstream, repo: Git) -> Materialized | None:
-    """The upstream's cached tree fetched into `repo` (objects only: the index and the work
-    tree are not touched); None on a miss or an unreadable cache."""
+    """The upstream's cached tree given to `repo` (objects only, linked after each was read
+    and found sound: the index and the work tree are not touched); None on a miss, an
+    unreadable cache or a damaged one (nothing is then taken from it)."""
     commit = _cached_commit(up) if up.kind != "git" else None
     if commit is None:
         return None
+    trees_path = cache_dir() / "trees.git"
     try:
-        repo.fetch(str(cache_dir() / "trees.git"), commit)
+        trees = Git(trees_path)
+        objects = [commit, *trees.tree_objects(trees.tree_of(commit))]
+        if unsound_objects(trees, objects):
+            return None  # a damaged cache: extract again, nothing taken from it
+        packed = share_objects(trees, repo, objects)
+        if packed:
+            repo.fetch(str(trees_path), commit)  # a cache packed by hand (git gc)
         tree = repo.tree_of(commit)
         message = repo.cat_file("commit", commit).decode("utf-8", "replace")
-    except GitFailed:
+    except (GitFailed, OSError):
         return None
     dropped = tuple(line[9:] for line in message.splitlines() if line.startswith("dropped: "))
     return Materialized(tree, dropped)
