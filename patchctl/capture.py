@@ -13,18 +13,20 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from patchctl import values
 from patchctl.apply import commit_message as apply_message  # one commit format for apply + capture
 from patchctl.apply import patch_sha256
 from patchctl.cleanroom import Cleanroom
+from patchctl.docs import render_docs
 from patchctl.errors import ConfigError, DirtyTree, NotFound, PatchctlError
-from patchctl.fsio import write_if_changed
+from patchctl.fsio import check_writable, refuse_overwrite, write_if_changed
 from patchctl.git import Git
-from patchctl.series import PATCH_ID, Patch, Series
+from patchctl.series import Patch, Series, check_savable
 
 ZERO_COMMIT = "0" * 40
 # format-patch's fixed mbox separator date (builtin/log.c), not a clock reading.
@@ -227,17 +229,23 @@ def new_patch(
     origin: str = "patchctl",
     markers: tuple[str, ...] = (),
 ) -> tuple[Series, Patch]:
-    """`patchctl new`: a series entry for `patch_id` at the top of the stack (not saved)."""
+    """`patchctl new`: a series entry for `patch_id` at the top of the stack (not saved).
+
+    Every value is checked by the rules series.yaml is loaded with, and the entry's file must
+    not exist yet (a capture would overwrite it; DirtyTree, exit 8).
+    """
     if patch_id in series.ids():
         raise ConfigError(f"patch {patch_id!r} already exists", path=series.path, key="id")
-    if not PATCH_ID.fullmatch(patch_id):
+    problem = values.patch_id_problem(patch_id)
+    if problem is not None:
         raise ConfigError(
-            f"{patch_id!r} is not NNNN-slug", path=series.path, key="id", hint="e.g. 0079-my-fix"
+            f"{values.shown(patch_id)} {problem}", path=series.path, key="id", hint="e.g. 0079-fix"
         )
-    if "\n" in title or not title.strip():
-        raise ConfigError("the title must be one non-empty line", path=series.path, key="title")
-    if any("\n" in m or not m.strip() for m in markers):
-        raise ConfigError("each marker must be one non-empty line", path=series.path, key="markers")
+    _check_text(series, "title", title.strip(), values.text_problem, required=True)
+    _check_text(series, "upstream_status", upstream_status, values.text_problem)
+    _check_text(series, "origin", origin, values.text_problem)
+    for marker in markers:
+        _check_text(series, "markers", marker, values.marker_problem)
     entry = Patch(
         id=patch_id,
         file=f"{patch_id}.patch",
@@ -246,7 +254,30 @@ def new_patch(
         origin=origin,
         markers=markers,
     )
-    return series.with_patch(entry), entry
+    target = series.patch_path(entry)
+    if target.exists() or target.is_symlink():
+        raise refuse_overwrite(target)
+    updated = series.with_patch(entry)
+    check_savable(updated)
+    return updated, entry
+
+
+def _check_text(
+    series: Series,
+    key: str,
+    text: str,
+    rule: Callable[[str], str | None],
+    *,
+    required: bool = False,
+) -> None:
+    problem = "is empty" if required and not text else rule(text)
+    if problem is not None:
+        raise ConfigError(
+            f"{values.shown(text)} {problem}",
+            path=series.path,
+            key=key,
+            hint="give one line of plain text (no control characters)",
+        )
 
 
 def stack_position(room: Cleanroom, series: Series, patch_id: str) -> tuple[str, bool]:
@@ -282,13 +313,22 @@ def commit_capture(room: Cleanroom, patch: Patch, data: bytes, parent: str) -> s
 
 
 def capture_patch(series: Series, room: Cleanroom, patch_id: str) -> tuple[Series, Captured]:
-    """`patchctl capture ID`: write the patch file, commit it in the clean room, record trees."""
+    """`patchctl capture ID`: write the patch file, commit it in the clean room, record trees.
+
+    Everything the capture and the save after it produce is checked before the first write:
+    the updated series loads back, the docs render from the new bytes, every target is
+    writable. A failure there leaves patch, series.yaml and clean room as they were.
+    """
     patch = series.patch(patch_id)
     parent, _recapture = stack_position(room, series, patch_id)
     pre = room.git.tree_of(parent)
     post = snapshot_worktree(room.git)
     data = capture_trees(room.git, patch, pre, post, series.root)
-    written = write_if_changed(series.patch_path(patch), data)
     recorded = replace(patch, pre_tree=pre, post_tree=post, imported=False)
+    updated = series.with_patch(recorded)
+    check_savable(updated)
+    docs = render_docs(updated, {patch.id: data})
+    check_writable([series.patch_path(patch), series.path, *docs])
+    written = write_if_changed(series.patch_path(patch), data)
     commit_capture(room, recorded, data, parent)
-    return series.with_patch(recorded), Captured(recorded, data, pre, post, written)
+    return updated, Captured(recorded, data, pre, post, written)

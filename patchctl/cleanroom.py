@@ -23,6 +23,7 @@ from patchctl import __version__
 from patchctl.errors import DirtyTree, NotFound, PatchctlError
 from patchctl.git import Git
 from patchctl.progress import Progress
+from patchctl.project import project_root
 from patchctl.series import Series, series_to_dict
 from patchctl.upstream import Materialized, materialize
 
@@ -194,12 +195,6 @@ def _parse_status(raw: bytes) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- locating
-
-
-def project_root(series_dir: Path) -> Path:
-    """The project a series belongs to: the parent of `patches/` (or the series' parent)."""
-    parent = series_dir.resolve().parent
-    return parent.parent if parent.name == "patches" else parent
 
 
 def default_workdir(series_dir: Path) -> Path:

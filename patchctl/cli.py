@@ -7,6 +7,7 @@ Commands live in `patchctl/commands/<group>.py`; each module defines
 from __future__ import annotations
 
 import importlib
+import io
 import pkgutil
 import sys
 import traceback
@@ -18,6 +19,7 @@ import patchctl.commands
 from patchctl import __version__
 from patchctl.console import print_error, print_json
 from patchctl.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, PatchctlError
+from patchctl.values import printable
 
 app = typer.Typer(
     name="patchctl",
@@ -74,15 +76,51 @@ def _wants(argv: Sequence[str], flag: str) -> bool:
     return flag in argv[: argv.index("--")] if "--" in argv else flag in argv
 
 
-def _internal_error(exc: BaseException, debug: bool) -> int:
+def _internal_error(exc: BaseException, args: Sequence[str]) -> int:
+    debug = _wants(args, "--debug")
     if debug:
         traceback.print_exception(exc)
+    what = printable(f"{type(exc).__name__}: {exc}")
+    if _wants(args, "--json"):
+        print_json(
+            {"ok": False, "error": "InternalError", "exit_code": EXIT_INTERNAL, "message": what}
+        )
     sys.stderr.write(
-        f"internal error (a bug in patchctl): {type(exc).__name__}: {exc}"
+        f"internal error (a bug in patchctl): {what}"
         + ("" if debug else " (rerun with --debug for a traceback)")
         + "\n"
     )
     return EXIT_INTERNAL
+
+
+def _usage_error(exc: Exception, args: Sequence[str]) -> int:
+    code = int(getattr(exc, "exit_code", EXIT_USAGE)) or EXIT_USAGE
+    shown = io.StringIO()
+    exc.show(file=shown)  # type: ignore[attr-defined]
+    if _wants(args, "--json"):
+        message = printable(" ".join(exc.format_message().split()))  # type: ignore[attr-defined]
+        print_json({"ok": False, "error": "UsageError", "exit_code": code, "message": message})
+    sys.stderr.write(printable(shown.getvalue(), keep="\n"))
+    return code
+
+
+def _user_error(exc: PatchctlError, args: Sequence[str]) -> int:
+    if _wants(args, "--json"):
+        print_json({"ok": False, **exc.to_json()})
+    print_error(exc)
+    if _wants(args, "--debug"):
+        traceback.print_exception(exc)
+    return exc.exit_code
+
+
+def _os_error(exc: OSError) -> PatchctlError:
+    """An operating-system error (a path too long, under a file, not readable): the user's to
+    fix, reported like any other error (exit 1) rather than as a bug."""
+    where = f" {exc.filename}" if exc.filename is not None else ""
+    return PatchctlError(
+        f"cannot use{where}: {exc.strerror or exc}",
+        hint="check the path and its permissions",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -94,21 +132,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except typer.Exit as exc:
         return int(exc.exit_code)
     except ClickException as exc:
-        exc.show()  # type: ignore[attr-defined]
-        code = int(getattr(exc, "exit_code", EXIT_USAGE))
-        return code if code else EXIT_USAGE
-    except (typer.Abort, KeyboardInterrupt):
+        return _usage_error(exc, args)
+    except (typer.Abort, KeyboardInterrupt) as exc:
+        if isinstance(exc.__cause__, EOFError):  # click turns any EOFError into Abort
+            return _internal_error(exc.__cause__, args)
         sys.stderr.write("interrupted\n")
         return EXIT_INTERRUPTED
     except PatchctlError as exc:
-        if _wants(args, "--json"):
-            print_json({"ok": False, **exc.to_json()})
-        print_error(exc)
-        if _wants(args, "--debug"):
-            traceback.print_exception(exc)
-        return exc.exit_code
+        return _user_error(exc, args)
+    except OSError as exc:
+        return _user_error(_os_error(exc), args)
     except Exception as exc:
-        return _internal_error(exc, _wants(args, "--debug"))
+        return _internal_error(exc, args)
     # standalone_mode=False returns typer.Exit's code (or the command's int) instead of raising;
     # this typer returns 130 for Ctrl-C instead of raising Abort.
     code = result if isinstance(result, int) else 0

@@ -1,17 +1,55 @@
-"""Atomic file writes: a reader sees the old bytes or the new ones, never a partial file."""
+"""Atomic file writes: a reader sees the old bytes or the new ones, never a partial file.
+
+The temporary file gets an unpredictable name and is created with O_EXCL and O_NOFOLLOW, so a
+planted file or symlink beside the target is never written through. A failure to write (no
+permission, a full disk) is a PatchctlError naming the file, not a traceback.
+"""
 
 from __future__ import annotations
 
+import errno
 import os
+import secrets
+from collections.abc import Iterable
 from pathlib import Path
+
+from patchctl.errors import DirtyTree, PatchctlError
+
+_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _write_temp(path: Path, data: bytes) -> Path:
+    """`data` in a new temporary file beside `path` (mode 0666 minus the umask)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}-{secrets.token_hex(4)}")
+    fd = os.open(tmp, _NEW, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+def _cannot_write(path: Path, exc: OSError) -> PatchctlError:
+    return PatchctlError(
+        f"cannot write {path}: {exc.strerror or exc}",
+        hint="check the permissions and free space of that directory",
+    )
 
 
 def write_atomic(path: Path, data: bytes) -> None:
     """Write `data` to a temporary file beside `path`, then rename it over `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    try:
+        tmp = _write_temp(path, data)
+        try:
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        raise _cannot_write(path, exc) from None
 
 
 def write_if_changed(path: Path, data: bytes) -> bool:
@@ -20,3 +58,59 @@ def write_if_changed(path: Path, data: bytes) -> bool:
         return False
     write_atomic(path, data)
     return True
+
+
+def write_new(path: Path, data: bytes) -> None:
+    """Create `path` with `data`, atomically; DirtyTree (exit 8) if anything is there already.
+
+    The temporary file is hard-linked to its name, which fails instead of replacing an entry
+    that appeared meanwhile.
+    """
+    try:
+        tmp = _write_temp(path, data)
+        try:
+            os.link(tmp, path)
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
+                raise
+            _create_exclusive(path, data)  # a file system without hard links
+        finally:
+            tmp.unlink(missing_ok=True)
+    except FileExistsError:
+        raise refuse_overwrite(path) from None
+    except OSError as exc:
+        raise _cannot_write(path, exc) from None
+
+
+def _create_exclusive(path: Path, data: bytes) -> None:
+    fd = os.open(path, _NEW, 0o666)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
+
+
+def refuse_overwrite(path: Path) -> DirtyTree:
+    """The error for a write that would replace a file patchctl was not asked to replace."""
+    return DirtyTree(
+        f"{path} already exists; refusing to overwrite it",
+        hint="move it aside (or remove it) and run the command again",
+    )
+
+
+def check_writable(paths: Iterable[Path]) -> None:
+    """Before the first write of a command: each file can be created or replaced.
+
+    Checks what can be checked without writing (the nearest existing directory is writable,
+    a target is not a directory), so a permission problem stops the command before it has
+    changed anything.
+    """
+    for path in paths:
+        if path.is_dir():
+            raise PatchctlError(f"cannot write {path}: it is a directory")
+        folder = path.parent
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
+        if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+            raise PatchctlError(
+                f"cannot write {path}: {folder} is not a writable directory",
+                hint="check the permissions of that directory",
+            )
