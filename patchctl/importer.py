@@ -34,10 +34,14 @@ from patchctl.values import PATCH_ID
 
 QUILT_SERIES = "series"
 # An mbox separator ("From_ line"): `From <sender> <asctime date>`, e.g. git's
-# `From <sha> Mon Sep 17 00:00:00 2001`. As in git's mailsplit, it must carry a time and end
-# in a year; split_mbox also wants it at the start or after a blank line, and followed by a
-# header field, so a body line that starts with "From " never splits a message.
-MBOX_FROM = re.compile(rb"^From \S+ .*\b\d{1,2}:\d{2}(?::\d{2})?\b.*\b\d{4}\r?$")
+# `From <sha> Mon Sep 17 00:00:00 2001`. split_mbox also wants it at the start or after a
+# blank line, and followed by a header field, so a body line that starts with "From " does
+# not split a message (an mboxrd writer quotes such a line as `>From `).
+MBOX_FROM = re.compile(
+    rb"^From \S+ +(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct"
+    rb"|Nov|Dec) +\d{1,2} \d{1,2}:\d{2}(?::\d{2})?(?: [A-Z]{1,5}| [+-]\d{4})? \d{4}"
+    rb"(?: [+-]\d{4})?\r?$"
+)
 HEADER_FIELD = re.compile(rb"^[\x21-\x39\x3b-\x7e]+:")
 QUOTED_FROM = re.compile(rb"^>+From ")
 NUMBER = re.compile(r"^([0-9]{4})-")
@@ -194,8 +198,8 @@ def _subject(fields: dict[str, str]) -> str | None:
     raw = fields.get("subject") or fields.get("description:first-line")
     if not raw:
         return None
-    text = re.sub(r"^\[[^\]]*\]\s*", "", values.one_line(_decode_words(raw)))
-    return text or None
+    text = values.one_line(_decode_words(raw), limit=1 << 16)
+    return values.one_line(re.sub(r"^\[[^\]]*\]\s*", "", text)) or None
 
 
 def _decode_words(raw: str) -> str:

@@ -273,13 +273,14 @@ class _Loader(yaml.SafeLoader):
 
 
 def _parse_yaml(raw: bytes, path: Path) -> dict[str, Any]:
-    loader = _Loader(raw)
     try:
-        data = loader.get_single_data()
+        loader = _Loader(raw)  # the reader checks the encoding and characters here
+        try:
+            data = loader.get_single_data()
+        finally:
+            loader.dispose()
     except yaml.YAMLError as exc:
         raise _yaml_error(exc, path) from None
-    finally:
-        loader.dispose()
     if not isinstance(data, dict):
         raise ConfigError("top level must be a mapping", path=path, hint="see docs/architecture.md")
     return data

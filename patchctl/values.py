@@ -36,6 +36,8 @@ VERSION = re.compile(
     re.IGNORECASE,
 )
 GIT_SCHEMES = ("https", "http", "ssh", "git", "file")
+# git's `<transport>::<address>` syntax (transport.c): runs git-remote-<transport>.
+REMOTE_HELPER = re.compile(r"[A-Za-z0-9+.-]*::")
 SCHEME_URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://(.*)", re.DOTALL)
 # A host name or an IP literal; never starting with '-' (ssh would read it as an option).
 HOST = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*)|\[[0-9A-Fa-f:.]+\]")
@@ -194,9 +196,9 @@ def git_url_problem(url: str) -> str | None:
         return f"contains control characters ({', '.join(bad)})"
     if url.startswith("-"):
         return "starts with '-' (git would read it as an option)"
-    if "::" in url:
-        return "uses a remote helper (`<transport>::`), which can run commands"
     kind = url_kind(url)
+    if REMOTE_HELPER.match(url) or (kind != "scheme" and "::" in url):
+        return "uses a remote helper (`<transport>::`), which can run commands"
     if kind == "scheme":
         return _scheme_url_problem(url)
     if kind == "scp":

@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import random
+import shutil
 import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,8 +31,10 @@ from hostile.archives import (
     zip_bad_crc,
 )
 from hostile.sandbox import Sandbox
+from support_patch import make_repo
 
 from patchctl import cli
+from patchctl.git import Git
 
 REPO = Path(__file__).resolve().parent.parent
 SHA = "0" * 64
@@ -402,3 +405,964 @@ def test_safe_archive_with_internal_links_and_a_smuggled_git_dir(box: Sandbox, r
     assert not list(box.root.rglob("PWNED"))
     assert box.unexpected(before, ("cache", "project/cleanroom")) == []
     assert box.victims_intact()
+
+
+# ============================================================================ series files
+
+UPSTREAM = f"upstream:\n  kind: git\n  url: ../../../upstream/repo\n  commit: {COMMIT}\n"
+BASE = "version: 1\n" + UPSTREAM
+# The classic "billion laughs" in 511 bytes: 9^7 copies of "lol" if aliases were expanded.
+ALIAS_BOMB = (
+    BASE
+    + 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n'
+    + "".join(
+        f"{x}: &{x} [{','.join(['*' + p] * 9)}]\n" for p, x in zip("abcdef", "bcdefg", strict=True)
+    )
+    + "patches: [{id: 0001-x, file: x.patch, title: *g}]\n"
+)
+
+
+def _with_patch(entry: str) -> str:
+    return BASE + f"patches:\n  - {entry}\n"
+
+
+def _with_upstream(**values: str) -> str:
+    fields = {"kind": "git", "url": "../../../upstream/repo", "commit": COMMIT, **values}
+    body = "".join(f"  {k}: {json.dumps(v)}\n" for k, v in fields.items())
+    return f"version: 1\nupstream:\n{body}"
+
+
+def _archive_upstream(**values: str) -> str:
+    fields = {"kind": "archive", "path": "up.tar.gz", "sha256": SHA, **values}
+    body = "".join(f"  {k}: {json.dumps(v)}\n" for k, v in fields.items())
+    return f"version: 1\nupstream:\n{body}"
+
+
+def _sdist(**values: str) -> str:
+    fields = {"kind": "pypi-sdist", "package": "pkg", "version": "1.0", "sha256": SHA, **values}
+    body = "".join(f"  {k}: {json.dumps(v)}\n" for k, v in fields.items())
+    return f"version: 1\nupstream:\n{body}"
+
+
+# name -> (series.yaml text, needle in the one error line); {root} is the sandbox.
+SERIES_CASES: dict[str, tuple[str, str]] = {
+    # YAML structure
+    "alias-bomb": (ALIAS_BOMB, "aliases (*name) are not allowed"),
+    "merge-key": (BASE.replace("  kind: git\n", "  <<: {kind: git}\n"), "merge keys"),
+    "deep-nesting": (BASE + "patches: " + "[" * 5000 + "\n", "nested deeper than"),
+    "deep-block-nesting": (
+        BASE + "patches:\n" + "".join("  " * i + "- \n" for i in range(60)),
+        "nested deeper than",
+    ),
+    "duplicate-top-key": (BASE + UPSTREAM, "duplicate key 'upstream'"),
+    "duplicate-patches-key": (
+        BASE + "patches: []\npatches: [{id: 0001-a, file: a.patch}]\n",
+        "duplicate key 'patches'",
+    ),
+    "duplicate-upstream-key": (BASE + "  url: /elsewhere\n", "duplicate key 'url'"),
+    "duplicate-patch-key": (_with_patch("{id: 0001-a, file: a.patch, file: b.patch}"), "'file'"),
+    "duplicate-id": (
+        BASE + "patches: [{id: 0001-a, file: a.patch}, {id: 0001-a, file: b.patch}]\n",
+        "duplicate id",
+    ),
+    "duplicate-file-by-case": (
+        BASE + "patches: [{id: 0001-a, file: A.patch}, {id: 0002-b, file: a.patch}]\n",
+        "duplicate file",
+    ),
+    "unhashable-key": (BASE + "[a, b]: 1\n", "malformed YAML"),
+    "multi-document": (BASE + "---\n" + BASE, "malformed YAML"),
+    "top-level-list": ("- version: 1\n", "top level must be a mapping"),
+    "python-object-tag": (
+        BASE + 'patches: !!python/object/apply:os.system ["touch {root}/PWNED"]\n',
+        "malformed YAML",
+    ),
+    "binary-tag": (_with_patch("{id: 0001-a, file: a.patch, title: !!binary aGk=}"), "title"),
+    "raw-escape-byte": (_with_patch("{id: 0001-a, file: a.patch, title: a\x1bb}"), "YAML"),
+    "version-2": (BASE.replace("version: 1", "version: 2"), "version: unsupported"),
+    "version-true": (BASE.replace("version: 1", "version: true"), "version: unsupported"),
+    "unknown-key-with-escape": (BASE + '"\\e[31mred": 1\n', "unknown key"),
+    "long-plain-key": (BASE + "k" * 5000 + ": 1\n", "malformed YAML"),
+    "long-explicit-key": (BASE + "? " + "k" * 5000 + "\n: 1\n", "unknown key"),
+    "kind-list": (BASE.replace("kind: git", "kind: [git]"), "upstream.kind"),
+    # reserved and escaping patch file names
+    "file-readme": (_with_patch("{id: 0001-a, file: README.md}"), "patches[0].file"),
+    "file-series-yaml": (_with_patch("{id: 0001-a, file: series.yaml}"), "patches[0].file"),
+    "file-series-yaml-upper": (_with_patch("{id: 0001-a, file: SERIES.YAML}"), "patches[0].file"),
+    "file-hidden": (_with_patch("{id: 0001-a, file: .hidden.patch}"), "hidden"),
+    "file-in-hidden-dir": (_with_patch("{id: 0001-a, file: sub/.x/y.patch}"), "hidden"),
+    "file-dotdot": (_with_patch("{id: 0001-a, file: ../victim.patch}"), "'..'"),
+    "file-absolute": (_with_patch("{id: 0001-a, file: /etc/passwd.patch}"), "relative path"),
+    "file-dir-slash": (_with_patch("{id: 0001-a, file: sub/}"), "patches[0].file"),
+    "file-not-a-patch": (_with_patch("{id: 0001-a, file: notes.txt}"), "must end in .patch"),
+    "file-in-dot-git": (_with_patch("{id: 0001-a, file: .git/x.patch}"), "patches[0].file"),
+    "file-leading-dash": (_with_patch("{id: 0001-a, file: -rf.patch}"), "must not start with '-'"),
+    "file-backslash": (_with_patch('{id: 0001-a, file: "a\\\\b.patch"}'), "'/' separators"),
+    "file-empty-component": (_with_patch("{id: 0001-a, file: a//b.patch}"), "empty components"),
+    "file-newline": (_with_patch('{id: 0001-a, file: "a\\nb.patch"}'), "control characters"),
+    # values that reach a command line: URLs
+    "url-upload-pack": (
+        _with_upstream(url="--upload-pack=touch {root}/PWNED;://x"),
+        "starts with '-'",
+    ),
+    "url-ext-helper": (_with_upstream(url="ext::sh -c touch% {root}/PWNED"), "remote helper"),
+    "url-fd-helper": (_with_upstream(url="fd::17"), "remote helper"),
+    "url-other-helper": (_with_upstream(url="evil::/x"), "remote helper"),
+    "url-ssh-proxycommand-host": (
+        _with_upstream(url="ssh://-oProxyCommand=touch%20{root}/PWNED/x"),
+        "invalid host",
+    ),
+    "url-ssh-dash-user": (_with_upstream(url="ssh://-oProxyCommand=x@host/x"), "invalid user"),
+    "url-scp-dash-host": (_with_upstream(url="git@-oProxyCommand=x:repo"), "invalid host"),
+    "url-scp-dash-path": (_with_upstream(url="git@host:-u"), "path starting with '-'"),
+    "url-newline": (_with_upstream(url="https://h/x\n--upload-pack=y"), "control characters"),
+    "url-ftp": (_with_upstream(url="ftp://host/x.git"), "scheme 'ftp'"),
+    "url-remote-file": (_with_upstream(url="file://evil.example/x"), "must be local"),
+    "url-whitespace": (_with_upstream(url="https://host/a b"), "whitespace"),
+    "url-bad-port": (_with_upstream(url="https://host:99999999/x"), "invalid port"),
+    "url-empty": (_with_upstream(url=""), "expected a string"),
+    "url-not-a-string": (BASE.replace("url: ../../../upstream/repo", "url: [a]"), "upstream.url"),
+    # object ids, paths and names
+    "commit-head": (_with_upstream(commit="HEAD"), "upstream.commit"),
+    "commit-option": (_with_upstream(commit="--all"), "upstream.commit"),
+    "commit-short": (_with_upstream(commit=COMMIT[:39]), "upstream.commit"),
+    "commit-upper": (_with_upstream(commit=COMMIT.upper()), "upstream.commit"),
+    "commit-revspec": (_with_upstream(commit=COMMIT + "^{tree}"), "upstream.commit"),
+    "tree-option": (_with_upstream(tree="-x"), "upstream.tree"),
+    "subdir-dotdot": (_with_upstream(subdir="../x"), "upstream.subdir"),
+    "subdir-absolute": (_with_upstream(subdir="/etc"), "upstream.subdir"),
+    "subdir-option": (_with_upstream(subdir="-x"), "upstream.subdir"),
+    "subdir-inner-dotdot": (_with_upstream(subdir="a/../b"), "upstream.subdir"),
+    "subdir-dot-git": (_with_upstream(subdir="a/.git/b"), "upstream.subdir"),
+    "subdir-dot-slash": (_with_upstream(subdir="./vendor"), "upstream.subdir"),
+    "subdir-newline": (_with_upstream(subdir="a\nb"), "upstream.subdir"),
+    "root-dotdot": (BASE + "root: ..\n", "root:"),
+    "root-option": (BASE + "root: -r\n", "root:"),
+    "root-absolute": (BASE + "root: /\n", "root:"),
+    "package-path": (_sdist(package="../../x"), "upstream.package"),
+    "package-query": (_sdist(package="x?y=1"), "upstream.package"),
+    "package-option": (_sdist(package="-x"), "upstream.package"),
+    "version-shell": (_sdist(version="1.0; rm -rf /"), "upstream.version"),
+    "version-path": (_sdist(version="../1"), "upstream.version"),
+    "version-float": (_sdist().replace('version: "1.0"', "version: 1.0"), "quote it"),
+    "sha256-not-hex": (_sdist(sha256="z" * 64), "upstream.sha256"),
+    "sha256-upper": (_sdist(sha256="A" * 64), "upstream.sha256"),
+    "archive-path-option": (_archive_upstream(path="-x.tar.gz"), "upstream.path"),
+    "archive-path-not-archive": (_archive_upstream(path="/etc/passwd"), "upstream.path"),
+    "archive-path-newline": (_archive_upstream(path="a\nb.tar.gz"), "upstream.path"),
+    # one-line text
+    "title-escape": (_with_patch('{id: 0001-a, file: a.patch, title: "x\\e[2Jy"}'), "\\x1b"),
+    "title-newline": (_with_patch('{id: 0001-a, file: a.patch, title: "a\\nFrom: x"}'), "\\n"),
+    "title-carriage-return": (_with_patch('{id: 0001-a, file: a.patch, title: "a\\rb"}'), "\\r"),
+    "title-nul": (_with_patch('{id: 0001-a, file: a.patch, title: "a\\0b"}'), "\\x00"),
+    "title-bidi-override": (
+        _with_patch('{id: 0001-a, file: a.patch, title: "a\\u202eb"}'),
+        "u202e",
+    ),
+    "title-line-separator": (_with_patch('{id: 0001-a, file: a.patch, title: "a\\Lb"}'), "u2028"),
+    "title-too-long": (_with_patch("{id: 0001-a, file: a.patch, title: " + "t" * 600 + "}"), "600"),
+    "origin-carriage-return": (
+        _with_patch('{id: 0001-a, file: a.patch, origin: "a\\rb"}'),
+        "origin",
+    ),
+    "status-escape": (
+        _with_patch('{id: 0001-a, file: a.patch, upstream_status: "\\e[31m"}'),
+        "upstream_status",
+    ),
+    "marker-newline": (
+        _with_patch('{id: 0001-a, file: a.patch, markers: ["a\\nb"]}'),
+        "markers[0]",
+    ),
+    "marker-blank": (_with_patch('{id: 0001-a, file: a.patch, markers: ["  "]}'), "blank"),
+    "marker-too-long": (
+        _with_patch("{id: 0001-a, file: a.patch, markers: [" + "m" * 300 + "]}"),
+        "300",
+    ),
+    "id-dotdot": (_with_patch("{id: 0001-../x, file: a.patch}"), "patches[0].id"),
+    "id-slash": (_with_patch("{id: 0001-a/b, file: a.patch}"), "patches[0].id"),
+    "id-no-number": (_with_patch("{id: fix, file: a.patch}"), "patches[0].id"),
+    "pre-tree-option": (_with_patch("{id: 0001-a, file: a.patch, pre_tree: --all}"), "pre_tree"),
+    "imported-string": (_with_patch("{id: 0001-a, file: a.patch, imported: 'yes'}"), "imported"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SERIES_CASES))
+def test_hostile_series_file(box: Sandbox, run: Run, case: str) -> None:
+    text, needle = SERIES_CASES[case]
+    (box.series / "series.yaml").write_text(text.replace("{root}", str(box.root)))
+    for name in ("a.patch", "b.patch", "A.patch", "x.patch"):
+        (box.series / name).write_bytes(b"")
+    before = box.snapshot()
+    for command in (
+        ("cleanroom", "apply"),
+        ("docs",),
+        ("verify",),
+        ("new", "0009-x", "--title", "t"),
+    ):
+        result = run(*command, "--series", str(box.series), "--json")
+        refused(result, 5, needle)
+        assert len(result.err.strip().splitlines()) == 1 and len(result.err) < 1000
+        assert result.json()["exit_code"] == 5 and result.json()["path"]
+    assert box.unexpected(before, ()) == []
+    assert not (box.root / "PWNED").exists()
+
+
+def test_the_alias_bomb_stops_at_its_first_alias(box: Sandbox, run: Run) -> None:
+    assert len(ALIAS_BOMB.encode()) - len(BASE.encode()) <= 511
+    (box.series / "series.yaml").write_text(ALIAS_BOMB)
+    first_alias = ALIAS_BOMB[: ALIAS_BOMB.index("*")].count("\n") + 1
+    result = run("docs", "--series", str(box.series))
+    refused(result, 5, f"malformed YAML at line {first_alias}: aliases (*name) are not allowed")
+
+
+def test_a_huge_series_file_is_refused_before_parsing(box: Sandbox, run: Run) -> None:
+    (box.series / "series.yaml").write_text(BASE + "#" + "x" * (1 << 20) + "\n")
+    refused(run("docs", "--series", str(box.series)), 5, "larger than 1.0 MiB")
+
+
+def test_a_patch_file_symlinked_out_of_the_series_is_refused(box: Sandbox, run: Run) -> None:
+    (box.series / "series.yaml").write_text(_with_patch("{id: 0001-a, file: a.patch}"))
+    (box.series / "a.patch").symlink_to(box.root / "victim.txt")
+    before = box.snapshot()
+    refused(run("docs", "--series", str(box.series)), 5, "outside the series directory")
+    (box.series / "a.patch").unlink()
+    (box.series / "sub").symlink_to(box.root / "outside")
+    (box.series / "series.yaml").write_text(_with_patch("{id: 0001-a, file: sub/victim.patch}"))
+    refused(run("new", "0002-b", "--title", "b", "--series", str(box.series)), 5, "outside")
+    assert box.unexpected(before, ("project/patches/demo",)) == []
+
+
+def test_a_patch_file_that_is_a_directory_is_refused(box: Sandbox, run: Run) -> None:
+    (box.series / "series.yaml").write_text(_with_patch("{id: 0001-a, file: d.patch}"))
+    (box.series / "d.patch").mkdir()
+    refused(run("docs", "--series", str(box.series)), 5, "is a directory")
+
+
+def test_a_patch_file_over_the_size_limit_is_refused(
+    box: Sandbox, run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATCHCTL_MAX_PATCH_BYTES", "100")
+    (box.series / "series.yaml").write_text(_with_patch("{id: 0001-a, file: a.patch}"))
+    (box.series / "a.patch").write_bytes(b"x" * 101)
+    refused(run("docs", "--series", str(box.series)), 5, "PATCHCTL_MAX_PATCH_BYTES")
+
+
+ACCEPTED_URLS = (
+    "https://github.com/ggml-org/llama.cpp.git",
+    "http://[::1]:8080/x.git",
+    "git@github.com:org/repo.git",
+    "ssh://git@host.example:2222/x.git",
+    "git://host.example/x",
+    "file:///srv/git/x.git",
+    "../relative/repo",
+    "/abs/path with spaces/repo",
+    "user@host:path/with:colon",
+)
+
+
+@pytest.mark.parametrize("url", ACCEPTED_URLS)
+def test_allowed_url_forms_load(box: Sandbox, run: Run, url: str) -> None:
+    (box.series / "series.yaml").write_text(_with_upstream(url=url))
+    result = run("docs", "--series", str(box.series))
+    assert result.code == 0, result.err
+
+
+# ============================================================================ patches
+
+FILES = {
+    "main.c": b"int main(void)\n{\n\treturn 0;\n}\n",
+    "README": b"hello\n",
+    "victim.txt": b"in-tree file\n",
+}
+
+
+@pytest.fixture
+def project(box: Sandbox, run: Run) -> Sandbox:
+    """The sandbox with a git upstream, its series and an applied clean room."""
+    git, tree = make_repo(box.upstream / "repo", FILES)
+    box.series.joinpath("series.yaml").write_text(
+        f"version: 1\nupstream:\n  kind: git\n  url: ../../../upstream/repo\n"
+        f"  commit: {git.rev_parse('HEAD')}\n  tree: {tree}\npatches: []\n"
+    )
+    result = run(*apply_args(box))
+    assert result.code == 0, result.err
+    return box
+
+
+def set_patches(box: Sandbox, patches: list[tuple[str, bytes]]) -> None:
+    text = (box.series / "series.yaml").read_text().replace("patches: []\n", "patches:\n")
+    text = text.split("patches:\n")[0] + "patches:\n"
+    for pid, data in patches:
+        (box.series / f"{pid}.patch").write_bytes(data)
+        text += f"  - {{id: {pid}, file: {pid}.patch}}\n"
+    (box.series / "series.yaml").write_text(text)
+
+
+def _new_file(path: str, body: bytes, mode: str = "100644") -> bytes:
+    return (
+        f"diff --git a/{path} b/{path}\nnew file mode {mode}\n--- /dev/null\n+++ b/{path}\n"
+    ).encode() + body
+
+
+VICTIM_LINE = b"-victim project/victim.txt\n+pwned\n"
+HOSTILE_PATCHES: dict[str, tuple[list[tuple[str, bytes]], str]] = {
+    "path-escaping-the-tree": (
+        [
+            (
+                "0001-up",
+                b"diff --git a/../../victim.txt b/../../victim.txt\n--- a/../../victim.txt\n"
+                b"+++ b/../../victim.txt\n@@ -1 +1 @@\n" + VICTIM_LINE,
+            )
+        ],
+        "does not apply",
+    ),
+    "absolute-path": (
+        [("0001-abs", _new_file("/tmp/patchctl-abs-victim", b"@@ -0,0 +1 @@\n+x\n"))],
+        "does not apply",
+    ),
+    "symlink-then-file-through-it": (
+        [
+            (
+                "0001-link",
+                _new_file("l", b"@@ -0,0 +1 @@\n+../..\n\\ No newline at end of file\n", "120000")
+                + _new_file("l/victim.txt", b"@@ -0,0 +1 @@\n+pwned\n"),
+            )
+        ],
+        "beyond a symbolic link",
+    ),
+    "symlink-then-file-in-the-next-patch": (
+        [
+            (
+                "0001-link",
+                _new_file("l", b"@@ -0,0 +1 @@\n+../..\n\\ No newline at end of file\n", "120000"),
+            ),
+            ("0002-through", _new_file("l/victim.txt", b"@@ -0,0 +1 @@\n+pwned\n")),
+        ],
+        "beyond a symbolic link",
+    ),
+    "into-dot-git": (
+        [("0001-git", _new_file(".git/hooks/post-commit", b"@@ -0,0 +1 @@\n+touch PWNED\n"))],
+        "does not apply",
+    ),
+    "into-dot-git-uppercase": (
+        [("0001-git", _new_file(".GIT/config", b"@@ -0,0 +1 @@\n+[core]\n"))],
+        "does not apply",
+    ),
+    "garbage": ([("0001-junk", b"\x00\xff not a patch at all\n")], "does not apply"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_PATCHES))
+def test_hostile_patch(project: Sandbox, run: Run, case: str) -> None:
+    patches, needle = HOSTILE_PATCHES[case]
+    set_patches(project, patches)
+    before = project.snapshot()
+    result = run(*apply_args(project, "--json"))
+    refused(result, 3, needle)
+    assert result.json()["exit_code"] == 3
+    assert project.unexpected(before, ("cache", "project/cleanroom")) == []
+    assert project.victims_intact() and not list(project.root.rglob("PWNED"))
+    assert not Path("/tmp/patchctl-abs-victim").exists()
+
+
+ODD_NAMES: dict[str, bytes] = {
+    "x b/y b": b"",  # the issue's case: an empty new file whose path contains " b/"
+    "a b/c b": b"content\n",
+    "tab\there": b"t\n",
+    'q"uote': b"q\n",
+    "back\\slash": b"b\n",
+    "-rf": b"dash\n",
+    "new\nline": b"n\n",
+    os.fsdecode(b"lat\xe9n-not-utf8"): b"latin\n",
+    "\u65e5\u672c b/x": b"// patchctl odd\n",
+    "bin b": b"\x00\x01\x02 binary",
+    "[/] rich": b"markup\n",
+}
+
+
+def test_capture_of_odd_paths_round_trips(project: Sandbox, run: Run) -> None:
+    """New files with " b/", quotes, tabs, newlines, non-UTF-8 bytes, leading dashes."""
+    s = str(project.series)
+    result = run("new", "0001-odd", "--title", "odd [/] names", "--marker", "// patchctl odd",
+                 "--series", s)  # fmt: skip
+    assert result.code == 0, result.err
+    assert "odd" in result.out
+    for name, data in ODD_NAMES.items():
+        path = project.room / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    result = run("capture", "0001-odd", "--series", s, "--json")
+    assert result.code == 0, result.err
+    assert result.json()["written"] is True
+    for command in (("verify", "--all"), ("docs", "--check"), ("cleanroom", "status")):
+        result = run(*command, "--series", s)
+        assert result.code == 0, (command, result.out, result.err)
+    assert "\x1b" not in result.out
+    readme = (project.series / "README.md").read_text()
+    assert "`x b/y b`" in readme and "`tab\\there`" in readme and "lat\\xe9n" in readme
+
+
+def test_capture_validates_before_its_first_write(project: Sandbox, run: Run) -> None:
+    """A registry patchctl did not write: capture refuses before the patch or commit exist."""
+    s = str(project.series)
+    assert run("new", "0001-a", "--title", "a", "--series", s).code == 0
+    (project.room / "main.c").write_bytes(b"int main(void) { return 1; }\n")
+    registry = project.project / "docs" / "UPSTREAM_SYNC.md"
+    registry.write_text("# my own notes\n")
+    head = Git(project.room).rev_parse("HEAD")
+    before = project.snapshot()
+    refused(run("capture", "0001-a", "--series", s), 8, "not generated by patchctl")
+    # only unreferenced objects of the work-tree snapshot: no ref, index, file or patch moved
+    assert project.unexpected(before, ("cache", "project/cleanroom/demo/.git/objects")) == []
+    assert Git(project.room).rev_parse("HEAD") == head
+    assert not (project.series / "0001-a.patch").exists()
+
+
+def test_binary_and_crlf_patches_import_and_verify(project: Sandbox, run: Run) -> None:
+    git = Git(project.upstream / "repo")
+    base = git.rev_parse("HEAD")
+    (project.upstream / "repo" / "dos.txt").write_bytes(b"one\r\ntwo\r\n")
+    (project.upstream / "repo" / "blob.bin").write_bytes(bytes(range(256)) * 8)
+    git.run("add", "-A")
+    tree = git.write_tree()
+    diff = git.run("diff", "--binary", "--full-index", "--no-color", "--no-ext-diff",
+                   "--src-prefix=a/", "--dst-prefix=b/", base, tree)  # fmt: skip
+    mail = b"From 0 Mon Sep 17 00:00:00 2001\nFrom: a <a@b>\nSubject: [PATCH] bin\n\n---\n" + diff
+    (project.root / "in.mbox").write_bytes(mail)
+    s = str(project.series)
+    result = run("import", str(project.root / "in.mbox"), "--series", s, "--json")
+    assert result.code == 0, result.err
+    stored = project.series / f"{result.json()['imported'][0]['id']}.patch"  # type: ignore[index]
+    assert stored.read_bytes() == mail
+    assert run("cleanroom", "apply", "--series", s).code == 0
+    assert (project.room / "dos.txt").read_bytes() == b"one\r\ntwo\r\n"
+    assert run("verify", "--all", "--series", s).code == 0
+
+
+# ============================================================================ mboxes
+
+
+def mail(subject: str, body: str = "", diff: str = "") -> bytes:
+    diff = diff or (
+        "diff --git a/README b/README\n--- a/README\n+++ b/README\n@@ -1 +1,2 @@\n hello\n+world\n"
+    )
+    return (
+        f"From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
+        f"From: A <a@example.org>\nDate: Thu, 1 Jan 1970 00:00:00 +0000\nSubject: {subject}\n\n"
+        f"{body}---\n{diff}-- \n2.39.5\n\n"
+    ).encode()
+
+
+def _import(project: Sandbox, run: Run, data: bytes, *extra: str) -> Result:
+    source = project.root / "in.mbox"
+    source.write_bytes(data)
+    return run("import", str(source), "--series", str(project.series), *extra)
+
+
+def _titles(project: Sandbox) -> list[str]:
+    from patchctl.series import load_series
+
+    return [p.title for p in load_series(project.series).patches]
+
+
+MAIN_DIFF = (
+    "diff --git a/main.c b/main.c\n--- a/main.c\n+++ b/main.c\n@@ -1,4 +1,4 @@\n"
+    " int main(void)\n {\n-\treturn 0;\n+\treturn 1;\n }\n"
+)
+MBOX_CASES: dict[str, tuple[bytes, list[str]]] = {
+    "from-line-in-body": (
+        mail("[PATCH] one", "Body.\n\nFrom the start this was wrong.\nFrom: not a header\n\n"),
+        ["one"],
+    ),
+    "asctime-from-line-in-body": (
+        mail("[PATCH] one", "Quoted:\n\nFrom x Mon Sep 17 00:00:00 2001\nbody text\n\n"),
+        ["one"],
+    ),
+    "rfc2047-control-characters": (
+        mail("=?UTF-8?q?evil=0D=0AInjected:_x=1B[31mred=07?="),
+        ["evil Injected: x [31mred"],
+    ),
+    "rfc2047-bidi-override": (mail("=?UTF-8?q?abc=E2=80=AEgnp.exe?="), ["abc gnp.exe"]),
+    "rich-markup-subject": (
+        mail("[PATCH] fix [/] and [bold]x[/bold]"),
+        ["fix [/] and [bold]x[/bold]"],
+    ),
+    "unknown-charset": (mail("=?x-no-such-charset?q?abc?="), ["=?x-no-such-charset?q?abc?="]),
+    "long-subject": (mail("[PATCH] " + "s" * 3000), ["s" * 497 + "..."]),
+    "two-messages": (
+        mail("[PATCH 1/2] one") + mail("[PATCH 2/2] two", diff=MAIN_DIFF),
+        ["one", "two"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MBOX_CASES))
+def test_hostile_mbox(project: Sandbox, run: Run, case: str) -> None:
+    data, titles = MBOX_CASES[case]
+    before = project.snapshot()
+    result = _import(project, run, data)
+    assert result.code == 0, result.err
+    assert _titles(project) == titles
+    assert "\x1b" not in result.out and "\r" not in result.out
+    allowed = ("cache", "in.mbox", "project/cleanroom", "project/patches/demo", "project/docs")
+    assert project.unexpected(before, allowed) == []
+    assert run("verify", "--all", "--series", str(project.series)).code == 0
+
+
+def test_mboxrd_quoted_from_lines_are_unquoted_once(project: Sandbox, run: Run) -> None:
+    body = "Keep:\n>From here\n>>From there\n\n"
+    result = _import(project, run, mail("[PATCH] quoted", body))
+    assert result.code == 0, result.err
+    stored = (project.series / "0001-quoted.patch").read_bytes()
+    assert b"\nFrom here\n>From there\n" in stored
+    assert stored.endswith(b"@@ -1 +1,2 @@\n hello\n+world\n-- \n2.39.5\n\n")
+
+
+def test_import_never_overwrites_a_patch_file(project: Sandbox, run: Run) -> None:
+    (project.series / "0001-one.patch").write_bytes(b"my own work\n")
+    before = project.snapshot()
+    result = _import(project, run, mail("[PATCH] one"), "--json")
+    refused(result, 8, "refusing to overwrite")
+    assert result.json()["exit_code"] == 8
+    assert project.unexpected(before, ("cache", "in.mbox", "project/cleanroom/demo/.git")) == []
+
+
+def test_quilt_duplicates_get_unique_ids(project: Sandbox, run: Run) -> None:
+    quilt = project.root / "quilt"
+    quilt.mkdir()
+    (quilt / "0001-fix.patch").write_bytes(mail("[PATCH] fix"))
+    (quilt / "series").write_bytes(b"0001-fix.patch\n")
+    s = str(project.series)
+    assert run("import", str(quilt / "series"), "--series", s).code == 0
+    (quilt / "0001-fix.patch").write_bytes(mail("[PATCH] fix", diff=MAIN_DIFF))
+    assert run("import", str(quilt / "series"), "--series", s).code == 0
+    from patchctl.series import load_series
+
+    assert load_series(project.series).ids() == ("0001-fix", "0001-fix-2")
+
+
+QUILT_CASES: dict[str, tuple[bytes, str]] = {
+    "dotdot-name": (b"../../victim.txt\n", "is not a relative name"),
+    "absolute-name": (b"/etc/passwd\n", "is not a relative name"),
+    "not-utf8-name": (b"caf\xe9.patch\n", "not UTF-8"),
+    "escape-in-name": (b"a\x1b[31m.patch\n", "is not a relative name"),
+    "unsupported-option": (b"a.patch -p0\n", "unsupported patch options"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(QUILT_CASES))
+def test_hostile_quilt_series(project: Sandbox, run: Run, case: str) -> None:
+    text, needle = QUILT_CASES[case]
+    quilt = project.root / "quilt"
+    quilt.mkdir()
+    (quilt / "a.patch").write_bytes(mail("[PATCH] a"))
+    (quilt / "series").write_bytes(text)
+    before = project.snapshot()
+    refused(run("import", str(quilt / "series"), "--series", str(project.series)), 5, needle)
+    assert project.unexpected(before) == []
+
+
+def test_quilt_patch_symlinked_out_of_its_directory(project: Sandbox, run: Run) -> None:
+    quilt = project.root / "quilt"
+    quilt.mkdir()
+    (quilt / "a.patch").symlink_to(project.root / "outside" / "victim.txt")
+    (quilt / "series").write_bytes(b"a.patch\n")
+    refused(run("import", str(quilt), "--series", str(project.series)), 5, "lies outside")
+
+
+def test_an_import_source_over_the_size_limit(
+    project: Sandbox, run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATCHCTL_MAX_PATCH_BYTES", "200")
+    refused(_import(project, run, mail("[PATCH] big")), 5, "PATCHCTL_MAX_PATCH_BYTES")
+
+
+def test_id_generation_is_bounded() -> None:
+    from patchctl.errors import ConfigError
+    from patchctl.importer import MAX_SUFFIX, unique_id
+
+    taken = {"0001-x", *(f"0001-x-{n}" for n in range(2, MAX_SUFFIX + 1))}
+    with pytest.raises(ConfigError, match="no free id"):
+        unique_id("0001-x", taken)
+    assert unique_id("0001-" + "y" * 63, {"0001-" + "Y" * 63}) == "0001-" + "y" * 61 + "-2"
+
+
+# ============================================================================ environments
+
+
+def _hostile_home(root: Path) -> dict[str, str]:
+    home = root / "outside" / "home"
+    (home / ".config" / "git").mkdir(parents=True)
+    config = (
+        f'[url "ext::sh -c touch% {root}/PWNED% #"]\n\tinsteadOf = /\n'
+        f"[core]\n\tfsmonitor = touch {root}/PWNED\n\thooksPath = {root}/outside\n"
+        f"[include]\n\tpath = {root}/outside/included\n"
+    )
+    (home / ".gitconfig").write_text(config)
+    (home / ".config" / "git" / "config").write_text(config)
+    (root / "outside" / "included").write_text(f"[core]\n\tsshCommand = touch {root}/PWNED\n")
+    return {"HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config")}
+
+
+ENV_CASES: dict[str, Callable[[Path], dict[str, str]]] = {
+    "GIT_DIR-and-GIT_WORK_TREE": lambda r: {
+        "GIT_DIR": f"{r}/outside/victim-repo/.git",
+        "GIT_WORK_TREE": f"{r}/outside/victim-repo",
+    },
+    "GIT_INDEX_FILE": lambda r: {"GIT_INDEX_FILE": f"{r}/outside/victim-index"},
+    "GIT_OBJECT_DIRECTORY": lambda r: {"GIT_OBJECT_DIRECTORY": f"{r}/outside/objects"},
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES": lambda r: {
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES": f"{r}/outside/victim-repo/.git/objects"
+    },
+    "GIT_CONFIG_COUNT-fsmonitor": lambda r: {
+        "GIT_CONFIG_COUNT": "1",
+        "GIT_CONFIG_KEY_0": "core.fsmonitor",
+        "GIT_CONFIG_VALUE_0": f"touch {r}/PWNED",
+    },
+    "GIT_CONFIG_PARAMETERS": lambda r: {
+        "GIT_CONFIG_PARAMETERS": f"'core.fsmonitor'='touch {r}/PWNED'"
+    },
+    "GIT_CONFIG_GLOBAL": lambda r: {"GIT_CONFIG_GLOBAL": f"{r}/outside/home/.gitconfig"},
+    "GIT_TRACE-files": lambda r: {
+        "GIT_TRACE": f"{r}/outside/trace",
+        "GIT_TRACE2_EVENT": f"{r}/outside/trace2",
+        "GIT_TRACE_PACKET": f"{r}/outside/trace-packet",
+    },
+    "GIT_EXTERNAL_DIFF": lambda r: {"GIT_EXTERNAL_DIFF": f"touch {r}/PWNED"},
+    "GIT_SSH_COMMAND": lambda r: {"GIT_SSH_COMMAND": f"touch {r}/PWNED", "GIT_SSH": "/bin/false"},
+    "GIT_EXEC_PATH": lambda r: {"GIT_EXEC_PATH": f"{r}/outside"},
+    "GIT_TEMPLATE_DIR": lambda r: {"GIT_TEMPLATE_DIR": f"{r}/outside/templates"},
+    "hostile-home-gitconfig": _hostile_home,
+    "editors-and-pagers": lambda r: {
+        "EDITOR": f"touch {r}/PWNED",
+        "VISUAL": f"touch {r}/PWNED",
+        "PAGER": f"touch {r}/PWNED",
+        "GIT_EDITOR": f"touch {r}/PWNED",
+        "GIT_PAGER": f"touch {r}/PWNED",
+    },
+}
+
+
+@pytest.mark.parametrize("case", sorted(ENV_CASES))
+def test_hostile_environment(
+    box: Sandbox, run: Run, monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    """Apply, capture and verify under the environment; the bytes and the world stay put."""
+    make_repo(box.root / "outside" / "victim-repo", {"v.txt": b"v\n"})
+    hooks = box.root / "outside" / "templates" / "hooks"
+    hooks.mkdir(parents=True)
+    (hooks / "post-checkout").write_text(f"#!/bin/sh\ntouch {box.root}/PWNED\n")
+    (hooks / "post-checkout").chmod(0o755)
+    git, tree = make_repo(box.upstream / "repo", FILES)
+    with (box.upstream / "repo" / ".git" / "config").open("a") as config:
+        config.write(
+            f"[core]\n\tfsmonitor = touch {box.root}/PWNED\n"
+            f"[uploadpack]\n\tpackObjectsHook = touch {box.root}/PWNED\n"
+        )
+    (box.series / "series.yaml").write_text(
+        f"version: 1\nupstream:\n  kind: git\n  url: ../../../upstream/repo\n"
+        f"  commit: {git.rev_parse('HEAD')}\n  tree: {tree}\npatches: []\n"
+    )
+    for name, value in ENV_CASES[case](box.root).items():
+        monkeypatch.setenv(name, value)
+    before = box.snapshot()
+    s = str(box.series)
+    assert run(*apply_args(box)).code == 0
+    assert run("new", "0001-a", "--title", "a", "--series", s).code == 0
+    (box.room / "main.c").write_bytes(b"int main(void)\n{\n\treturn 1;\n}\n")
+    result = run("capture", "0001-a", "--series", s)
+    assert result.code == 0, result.err
+    assert run("verify", "--all", "--series", s).code == 0
+    patch = (box.series / "0001-a.patch").read_bytes()
+    assert b"--- a/main.c\n+++ b/main.c\n@@ -1,4 +1,4 @@\n" in patch  # pins held
+    assert not (box.root / "PWNED").exists()
+    allowed = (
+        "cache",
+        "project/cleanroom",
+        "project/patches/demo",
+        "project/docs/UPSTREAM_SYNC.md",
+    )
+    assert box.unexpected(before, allowed) == []
+
+
+# ============================================================================ command line
+
+
+def test_workdir_symlink_is_followed_and_left_alone(box: Sandbox, run: Run) -> None:
+    archive_series(box, build(box.upstream / "pkg-1.0.tar.gz", SAMPLE))
+    target = box.root / "outside" / "room"
+    target.mkdir()
+    link = box.project / "room-link"
+    link.symlink_to(target)
+    result = run(*apply_args(box, "--workdir", str(link), "--json"))
+    assert result.code == 0, result.err
+    assert result.json()["cleanroom"] == str(target)
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert (target / "README").read_bytes() == b"hello\n"
+
+
+CLI_CASES: dict[str, tuple[Callable[[Sandbox], tuple[str, ...]], int, str]] = {
+    "workdir-dangling-symlink": (
+        lambda b: apply_args(b, "--workdir", str(_dangling(b))),
+        2,
+        "does not exist",
+    ),
+    "workdir-under-a-file": (
+        lambda b: apply_args(b, "--workdir", str(b.root / "victim.txt" / "room")),
+        2,
+        "not a directory",
+    ),
+    "workdir-too-long": (lambda b: apply_args(b, "--workdir", "/tmp/" + "w" * 5000), 2, "too long"),
+    "workdir-long-component": (lambda b: apply_args(b, "--workdir", "w" * 300), 2, "too long"),
+    "workdir-filesystem-root": (lambda b: apply_args(b, "--workdir", "/"), 2, "file system root"),
+    "workdir-foreign-directory": (
+        lambda b: apply_args(b, "--workdir", str(b.project)),
+        8,
+        "not a patchctl clean room",
+    ),
+    "series-too-long": (lambda b: ("docs", "--series", "s" * 5000), 2, "too long"),
+    "series-under-a-file": (
+        lambda b: ("docs", "--series", str(b.root / "victim.txt" / "s")),
+        2,
+        "not a directory",
+    ),
+    "capture-id-dotdot": (
+        lambda b: ("capture", "../../victim", "--series", str(b.series)),
+        15,
+        "no patch with id",
+    ),
+    "verify-id-slash": (
+        lambda b: ("verify", "0001-a/../x", "--series", str(b.series)),
+        15,
+        "no patch with id",
+    ),
+    "upto-dotdot": (lambda b: apply_args(b, "--upto", "../x"), 15, "no patch with id"),
+    "new-id-dotdot": (
+        lambda b: ("new", "0001-../x", "--title", "t", "--series", str(b.series)),
+        5,
+        "not NNNN-slug",
+    ),
+    "new-title-escape": (
+        lambda b: ("new", "0001-x", "--title", "a\x1b]0;pwned\x07", "--series", str(b.series)),
+        5,
+        "control characters",
+    ),
+    "new-title-newline": (
+        lambda b: ("new", "0001-x", "--title", "a\nSubject: b", "--series", str(b.series)),
+        5,
+        "control characters",
+    ),
+    "new-marker-newline": (
+        lambda b: ("new", "0001-x", "--title", "t", "--marker", "a\nb", "--series", str(b.series)),
+        5,
+        "control characters",
+    ),
+    "new-origin-carriage-return": (
+        lambda b: ("new", "0001-x", "--title", "t", "--origin", "a\rb", "--series", str(b.series)),
+        5,
+        "control characters",
+    ),
+    "new-over-an-existing-file": (
+        lambda b: ("new", "0007-mine", "--title", "t", "--series", str(b.series)),
+        8,
+        "refusing to overwrite",
+    ),
+    "import-source-too-long": (
+        lambda b: ("import", "/tmp/" + "i" * 5000, "--series", str(b.series)),
+        1,
+        "File name too long",
+    ),
+    "unknown-option": (lambda b: ("cleanroom", "apply", "--bogus"), 2, "No such option"),
+}
+
+
+def _dangling(box: Sandbox) -> Path:
+    link = box.root / "dangling"
+    link.symlink_to(box.root / "nowhere")
+    return link
+
+
+@pytest.mark.parametrize("case", sorted(CLI_CASES))
+def test_hostile_command_line(box: Sandbox, run: Run, case: str) -> None:
+    archive_series(box, build(box.upstream / "pkg-1.0.tar.gz", SAMPLE))
+    assert run(*apply_args(box)).code == 0
+    (box.series / "0007-mine.patch").write_bytes(b"mine\n")
+    make_args, code, needle = CLI_CASES[case]
+    args = make_args(box)
+    before = box.snapshot()
+    result = run(*args, "--json")
+    refused(result, code, needle)
+    assert result.json()["ok"] is False and result.json()["exit_code"] == code
+    assert box.unexpected(before) == []
+
+
+def test_internal_errors_are_json_too(
+    box: Sandbox, run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def boom(*_args: object, **_kwargs: object) -> None:
+        raise RuntimeError("kaboom \x1b[31m")
+
+    monkeypatch.setattr("patchctl.commands.patch.load_series", boom)
+    result = run("docs", "--series", str(box.series), "--json")
+    assert result.code == 4
+    assert result.json() == {
+        "ok": False,
+        "error": "InternalError",
+        "exit_code": 4,
+        "message": "RuntimeError: kaboom \\x1b[31m",
+    }
+    assert "\x1b" not in result.err
+
+
+def test_rich_markup_in_a_project_path_is_printed_as_text(tmp_path: Path, run: Run) -> None:
+    box = Sandbox(tmp_path / "a[/]b [bold]")
+    box.plant_victims()
+    archive_series(box, build(box.upstream / "pkg-1.0.tar.gz", SAMPLE))
+    result = run(*apply_args(box))
+    assert result.code == 0, result.err
+    assert f"clean room created: {box.room}" in result.out
+
+
+# ============================================================================ docs location
+
+
+def test_a_series_outside_patches_writes_its_registry_in_its_own_root(
+    box: Sandbox, run: Run
+) -> None:
+    """The issue's case: a series in <x>/s wrote <x>/../docs; now <x>/docs (never above)."""
+    series = box.root / "x" / "s"
+    series.mkdir(parents=True)
+    (series / "series.yaml").write_text(_with_upstream())
+    before = box.snapshot()
+    assert run("docs", "--series", str(series)).code == 0
+    assert box.unexpected(before, ("x",)) == []
+    assert (box.root / "x" / "docs" / "UPSTREAM_SYNC.md").is_file()
+    assert not (box.root / "docs" / "UPSTREAM_SYNC.md").exists()
+
+
+def test_two_series_in_one_patches_folder_keep_their_own_sections(box: Sandbox, run: Run) -> None:
+    other = box.project / "patches" / "other"
+    other.mkdir()
+    for series, marker in ((box.series, "// demo"), (other, "// other")):
+        (series / "series.yaml").write_text(
+            _with_patch(f'{{id: 0001-a, file: a.patch, markers: ["{marker}"]}}')
+        )
+        (series / "a.patch").write_bytes(f"--- a/f\n+++ b/f\n@@ -0,0 +1 @@\n+{marker}\n".encode())
+        assert run("docs", "--series", str(series)).code == 0
+    registry = (box.project / "docs" / "UPSTREAM_SYNC.md").read_text()
+    assert "`patches/demo`" in registry and "`// demo`" in registry
+    assert "`patches/other`" in registry and "`// other`" in registry
+    for series in (box.series, other):
+        assert run("docs", "--check", "--series", str(series)).code == 0
+    shutil.rmtree(other)  # a removed series' section goes with the next write
+    assert run("docs", "--check", "--series", str(box.series)).code == 16
+    assert run("docs", "--series", str(box.series)).code == 0
+    assert "patches/other" not in (box.project / "docs" / "UPSTREAM_SYNC.md").read_text()
+
+
+def test_a_docs_symlink_out_of_the_project_is_refused(box: Sandbox, run: Run) -> None:
+    shutil.rmtree(box.project / "docs")
+    (box.project / "docs").symlink_to(box.root / "outside")
+    (box.series / "series.yaml").write_text(_with_upstream())
+    before = box.snapshot()
+    refused(run("docs", "--series", str(box.series)), 8, "outside the project root")
+    assert box.unexpected(before) == []
+
+
+def test_a_hand_written_registry_is_never_overwritten(box: Sandbox, run: Run) -> None:
+    (box.project / "docs" / "UPSTREAM_SYNC.md").write_text("# our own sync notes\n")
+    (box.series / "series.yaml").write_text(_with_upstream())
+    before = box.snapshot()
+    refused(run("docs", "--series", str(box.series)), 8, "not generated by patchctl")
+    assert box.unexpected(before) == []
+
+
+def test_a_readme_symlink_is_replaced_not_written_through(box: Sandbox, run: Run) -> None:
+    (box.series / "series.yaml").write_text(_with_upstream())
+    (box.series / "README.md").symlink_to(box.root / "victim.txt")
+    assert run("docs", "--series", str(box.series)).code == 0
+    assert not (box.series / "README.md").is_symlink()
+    assert box.victims_intact()
+
+
+# ============================================================================ the matrix's counts
+
+# Every test of this module belongs to one row of the matrix in docs/reliability.md.
+CATEGORY = {
+    "archives: hostile members and limits": (
+        "test_hostile_archive",
+        "test_hostile_tar_without_the_stdlib_filter",
+        "test_compression_bomb_stops_at_its_header",
+        "test_a_member_declaring_a_terabyte_is_refused_at_its_header",
+        "test_a_bad_limit_variable_is_a_config_error",
+        "test_safe_archive_with_internal_links_and_a_smuggled_git_dir",
+    ),
+    "archives: truncated and corrupt": (
+        "test_damaged_archive_is_exit_7_with_the_library_message",
+        "test_zip_with_a_bad_crc_in_its_last_member_leaves_nothing",
+    ),
+    "series files and values": (
+        "test_hostile_series_file",
+        "test_the_alias_bomb_stops_at_its_first_alias",
+        "test_a_huge_series_file_is_refused_before_parsing",
+        "test_a_patch_file_symlinked_out_of_the_series_is_refused",
+        "test_a_patch_file_that_is_a_directory_is_refused",
+        "test_a_patch_file_over_the_size_limit_is_refused",
+    ),
+    "URLs accepted": ("test_allowed_url_forms_load",),
+    "patches and capture": (
+        "test_hostile_patch",
+        "test_capture_of_odd_paths_round_trips",
+        "test_capture_validates_before_its_first_write",
+        "test_binary_and_crlf_patches_import_and_verify",
+    ),
+    "mboxes and quilt series": (
+        "test_hostile_mbox",
+        "test_mboxrd_quoted_from_lines_are_unquoted_once",
+        "test_import_never_overwrites_a_patch_file",
+        "test_quilt_duplicates_get_unique_ids",
+        "test_hostile_quilt_series",
+        "test_quilt_patch_symlinked_out_of_its_directory",
+        "test_an_import_source_over_the_size_limit",
+        "test_id_generation_is_bounded",
+    ),
+    "environments": ("test_hostile_environment",),
+    "command line": (
+        "test_workdir_symlink_is_followed_and_left_alone",
+        "test_hostile_command_line",
+        "test_internal_errors_are_json_too",
+        "test_rich_markup_in_a_project_path_is_printed_as_text",
+    ),
+    "generated docs location": (
+        "test_a_series_outside_patches_writes_its_registry_in_its_own_root",
+        "test_two_series_in_one_patches_folder_keep_their_own_sections",
+        "test_a_docs_symlink_out_of_the_project_is_refused",
+        "test_a_hand_written_registry_is_never_overwritten",
+        "test_a_readme_symlink_is_replaced_not_written_through",
+    ),
+}
+
+
+def cases_of(name: str) -> int:
+    """How many cases a test function runs (the product of its parametrize lists)."""
+    count = 1
+    for mark in getattr(globals()[name], "pytestmark", []):
+        if mark.name == "parametrize":
+            count *= len(mark.args[1])
+    return count
+
+
+def test_reliability_doc_counts_match_the_matrix() -> None:
+    tests = [
+        n
+        for n in globals()
+        if n.startswith("test_") and n != "test_reliability_doc_counts_match_the_matrix"
+    ]
+    categorized = [t for names in CATEGORY.values() for t in names]
+    assert sorted(categorized) == sorted(tests), "give every hostile test a CATEGORY row"
+    doc = (REPO / "docs" / "reliability.md").read_text()
+    total = 0
+    for row, names in CATEGORY.items():
+        count = sum(cases_of(n) for n in names)
+        total += count
+        assert f"| {row} | {count} |" in doc, f"docs/reliability.md: row {row!r} should say {count}"
+    assert f"| **total** | **{total}** |" in doc
