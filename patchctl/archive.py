@@ -256,20 +256,76 @@ def _zip_opener(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> Opener:
     return lambda: zf.open(info)
 
 
+class _HugeHeader(Exception):
+    """A tar extension header too large to read (raised before tarfile reads it)."""
+
+
+class _BoundedTarInfo(tarfile.TarInfo):
+    """A TarInfo that refuses an over-long extension header before tarfile reads it into
+    memory: a pax or GNU long-name header declares its size, and a few KiB of gzip can
+    declare gigabytes of header."""
+
+    def _proc_member(self, source: tarfile.TarFile) -> tarfile.TarInfo:
+        if self.type in EXTENSION_HEADERS and self.size > MAX_HEADER:
+            raise _HugeHeader(f"an extension header of {human(self.size)}")
+        return super()._proc_member(source)  # type: ignore[misc,no-any-return]
+
+
+EXTENSION_HEADERS = (
+    tarfile.XHDTYPE,
+    tarfile.XGLTYPE,
+    tarfile.SOLARIS_XHDTYPE,
+    tarfile.GNUTYPE_LONGNAME,
+    tarfile.GNUTYPE_LONGLINK,
+)
+MAX_HEADER = 1 << 20  # a pax header or GNU long name (real ones are well under 64 KiB)
+
+
 @contextmanager
 def _members(archive: Path) -> Iterator[list[_Raw]]:
     """Every member of the archive (scanned within the limits); the archive stays open."""
     try:
         if archive.name.lower().endswith(".zip"):
+            _check_zip_directory(archive)
             with zipfile.ZipFile(archive) as zf:
                 yield list(_zip_members(archive, zf))
             return
-        with tarfile.open(archive, "r:*") as tar:
+        with tarfile.open(archive, "r:*", tarinfo=_BoundedTarInfo) as tar:
             yield list(_tar_members(archive, tar))
     except PatchctlError:
         raise
+    except _HugeHeader as exc:
+        raise UnsafeArchive(
+            f"{archive.name}: {exc} (at most {human(MAX_HEADER)}); nothing was extracted",
+            hint="use a trusted archive",
+        ) from None
     except READ_ERRORS as exc:
         raise _corrupt(archive, exc) from None
+
+
+def _check_zip_directory(archive: Path) -> None:
+    """The member count a zip declares, checked before zipfile reads its whole directory
+    into memory (tens of bytes of directory per member: a big zip could hold millions)."""
+    with archive.open("rb") as stream:
+        stream.seek(0, os.SEEK_END)
+        size = stream.tell()
+        stream.seek(max(0, size - (1 << 16) - 22))
+        tail = stream.read()
+        end = tail.rfind(b"PK\x05\x06")
+        if end < 0 or len(tail) < end + 22:
+            return  # no end record: zipfile reports the damage itself
+        declared = int.from_bytes(tail[end + 10 : end + 12], "little")
+        locator = tail.rfind(b"PK\x06\x07", 0, end)
+        if declared == 0xFFFF and locator >= 0:
+            stream.seek(int.from_bytes(tail[locator + 8 : locator + 16], "little") + 32)
+            declared = int.from_bytes(stream.read(8), "little")
+    limit = ARCHIVE_MEMBERS.value()
+    if declared > limit:
+        raise UnsafeArchive(
+            f"{archive.name}: more than {limit} members ({declared} declared; "
+            f"limit {ARCHIVE_MEMBERS.env}); nothing was extracted",
+            hint=ARCHIVE_MEMBERS.hint(),
+        )
 
 
 # ----------------------------------------------------------------------------- checking

@@ -25,6 +25,7 @@ from hostile.archives import (
     M,
     build,
     corrupted,
+    header_bomb,
     lying_tar,
     truncated,
     zeros_tar,
@@ -363,6 +364,16 @@ def test_compression_bomb_stops_at_its_header(box: Sandbox, run: Run, fmt: str) 
         zeros_tar(path, T + "zeros", 80 << 20)
     assert path.stat().st_size < 1 << 20
     _refused_archive(box, run, path, "PATCHCTL_MAX_ARCHIVE_RATIO")
+
+
+@pytest.mark.parametrize("kind", [b"x", b"L"], ids=["pax-header", "gnu-long-name"])
+def test_an_extension_header_bomb_is_refused_before_it_is_read(
+    box: Sandbox, run: Run, kind: bytes
+) -> None:
+    """64 MiB of header in a few KiB of gzip: tarfile would read it all into memory."""
+    archive = header_bomb(box.upstream / "pkg-1.0.tar.gz", kind, 64 << 20)
+    assert archive.stat().st_size < 1 << 20
+    _refused_archive(box, run, archive, "an extension header of 64.0 MiB")
 
 
 def test_a_member_declaring_a_terabyte_is_refused_at_its_header(box: Sandbox, run: Run) -> None:
@@ -1293,6 +1304,7 @@ CATEGORY = {
         "test_hostile_tar_without_the_stdlib_filter",
         "test_compression_bomb_stops_at_its_header",
         "test_a_member_declaring_a_terabyte_is_refused_at_its_header",
+        "test_an_extension_header_bomb_is_refused_before_it_is_read",
         "test_a_bad_limit_variable_is_a_config_error",
         "test_safe_archive_with_internal_links_and_a_smuggled_git_dir",
     ),

@@ -203,9 +203,7 @@ def test_missing_series_file_is_not_found(tmp_path: Path) -> None:
 # Any one-line text: control characters, line separators and bidi overrides are refused on load.
 BIDI = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
 TEXT = st.text(
-    alphabet=st.characters(
-        blacklist_categories=("Cs", "Cc", "Zl", "Zp"), blacklist_characters=BIDI
-    )
+    alphabet=st.characters(blacklist_categories=("Cs", "Cc", "Zl", "Zp"), blacklist_characters=BIDI)
     | st.sampled_from([" ", "#", "'", '"', "*", "&", "!", "[", "/", "]"]),
     max_size=40,
 )

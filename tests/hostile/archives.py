@@ -116,6 +116,25 @@ def lying_tar(path: Path, name: str, declared: int, data: bytes) -> Path:
     return path
 
 
+def header_bomb(path: Path, kind: bytes, size: int) -> Path:
+    """A .tar.gz whose first header is a pax (b"x") or GNU long-name (b"L") extension header
+    declaring `size` bytes of zeros, streamed through gzip (nothing big is held in memory)."""
+    import gzip
+
+    info = tarfile.TarInfo("././@LongLink" if kind == b"L" else "./PaxHeaders/x")
+    info.type = kind
+    info.size = size
+    with gzip.open(path, "wb") as out:
+        out.write(info.tobuf(tarfile.GNU_FORMAT))
+        block = bytes(1 << 20)
+        left = size + (-size % tarfile.BLOCKSIZE)
+        while left:
+            out.write(block[: min(left, len(block))])
+            left -= min(left, len(block))
+        out.write(b"\0" * (2 * tarfile.BLOCKSIZE))
+    return path
+
+
 def truncated(path: Path, keep: float = 0.5) -> Path:
     """`path` cut to a fraction of its bytes (a download that stopped)."""
     data = path.read_bytes()
