@@ -182,7 +182,10 @@ def scratch_repo(sources: Sequence[Path]) -> Iterator[Git]:
         with (git.repo / "config").open("a", encoding="utf-8") as config:
             # index v4 (prefix-compressed paths) makes each apply/write-tree read less.
             config.write("[core]\n\tfsync = none\n[index]\n\tversion = 4\n")
-        alternates = "".join(f"{objects_dir(s)}\n" for s in sources)
+        found = [objects_dir(s) for s in sources]
+        if any("\n" in str(f) or "\r" in str(f) for f in found):
+            raise PatchctlError("an object directory path contains a line break; not using it")
+        alternates = "".join(f"{f}\n" for f in found)
         (git.repo / "objects" / "info").mkdir(parents=True, exist_ok=True)
         (git.repo / "objects" / "info" / "alternates").write_text(alternates)
         yield git

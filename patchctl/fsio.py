@@ -2,7 +2,8 @@
 
 The temporary file gets an unpredictable name and is created with O_EXCL and O_NOFOLLOW, so a
 planted file or symlink beside the target is never written through. A failure to write (no
-permission, a full disk) is a PatchctlError naming the file, not a traceback.
+permission, a full disk) is an OSError naming the file (the CLI reports it, exit 1), and
+commands call `check_writable` before their first write so it rarely gets that far.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import secrets
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from patchctl.errors import DirtyTree, PatchctlError
@@ -18,38 +19,39 @@ from patchctl.errors import DirtyTree, PatchctlError
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def _write_temp(path: Path, data: bytes) -> Path:
-    """`data` in a new temporary file beside `path` (mode 0666 minus the umask)."""
+def _write_temp(path: Path, blocks: Iterable[bytes]) -> Path:
+    """`blocks` in a new temporary file beside `path` (mode 0666 minus the umask)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}-{secrets.token_hex(4)}")
     fd = os.open(tmp, _NEW, 0o666)
     try:
         with os.fdopen(fd, "wb") as out:
-            out.write(data)
+            for block in blocks:
+                out.write(block)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     return tmp
 
 
-def _cannot_write(path: Path, exc: OSError) -> PatchctlError:
-    return PatchctlError(
-        f"cannot write {path}: {exc.strerror or exc}",
-        hint="check the permissions and free space of that directory",
-    )
-
-
 def write_atomic(path: Path, data: bytes) -> None:
     """Write `data` to a temporary file beside `path`, then rename it over `path`."""
+    write_atomic_blocks(path, (data,))
+
+
+def write_atomic_blocks(
+    path: Path, blocks: Iterable[bytes], check: Callable[[], None] | None = None
+) -> None:
+    """`write_atomic` for data streamed in blocks; `check` (raising to refuse) runs after the
+    last block, before the rename, so a refused stream never replaces `path`."""
+    tmp = _write_temp(path, blocks)
     try:
-        tmp = _write_temp(path, data)
-        try:
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-    except OSError as exc:
-        raise _cannot_write(path, exc) from None
+        if check is not None:
+            check()
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def write_if_changed(path: Path, data: bytes) -> bool:
@@ -67,7 +69,7 @@ def write_new(path: Path, data: bytes) -> None:
     that appeared meanwhile.
     """
     try:
-        tmp = _write_temp(path, data)
+        tmp = _write_temp(path, (data,))
         try:
             os.link(tmp, path)
         except OSError as exc:
@@ -78,8 +80,6 @@ def write_new(path: Path, data: bytes) -> None:
             tmp.unlink(missing_ok=True)
     except FileExistsError:
         raise refuse_overwrite(path) from None
-    except OSError as exc:
-        raise _cannot_write(path, exc) from None
 
 
 def _create_exclusive(path: Path, data: bytes) -> None:

@@ -16,6 +16,7 @@ import json
 import os
 import re
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from urllib.parse import urljoin, urlsplit
 
 from patchctl.archive import extract_archive, is_archive
 from patchctl.errors import ChecksumMismatch, ConfigError, GitFailed, NotFound, PatchctlError
-from patchctl.fsio import write_atomic
+from patchctl.fsio import write_atomic_blocks
 from patchctl.git import Git
 from patchctl.limits import DOWNLOAD_BYTES, INDEX_BYTES, human
 from patchctl.progress import Progress, or_null
@@ -80,12 +81,25 @@ def find_cached(sha256: str, cache: Path | None = None) -> Path | None:
 
 
 def store(source: Path, sha256: str, filename: str, cache: Path | None = None) -> Path:
-    """Copy `source` into the store if its sha256 is `sha256` (ChecksumMismatch otherwise)."""
-    actual = sha256_file(source)
-    if actual != sha256:
-        raise ChecksumMismatch(f"{source} has sha256 {actual}, expected {sha256}")
+    """Copy `source` into the store if its sha256 is `sha256` (ChecksumMismatch otherwise).
+
+    Streamed (an archive can be gigabytes) and hashed while copying: the file that lands in
+    the store is the one that was checked.
+    """
     target = cached_path(sha256, filename, cache)
-    write_atomic(target, source.read_bytes())
+    digest = hashlib.sha256()
+
+    def blocks() -> Iterator[bytes]:
+        with source.open("rb") as stream:
+            for block in iter(lambda: stream.read(CHUNK), b""):
+                digest.update(block)
+                yield block
+
+    def check() -> None:
+        if digest.hexdigest() != sha256:
+            raise ChecksumMismatch(f"{source} has sha256 {digest.hexdigest()}, expected {sha256}")
+
+    write_atomic_blocks(target, blocks(), check)
     return target
 
 

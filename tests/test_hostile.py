@@ -31,7 +31,7 @@ from hostile.archives import (
     zeros_tar,
     zip_bad_crc,
 )
-from hostile.sandbox import Sandbox
+from hostile.sandbox import Sandbox, serve
 from support_patch import make_repo
 
 from patchctl import cli
@@ -415,6 +415,83 @@ def test_safe_archive_with_internal_links_and_a_smuggled_git_dir(box: Sandbox, r
     assert b"PWNED" not in (room / ".git" / "config").read_bytes()
     assert not list(box.root.rglob("PWNED"))
     assert box.unexpected(before, ("cache", "project/cleanroom")) == []
+    assert box.victims_intact()
+
+
+# ============================================================================ package index
+
+
+def _index(box: Sandbox, entries: object, raw: bytes | None) -> Path:
+    """A package index for pkg 1.0 (JSON API and Simple API), with the sdist in packages/."""
+    mirror = box.root / "mirror"
+    for endpoint, key in (("pypi/pkg/1.0/json", "urls"), ("simple/pkg/index.html", "files")):
+        path = mirror / endpoint
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(raw if raw is not None else json.dumps({key: entries}).encode())
+    return mirror
+
+
+def _entry(sdist: Path, filename: str, url: str) -> dict[str, object]:
+    digest = {"sha256": sha256(sdist)}
+    return {
+        "packagetype": "sdist",
+        "filename": filename,
+        "url": url,
+        "digests": digest,
+        "hashes": digest,
+    }
+
+
+GOOD_URL = "/packages/pkg-1.0.tar.gz"
+INDEX_CASES: dict[str, tuple[Callable[[Path], object], bytes | None, int, str]] = {
+    "filename-climbs-out-of-the-cache": (
+        lambda sdist: [_entry(sdist, "../../../../../victim.txt", GOOD_URL)],
+        None,
+        15,
+        "has no sdist",
+    ),
+    "filename-absolute": (
+        lambda sdist: [_entry(sdist, f"{sdist.parent}/victim.tar.gz", GOOD_URL)],
+        None,
+        15,
+        "has no sdist",
+    ),
+    "filename-hidden": (
+        lambda sdist: [_entry(sdist, ".pkg-1.0.tar.gz", GOOD_URL)],
+        None,
+        15,
+        "no sdist",
+    ),
+    "file-url-from-an-http-index": (
+        lambda sdist: [_entry(sdist, "pkg-1.0.tar.gz", sdist.as_uri())],
+        None,
+        15,
+        "has no sdist",
+    ),
+    "malformed-entries": (
+        lambda sdist: [1, "x", None, {"packagetype": "sdist"}, {"filename": 3, "url": []}],
+        None,
+        15,
+        "has no sdist",
+    ),
+    "not-json": (lambda sdist: None, b"<html>rate limited</html>", 1, "did not answer JSON"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(INDEX_CASES))
+def test_hostile_package_index(
+    box: Sandbox, run: Run, monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    """The index is a remote input: its file names become cache paths, its URLs downloads."""
+    make_entries, raw, code, needle = INDEX_CASES[case]
+    sdist = build(box.root / "mirror" / "packages" / "pkg-1.0.tar.gz", SAMPLE)
+    mirror = _index(box, make_entries(sdist), raw)
+    (box.series / "series.yaml").write_text(_sdist(sha256=sha256(sdist)))
+    before = box.snapshot()
+    with serve(mirror) as url:
+        monkeypatch.setenv("PATCHCTL_PYPI_URL", url)
+        refused(run(*apply_args(box)), code, needle)
+    assert box.unexpected(before) == []
     assert box.victims_intact()
 
 
@@ -826,6 +903,18 @@ def test_capture_validates_before_its_first_write(project: Sandbox, run: Run) ->
     assert project.unexpected(before, ("cache", "project/cleanroom/demo/.git/objects")) == []
     assert Git(project.room).rev_parse("HEAD") == head
     assert not (project.series / "0001-a.patch").exists()
+
+
+def test_capture_checks_every_target_is_writable_first(project: Sandbox, run: Run) -> None:
+    s = str(project.series)
+    assert run("new", "0001-a", "--title", "a", "--series", s).code == 0
+    (project.room / "main.c").write_bytes(b"int main(void) { return 2; }\n")
+    (project.series / "README.md").mkdir()  # the docs cannot be written there
+    head = Git(project.room).rev_parse("HEAD")
+    before = project.snapshot()
+    refused(run("capture", "0001-a", "--series", s), 1, "is a directory")
+    assert project.unexpected(before, ("cache", "project/cleanroom/demo/.git/objects")) == []
+    assert Git(project.room).rev_parse("HEAD") == head
 
 
 def test_binary_and_crlf_patches_import_and_verify(project: Sandbox, run: Run) -> None:
@@ -1312,6 +1401,7 @@ CATEGORY = {
         "test_damaged_archive_is_exit_7_with_the_library_message",
         "test_zip_with_a_bad_crc_in_its_last_member_leaves_nothing",
     ),
+    "package index answers": ("test_hostile_package_index",),
     "series files and values": (
         "test_hostile_series_file",
         "test_the_alias_bomb_stops_at_its_first_alias",
@@ -1325,6 +1415,7 @@ CATEGORY = {
         "test_hostile_patch",
         "test_capture_of_odd_paths_round_trips",
         "test_capture_validates_before_its_first_write",
+        "test_capture_checks_every_target_is_writable_first",
         "test_binary_and_crlf_patches_import_and_verify",
     ),
     "mboxes and quilt series": (

@@ -5,7 +5,12 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 Entry = tuple[str, int, str]  # (type, mode, sha256 of the bytes or the link target)
@@ -103,3 +108,22 @@ class Sandbox:
 
     def victims_intact(self) -> bool:
         return all((self.root / rel).read_bytes() == f"victim {rel}\n".encode() for rel in VICTIMS)
+
+
+@contextmanager
+def serve(directory: Path) -> Iterator[str]:
+    """A local HTTP server over `directory` (a package index); yields its base URL."""
+    handler = partial(_QuietHandler, directory=str(directory))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class _QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
