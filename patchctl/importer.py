@@ -132,6 +132,13 @@ def read_patch_dir(directory: Path) -> list[Incoming]:
     files = sorted(p for p in directory.iterdir() if p.suffix == ".patch" and p.is_file())
     if not files:
         raise NotFound(f"no series file and no *.patch files in {directory}")
+    folder = directory.resolve()
+    for path in files:
+        if not path.resolve().is_relative_to(folder):
+            raise ConfigError(
+                f"{values.shown(path.name)} is a symlink to {path.resolve()}, outside {folder}",
+                hint="import only patches that live in the directory",
+            )
     return [Incoming(p.name, _read_bounded(p)) for p in files]
 
 

@@ -1061,12 +1061,16 @@ def test_hostile_quilt_series(project: Sandbox, run: Run, case: str) -> None:
     assert project.unexpected(before) == []
 
 
-def test_quilt_patch_symlinked_out_of_its_directory(project: Sandbox, run: Run) -> None:
-    quilt = project.root / "quilt"
-    quilt.mkdir()
-    (quilt / "a.patch").symlink_to(project.root / "outside" / "victim.txt")
-    (quilt / "series").write_bytes(b"a.patch\n")
-    refused(run("import", str(quilt), "--series", str(project.series)), 5, "lies outside")
+@pytest.mark.parametrize("kind", ["quilt", "format-patch"])
+def test_a_patch_symlinked_out_of_its_directory(project: Sandbox, run: Run, kind: str) -> None:
+    source = project.root / "source"
+    source.mkdir()
+    (source / "a.patch").symlink_to(project.root / "outside" / "victim.txt")
+    if kind == "quilt":
+        (source / "series").write_bytes(b"a.patch\n")
+    before = project.snapshot()
+    refused(run("import", str(source), "--series", str(project.series)), 5, "outside")
+    assert project.unexpected(before) == []
 
 
 def test_an_import_source_over_the_size_limit(
@@ -1424,7 +1428,7 @@ CATEGORY = {
         "test_import_never_overwrites_a_patch_file",
         "test_quilt_duplicates_get_unique_ids",
         "test_hostile_quilt_series",
-        "test_quilt_patch_symlinked_out_of_its_directory",
+        "test_a_patch_symlinked_out_of_its_directory",
         "test_an_import_source_over_the_size_limit",
         "test_id_generation_is_bounded",
     ),
