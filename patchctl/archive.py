@@ -155,8 +155,8 @@ class _Budget:
         self.members = 0
         self.bytes = 0
 
-    def add(self, size: int) -> None:
-        self.members += 1
+    def add(self, size: int, members: int = 1) -> None:
+        self.members += members
         self.bytes += max(size, 0)
         name = self.archive.name
         if self.members > self.max_members:
@@ -193,9 +193,15 @@ class _Raw:
 
 def _tar_members(archive: Path, tar: tarfile.TarFile) -> Iterator[_Raw]:
     budget = _Budget(archive)
+    sizes: dict[str, int] = {}  # a hard link is written as a copy: it costs its target's size
     while (info := tar.next()) is not None:
         budget.add(info.size if info.isreg() else 0)
-        yield _Raw(_tar_member(archive, info), _tar_opener(tar, info), info)
+        member = _tar_member(archive, info)
+        if member.kind == "file":
+            sizes[member.name] = member.size
+        elif member.kind == "hardlink":
+            budget.add(sizes.get(member.target, 0), members=0)
+        yield _Raw(member, _tar_opener(tar, info), info)
     # Read the compressed stream to its end: gzip checks its CRC (xz its block checks) only
     # there, and the scan above may stop at the end-of-archive blocks just before it.
     assert tar.fileobj is not None

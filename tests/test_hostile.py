@@ -251,6 +251,15 @@ ARCHIVE_CASES: dict[str, ArchiveCase] = {
         "more than 20 members",
         (("PATCHCTL_MAX_ARCHIVE_MEMBERS", "20"),),
     ),
+    "hard-link-amplification": ArchiveCase(
+        (
+            M(T + "f", data=b"x" * 3000),
+            *(M(f"{T}h{i}", "hardlink", target=T + "f") for i in range(9)),
+        ),
+        ("tar", "tar.gz"),
+        "add up to more than",
+        (("PATCHCTL_MAX_ARCHIVE_BYTES", "20000"),),
+    ),
     "too-large": ArchiveCase(
         (M(T + "big", data=b"x" * 5000),),
         ("tar.gz", "zip"),
