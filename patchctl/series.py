@@ -331,6 +331,7 @@ def _reject_unknown(data: Mapping[Any, Any], allowed: Iterable[str], path: Path,
 
 # Which rule checks each string key, and the fix its error suggests.
 Rule = Callable[[str], str | None]
+OBJECT_ID = (values.object_id_problem, "use the full 40-hex lowercase object id")
 RULES: dict[str, tuple[Rule, str]] = {
     "url": (values.git_url_problem, "use an https/http/ssh/git/file URL, user@host:path or a path"),
     "path": (lambda v: _archive_path_problem(v), "use the path of a .tar.* or .zip file"),
@@ -338,10 +339,10 @@ RULES: dict[str, tuple[Rule, str]] = {
     "version": (values.version_problem, "use a PEP 440 version, e.g. 0.3.36 (quote it)"),
     "sha256": (values.sha256_problem, "use the 64-hex lowercase sha256 of the file"),
     "subdir": (values.relpath_problem, "use a relative path without '..', e.g. vendor/llama.cpp"),
-    "tree": (values.object_id_problem, "use the full 40-hex lowercase object id"),
-    "commit": (values.object_id_problem, "use the full 40-hex lowercase object id"),
-    "pre_tree": (values.object_id_problem, "use the full 40-hex lowercase object id"),
-    "post_tree": (values.object_id_problem, "use the full 40-hex lowercase object id"),
+    "tree": OBJECT_ID,
+    "commit": OBJECT_ID,
+    "pre_tree": OBJECT_ID,
+    "post_tree": OBJECT_ID,
     "id": (values.patch_id_problem, "use NNNN-slug, e.g. 0078-dca"),
     "file": (values.patch_file_problem, "use a relative NAME.patch inside the series directory"),
     "title": (values.text_problem, "use one line of plain text"),

@@ -102,15 +102,16 @@ def marker_problem(marker: str) -> str | None:
     return text_problem(marker, MAX_MARKER)
 
 
+def _value_problem(value: str, limit: int) -> str | None:
+    """A non-empty `text_problem`-clean value."""
+    return "is empty" if not value else text_problem(value, limit)
+
+
 def relpath_problem(value: str) -> str | None:
     """A relative path inside a tree: no `..`, `.`, empty or `.git` components, no leading '-'."""
-    if not value:
-        return "is empty"
-    if len(value) > MAX_PATH:
-        return f"is {len(value)} characters long (at most {MAX_PATH})"
-    bad = unsafe_chars(value)
-    if bad:
-        return f"contains control characters ({', '.join(bad)})"
+    problem = _value_problem(value, MAX_PATH)
+    if problem is not None:
+        return problem
     if value.startswith("/") or "\\" in value:
         return "must be a relative path with '/' separators"
     if value.startswith("-"):
@@ -187,13 +188,9 @@ def url_kind(url: str) -> str:
 
 def git_url_problem(url: str) -> str | None:
     """An upstream git URL: https, http, ssh, git or file URL, scp-like ssh, or a local path."""
-    if not url:
-        return "is empty"
-    if len(url) > MAX_URL:
-        return f"is {len(url)} characters long (at most {MAX_URL})"
-    bad = unsafe_chars(url)
-    if bad:
-        return f"contains control characters ({', '.join(bad)})"
+    problem = _value_problem(url, MAX_URL)
+    if problem is not None:
+        return problem
     if url.startswith("-"):
         return "starts with '-' (git would read it as an option)"
     kind = url_kind(url)
