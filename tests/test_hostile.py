@@ -504,6 +504,21 @@ def test_hostile_package_index(
     assert box.victims_intact()
 
 
+def test_a_download_over_the_limit_keeps_nothing(
+    box: Sandbox, run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sdist = build(box.root / "mirror" / "packages" / "pkg-1.0.tar.gz", SAMPLE)
+    mirror = _index(box, [_entry(sdist, "pkg-1.0.tar.gz", GOOD_URL)], None)
+    (box.series / "series.yaml").write_text(_sdist(sha256=sha256(sdist)))
+    monkeypatch.setenv("PATCHCTL_MAX_DOWNLOAD_BYTES", "10000")
+    before = box.snapshot()
+    with serve(mirror) as url:
+        monkeypatch.setenv("PATCHCTL_PYPI_URL", url)
+        refused(run(*apply_args(box)), 1, "PATCHCTL_MAX_DOWNLOAD_BYTES")
+    assert box.unexpected(before, ("cache/sha256",)) == []
+    assert not [p for p in box.cache.rglob("*") if p.is_file()]
+
+
 # ============================================================================ series files
 
 UPSTREAM = f"upstream:\n  kind: git\n  url: ../../../upstream/repo\n  commit: {COMMIT}\n"
@@ -1414,7 +1429,10 @@ CATEGORY = {
         "test_damaged_archive_is_exit_7_with_the_library_message",
         "test_zip_with_a_bad_crc_in_its_last_member_leaves_nothing",
     ),
-    "package index answers": ("test_hostile_package_index",),
+    "package index answers": (
+        "test_hostile_package_index",
+        "test_a_download_over_the_limit_keeps_nothing",
+    ),
     "series files and values": (
         "test_hostile_series_file",
         "test_the_alias_bomb_stops_at_its_first_alias",
