@@ -17,6 +17,7 @@ import os
 import re
 import urllib.request
 from collections.abc import Iterator
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,7 +100,12 @@ def store(source: Path, sha256: str, filename: str, cache: Path | None = None) -
         if digest.hexdigest() != sha256:
             raise ChecksumMismatch(f"{source} has sha256 {digest.hexdigest()}, expected {sha256}")
 
-    write_atomic_blocks(target, blocks(), check)
+    try:
+        write_atomic_blocks(target, blocks(), check)
+    except ChecksumMismatch:
+        with suppress(OSError):
+            target.parent.rmdir()  # the folder of a hash nothing has: only if it is empty
+        raise
     return target
 
 
