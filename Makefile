@@ -27,7 +27,7 @@ test: venv
 ## lint: ruff and mypy --strict
 lint: venv
 	$(BIN)/python -m ruff check patchctl tests
-	$(BIN)/python -m mypy --strict patchctl
+	$(BIN)/python -m mypy --strict patchctl tests
 
 clean-venv:
 	rm -rf $(VENV)

@@ -9,7 +9,6 @@ reproducible. patchctl refuses to touch a directory without the marker, and save
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
@@ -21,7 +20,9 @@ from typing import Any
 
 from patchctl import __version__
 from patchctl.errors import DirtyTree, NotFound, PatchctlError
+from patchctl.fsio import locked_dir
 from patchctl.git import Git
+from patchctl.patchapply import ID_TRAILER, SHA_TRAILER
 from patchctl.progress import Progress
 from patchctl.project import project_root
 from patchctl.series import Series, series_to_dict
@@ -31,8 +32,6 @@ MARKER = "patchctl-cleanroom.json"
 BRANCH = "refs/heads/main"
 BASE_REF = "refs/patchctl/base"
 BACKUP_REFS = "refs/patchctl/backups/"
-ID_TRAILER = "Patchctl-Id"
-SHA_TRAILER = "Patchctl-Patch-Sha256"
 # Worktree bytes must equal blob bytes whatever attributes upstream ships (eol, filters).
 INFO_ATTRIBUTES = b"* -text -eol -filter -ident -working-tree-encoding\n"
 # Capture/diff flags for backup patch files: bytes-exact, config-free.
@@ -89,10 +88,7 @@ class Cleanroom:
             f"%H%x00%(trailers:key={ID_TRAILER},valueonly,separator=%x2C)"
             f"%x00%(trailers:key={SHA_TRAILER},valueonly,separator=%x2C)%x00"
         )
-        raw = self.git.run(
-            "log", "--reverse", "-z", f"--format={fmt}", f"{BASE_REF}..HEAD", "--"
-        ).decode("utf-8")
-        fields = raw.split("\0")
+        fields = self.git.log_records(fmt, f"{BASE_REF}..HEAD")
         entries = []
         for i in range(0, len(fields) - 3, 4):
             commit, pid, sha = (fields[i + j].strip() for j in range(3))
@@ -112,8 +108,7 @@ class Cleanroom:
 
     def dirty_paths(self) -> list[str]:
         """Paths with unsaved work: modified, staged, deleted or untracked (not ignored)."""
-        raw = self.git.run("status", "--porcelain=v1", "-z", "--untracked-files=all")
-        return _parse_status(raw)
+        return self.git.status_paths()
 
     def is_dirty(self) -> bool:
         """True when there is unsaved work."""
@@ -126,32 +121,21 @@ class Cleanroom:
     def save_unsaved_work(self) -> Backup:
         """Commit all unsaved work to `refs/patchctl/backups/<n>` and write `<n>.patch`."""
         paths = tuple(self.dirty_paths())
-        tree = self._snapshot_tree()
+        tree = self.git.snapshot_worktree()
         number = self._next_backup_number()
         message = f"patchctl backup {number}: {len(paths)} path(s)\n".encode()
         commit = self.git.commit_tree(tree, message, (self.head(),))
         ref = f"{BACKUP_REFS}{number}"
         self.git.update_ref(ref, commit, "patchctl backup")
-        patch = self.git.run("diff", *DIFF_FLAGS, "HEAD", commit, "--")
+        patch = self.git.run("diff", *DIFF_FLAGS, "--end-of-options", "HEAD", commit, "--")
         target = self.backups_dir() / f"{number}.patch"
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(patch)
         return Backup(ref, commit, target, paths)
 
-    def _snapshot_tree(self) -> str:
-        """The tree of HEAD plus every unsaved change, via a temporary index."""
-        index = self.git.repo / ".git" / "patchctl-backup.index"
-        env = {"GIT_INDEX_FILE": str(index)}
-        try:
-            self.git.run("read-tree", "HEAD", env=env)
-            self.git.run("add", "-A", "--", ".", env=env)
-            return self.git.text("write-tree", env=env)
-        finally:
-            index.unlink(missing_ok=True)
-
     def _next_backup_number(self) -> int:
-        refs = self.git.text("for-each-ref", "--format=%(refname)", BACKUP_REFS)
-        numbers = [int(r.rsplit("/", 1)[1]) for r in refs.split() if r.rsplit("/", 1)[1].isdigit()]
+        names = [ref.rsplit("/", 1)[1] for ref in self.git.refs(BACKUP_REFS)]
+        numbers = [int(name) for name in names if name.isdigit()]
         files = [int(p.stem) for p in self._backup_files() if p.stem.isdigit()]
         return max([0, *numbers, *files]) + 1
 
@@ -167,8 +151,8 @@ class Cleanroom:
         """
         if self.git.rev_parse(backup.ref) != backup.commit:
             raise PatchctlError(f"backup {backup.ref} is missing; not discarding anything")
-        self.git.run("reset", "--quiet", "--hard", "HEAD")
-        tracked = set(self.git.run("ls-files", "-z").split(b"\0"))
+        self.git.reset_hard_to_head()
+        tracked = self.git.tracked_paths()
         for rel in backup.paths:
             target = self.path / rel
             if os.fsencode(rel) not in tracked and (target.is_symlink() or target.is_file()):
@@ -176,22 +160,7 @@ class Cleanroom:
 
     def reset_to(self, commit: str) -> None:
         """Move the branch to `commit`, touching only files that differ (`reset --keep`)."""
-        self.git.run("reset", "--quiet", "--keep", commit)
-
-
-def _parse_status(raw: bytes) -> list[str]:
-    paths: list[str] = []
-    fields = raw.split(b"\0")
-    i = 0
-    while i < len(fields):
-        entry = fields[i]
-        i += 1
-        if len(entry) < 4:
-            continue
-        if entry[:1] in (b"R", b"C"):
-            i += 1  # the rename/copy source follows as its own field
-        paths.append(os.fsdecode(entry[3:]))
-    return paths
+        self.git.reset_keep(commit)
 
 
 # ----------------------------------------------------------------------------- locating
@@ -281,7 +250,7 @@ def _build(series: Series, tmp: Path, progress: Progress | None) -> None:
     message = f"upstream: {series.upstream.describe()}\n".encode()
     base = git.commit_tree(result.tree, message)
     git.update_ref(BRANCH, base)
-    git.run("symbolic-ref", "HEAD", BRANCH)
+    git.set_head(BRANCH)
     git.update_ref(BASE_REF, base)
     meta = {
         "created_by": f"patchctl {__version__}",
@@ -307,20 +276,10 @@ def _check_root(series: Series, git: Git, result: Materialized) -> None:
 
 @contextmanager
 def locked(workdir: Path) -> Iterator[None]:
-    """Hold an flock on the clean room's parent directory so two patchctl runs never change
-    a clean room at once (no lock file is left behind)."""
-    workdir.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(workdir.parent, os.O_RDONLY)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise PatchctlError(
-                f"another patchctl is working in {workdir.parent}", hint="wait for it to finish"
-            ) from None
+    """Hold the lock of the clean room at `workdir`: an flock on its parent directory, so two
+    patchctl runs never change one clean room at once (no lock file is left behind)."""
+    with locked_dir(workdir.parent):
         yield
-    finally:
-        os.close(fd)  # closing releases the lock
 
 
 def discard_cleanroom(room: Cleanroom) -> None:

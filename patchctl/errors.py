@@ -8,12 +8,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 EXIT_OK = 0
 EXIT_USAGE = 2  # raised by typer/click itself
 EXIT_INTERNAL = 4  # a bug: the handler prints a traceback under --debug
 EXIT_INTERRUPTED = 130
+
+
+class JsonReport(Protocol):
+    """A report an error carries into its `--json` form (verify's VerifyReport)."""
+
+    def to_json(self) -> dict[str, object]: ...
 
 
 class PatchctlError(Exception):
@@ -47,6 +53,14 @@ class PatchctlError(Exception):
             "hint": self.hint,
             **self.details(),
         }
+
+
+class SeriesChanged(PatchctlError):
+    """series.yaml changed on disk while a command that writes it was working (a hand edit)."""
+
+
+class NothingToCapture(PatchctlError):
+    """The working tree equals the tree before the patch: there is no patch to write."""
 
 
 class PatchDoesNotApply(PatchctlError):
@@ -160,10 +174,49 @@ class VerifyFailed(PatchctlError):
     exit_code = 12
 
 
+class RoundTripFailed(VerifyFailed):
+    """VerifyFailed (exit 12) carrying the whole report, so `--json` prints one document."""
+
+    def __init__(self, message: str, *, report: JsonReport, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.report = report
+
+    def details(self) -> dict[str, object]:
+        return {"report": self.report.to_json()}
+
+
 class BuildFailed(PatchctlError):
     """The compiler or build system failed."""
 
     exit_code = 13
+
+
+class BuildStepFailed(BuildFailed):
+    """A build step exited non-zero; carries the log path and the relevant excerpt."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        step: str,
+        returncode: int,
+        log: Path,
+        excerpt: str,
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.step = step
+        self.returncode = returncode
+        self.log = log
+        self.excerpt = excerpt
+
+    def details(self) -> dict[str, object]:
+        return {
+            "step": self.step,
+            "returncode": self.returncode,
+            "log": str(self.log),
+            "excerpt": self.excerpt,
+        }
 
 
 class ToolchainMissing(PatchctlError):
@@ -182,6 +235,21 @@ class StaleDocs(PatchctlError):
     """Generated docs are out of date."""
 
     exit_code = 16
+
+
+class DocsOutOfDate(StaleDocs):
+    """StaleDocs (exit 16) naming the stale files (also in `--json` details)."""
+
+    def __init__(self, stale: list[Path], extra: dict[str, object] | None = None) -> None:
+        super().__init__(
+            f"generated docs are out of date: {', '.join(map(str, stale))}",
+            hint="run `patchctl docs` and commit the result",
+        )
+        self.stale = stale
+        self.extra = extra or {}
+
+    def details(self) -> dict[str, object]:
+        return {"stale": [str(p) for p in self.stale], **self.extra}
 
 
 ALL_ERRORS: tuple[type[PatchctlError], ...] = (

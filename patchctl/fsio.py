@@ -1,4 +1,5 @@
-"""Atomic file writes: a reader sees the old bytes or the new ones, never a partial file.
+"""File-system primitives: atomic writes (a reader sees the old bytes or the new ones, never a
+partial file) and directory locks (two patchctl runs never change the same thing at once).
 
 The temporary file gets an unpredictable name and is created with O_EXCL and O_NOFOLLOW, so a
 planted file or symlink beside the target is never written through. A failure to write (no
@@ -9,9 +10,11 @@ commands call `check_writable` before their first write so it rarely gets that f
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import secrets
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from patchctl.errors import DirtyTree, PatchctlError
@@ -114,3 +117,25 @@ def check_writable(paths: Iterable[Path]) -> None:
                 f"cannot write {path}: {folder} is not a writable directory",
                 hint="check the permissions of that directory",
             )
+
+
+@contextmanager
+def locked_dir(directory: Path) -> Iterator[None]:
+    """Hold an exclusive flock on `directory` (made if missing) for the duration.
+
+    Refuses at once when another process holds it. The lock is on the directory itself, so no
+    lock file is ever left behind, and the kernel releases it when the holder dies (even on
+    SIGKILL).
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise PatchctlError(
+                f"another patchctl is working in {directory}", hint="wait for it to finish"
+            ) from None
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock

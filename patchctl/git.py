@@ -3,26 +3,38 @@
 Every call is `git -C <repo> -c <pins...> <args>` with an environment that ignores the user's
 and the system's git configuration, so user settings such as `diff.noprefix`,
 `apply.whitespace=fix` or `core.autocrlf=true` can never change the bytes patchctl reads or
-writes (house-style.md; patch-tools-anchors.md §d1).
+writes (docs/architecture.md, "The git layer").
+
+The vocabulary the features use lives here too: `Index` (an index file patchctl owns:
+read-tree, add-all, apply, write-tree, checkout), `temp_index`, `Git.snapshot_worktree` (the
+one work-tree snapshot), `Git.status_paths` and `scratch_repo` (a throwaway bare repository
+borrowing objects through alternates). Every method separates options from values: a value
+(URL, ref, path, object id) follows `--end-of-options` where the subcommand supports it, or is
+checked to be an object id where it does not, and pathspecs follow `--`. So no value from a
+series file or the command line can ever be read by git as an option.
 """
 
 from __future__ import annotations
 
 import atexit
 import os
+import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 
-from patchctl.errors import GitFailed
+from patchctl.errors import GitFailed, NotFound, PatchctlError
 
 IDENTITY_NAME = "patchctl"
 IDENTITY_EMAIL = "patchctl@invalid"
 # Fixed dates make commit ids a function of tree, parents and message only: reproducible.
 FIXED_DATE = "1970-01-01T00:00:00Z"
+# A full object id (sha1 or sha256): the only values passed where git has no --end-of-options.
+OBJECT_ID = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
 
 # (key, value, why). Applied with `-c` on every call, so even a clean room's own
 # .git/config cannot override them.
@@ -114,6 +126,17 @@ def hermetic_env(repo: Path, extra: Mapping[str, str] | None = None) -> dict[str
     return env
 
 
+def object_id(value: str) -> str:
+    """`value` itself when it is a full object id; ValueError otherwise (a bug in the caller).
+
+    For the few subcommands without `--end-of-options` (reset, grep): there, only ids that
+    git itself printed are passed, and this check keeps it so.
+    """
+    if not OBJECT_ID.fullmatch(value):
+        raise ValueError(f"not a full object id: {value!r}")
+    return value
+
+
 class Git:
     """A git repository (or a directory to run git in) driven through the pinned runner."""
 
@@ -133,6 +156,8 @@ class Git:
         template.mkdir(exist_ok=True)
         git.run("init", "-q", *(["--bare"] if bare else []), f"--template={template}")
         return git
+
+    # ------------------------------------------------------------------------- the runner
 
     def command(self, *args: str) -> list[str]:
         """The full argv for `git <args>` in this repo, pins included."""
@@ -171,6 +196,8 @@ class Git:
         """Run git and decode its output strictly as UTF-8 (ids, ref names), stripped."""
         return self.run(*args, env=env).decode("utf-8").strip()
 
+    # ------------------------------------------------------------------------- objects and refs
+
     def rev_parse(self, rev: str) -> str:
         """The full object id of `rev` (raises GitFailed when it does not exist)."""
         return self.text("rev-parse", "--verify", "--end-of-options", rev)
@@ -184,6 +211,17 @@ class Git:
         """The tree id of a commit-ish."""
         return self.rev_parse(f"{rev}^{{tree}}")
 
+    def has_tree(self, oid: str | None) -> bool:
+        """True when `oid` names a tree (or a commit's tree) this repository can read."""
+        if oid is None:
+            return False
+        code, _, _ = self.run_full("cat-file", "-e", "--end-of-options", f"{oid}^{{tree}}")
+        return code == 0
+
+    def cat_file(self, kind: str, oid: str) -> bytes:
+        """The raw bytes of object `oid`, which must be of type `kind` (blob, commit, tree)."""
+        return self.run("cat-file", kind, "--end-of-options", oid)
+
     def write_tree(self) -> str:
         """Write the index as a tree object and return its id."""
         return self.text("write-tree")
@@ -194,16 +232,214 @@ class Git:
 
     def commit_tree(self, tree: str, message: bytes, parents: tuple[str, ...] = ()) -> str:
         """Create a commit object with fixed identity and dates; return its id."""
-        args = ["commit-tree", tree]
+        args = ["commit-tree"]
         for parent in parents:
             args += ["-p", parent]
-        return self.run(*args, stdin=message).decode("utf-8").strip()
+        return self.run(*args, "--end-of-options", tree, stdin=message).decode("utf-8").strip()
 
     def update_ref(self, ref: str, new: str, reason: str = "patchctl") -> None:
-        """Point `ref` at `new`."""
-        self.run("update-ref", "-m", reason, ref, new)
+        """Point `ref` (HEAD or a name under refs/) at `new`."""
+        if ref != "HEAD" and not ref.startswith("refs/"):
+            raise ValueError(f"not a ref patchctl writes: {ref!r}")
+        self.run("update-ref", "-m", reason, "--end-of-options", ref, new)
+
+    def set_head(self, branch: str) -> None:
+        """Make HEAD the symbolic ref `branch` (e.g. refs/heads/main)."""
+        self.run("symbolic-ref", "--end-of-options", "HEAD", branch)
+
+    def refs(self, prefix: str) -> list[str]:
+        """The full names of the refs under `prefix` (e.g. refs/patchctl/backups/)."""
+        return self.text("for-each-ref", "--format=%(refname)", "--end-of-options", prefix).split()
+
+    def log_records(self, fmt: str, revisions: str) -> list[str]:
+        """`git log --reverse -z --format=<fmt> <revisions>`, split at NUL (oldest first)."""
+        raw = self.run(
+            "log", "--reverse", "-z", f"--format={fmt}", "--end-of-options", revisions, "--"
+        )
+        return raw.decode("utf-8").split("\0")
+
+    def changed_paths(self, pre: str, post: str) -> list[str]:
+        """The paths whose entry differs between trees `pre` and `post` (no rename pairing)."""
+        flags = ("-r", "--name-only", "-z", "--no-renames")
+        out = self.run("diff-tree", *flags, "--end-of-options", pre, post, "--")
+        return [os.fsdecode(name) for name in out.split(b"\0") if name]
+
+    def fetch(self, source: str, *refspecs: str) -> None:
+        """Fetch `refspecs` (object ids or `+src:dst`) from the repository or URL `source`."""
+        self.run("fetch", "--quiet", "--no-tags", "--end-of-options", source, *refspecs)
+
+    def push(self, target: str, *refspecs: str) -> None:
+        """Push `refspecs` to the repository `target` (no hooks run)."""
+        self.run("push", "--quiet", "--no-verify", "--end-of-options", target, *refspecs)
 
     def is_repo(self) -> bool:
         """True when `repo` is the top of a git work tree or a git dir."""
         code, _, _ = self.run_full("rev-parse", "--git-dir")
         return code == 0
+
+    def git_dir(self) -> Path:
+        """The absolute .git directory of the repository."""
+        return Path(os.fsdecode(self.run("rev-parse", "--absolute-git-dir").strip()))
+
+    def index_path(self) -> Path:
+        """The repository's own index file (which may not exist yet)."""
+        path = Path(os.fsdecode(self.run("rev-parse", "--git-path", "index").strip()))
+        return path if path.is_absolute() else self.repo / path
+
+    # ------------------------------------------------------------------------- the work tree
+
+    def read_tree(self, tree: str, *, reset: bool = False, update: bool = False) -> None:
+        """Load `tree` into the index (`reset`: drop unmerged entries; `update`: and the files)."""
+        flags = [*(["--reset"] if reset else []), *(["-u"] if update else [])]
+        self.run("read-tree", *flags, "--end-of-options", tree)
+
+    def apply(self, data: bytes, flags: Sequence[str]) -> tuple[int, bytes]:
+        """`git apply --index <flags>` of patch bytes on stdin: (exit status, stderr).
+
+        The index and the work tree move together; `--check` in `flags` writes nothing.
+        """
+        code, _out, err = self.run_full("apply", "--index", *flags, stdin=data)
+        return code, err
+
+    def refresh_index(self) -> None:
+        """Refresh the index's stat data so later status/diff calls hash only changed files."""
+        self.run("update-index", "-q", "--refresh", ok=(0, 1))
+
+    def reset_keep(self, commit: str) -> None:
+        """Move the branch to `commit`, touching only files that differ (`reset --keep`)."""
+        self.run("reset", "--quiet", "--keep", object_id(commit), "--")
+
+    def reset_hard_to_head(self) -> None:
+        """Tracked files and the index back to HEAD (untracked files are left alone)."""
+        self.run("reset", "--quiet", "--hard", "HEAD", "--")
+
+    def tracked_paths(self) -> set[bytes]:
+        """The paths in the index, as bytes."""
+        return set(self.run("ls-files", "-z").split(b"\0")) - {b""}
+
+    def status_paths(self) -> list[str]:
+        """Paths with unsaved work: modified, staged, deleted or untracked (not ignored)."""
+        raw = self.run("status", "--porcelain=v1", "-z", "--untracked-files=all")
+        return parse_status(raw)
+
+    def snapshot_worktree(self) -> str:
+        """The tree id of the work tree as `git add -A` would stage it; the index is untouched.
+
+        The one snapshot of a work tree (capture, build, backups). It runs in a copy of the
+        repository's index made with `copy2`: the copy keeps the index file's mtime, which is
+        what git's racy-clean check compares file mtimes with, so a same-size edit made in the
+        same second as the last index write is still re-read (a copy with a fresh mtime would
+        trust the stale stat data and return the old tree). Without an index, it starts from
+        HEAD's tree, so tracked files that a .gitignore matches are kept.
+        """
+        seed = self.index_path()
+        with temp_index(self, seed if seed.is_file() else None) as index:
+            if not seed.is_file() and self.maybe_rev("HEAD") is not None:
+                index.read_tree("HEAD")
+            index.add_all()
+            return index.write_tree()
+
+
+def parse_status(raw: bytes) -> list[str]:
+    """The paths of `git status --porcelain=v1 -z` output (a rename's source not repeated)."""
+    paths: list[str] = []
+    fields = raw.split(b"\0")
+    i = 0
+    while i < len(fields):
+        entry = fields[i]
+        i += 1
+        if len(entry) < 4:
+            continue
+        if entry[:1] in (b"R", b"C"):
+            i += 1  # the rename/copy source follows as its own field
+        paths.append(os.fsdecode(entry[3:]))
+    return paths
+
+
+# ----------------------------------------------------------------------------- index files
+
+
+class Index:
+    """An index file patchctl owns (never a repository's own): the staging area of one job."""
+
+    def __init__(self, git: Git, path: Path) -> None:
+        self.git = git
+        self.path = path
+        self.env = {"GIT_INDEX_FILE": str(path)}
+
+    def run(self, *args: str, stdin: bytes | None = None, ok: tuple[int, ...] = (0,)) -> bytes:
+        """Run git with this index selected."""
+        return self.git.run(*args, stdin=stdin, ok=ok, env=self.env)
+
+    def read_tree(self, tree: str) -> None:
+        """Replace the index's content with `tree`."""
+        self.run("read-tree", "--end-of-options", tree)
+
+    def add_all(self) -> None:
+        """Stage the whole work tree: modified, new, deleted files (ignored files stay out)."""
+        self.run("add", "-A", "--", ".")
+
+    def apply(self, data: bytes, flags: Sequence[str]) -> tuple[int, bytes]:
+        """`git apply --cached <flags>` of patch bytes on stdin: (exit status, stderr).
+
+        The status is negative when git died of a signal (git 2.39 aborts on some corrupt
+        patches, apply.c assertion): the index lock it leaves is removed, so the index stays
+        usable, and the crash is reported in the returned stderr.
+        """
+        code, _out, err = self.git.run_full("apply", "--cached", *flags, stdin=data, env=self.env)
+        if code < 0:
+            self.path.with_name(self.path.name + ".lock").unlink(missing_ok=True)
+            err += f"error: git apply crashed (signal {-code})\n".encode()
+        return code, err
+
+    def write_tree(self) -> str:
+        """Write the index as a tree object and return its id."""
+        return self.run("write-tree").decode("ascii").strip()
+
+    def checkout(self, prefix: Path) -> None:
+        """Write every entry of the index as files under directory `prefix`."""
+        self.run("checkout-index", "-a", "-f", f"--prefix={prefix}/")
+
+
+@contextmanager
+def temp_index(git: Git, seed: Path | None = None) -> Iterator[Index]:
+    """A throwaway index for `git` (a `copy2` of `seed` when given), removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="patchctl-index-") as tmp:
+        path = Path(tmp) / "index"
+        if seed is not None:
+            shutil.copy2(seed, path)  # stat data AND mtime kept: racy-git checks stay valid
+        yield Index(git, path)
+
+
+# ----------------------------------------------------------------------------- scratch repositories
+
+
+def objects_dir(source: Path) -> Path:
+    """The object directory of a repository given as work tree, git dir or objects dir."""
+    for candidate in (source / ".git" / "objects", source / "objects", source):
+        if (candidate / "info").is_dir() or (candidate / "pack").is_dir():
+            return candidate.resolve()
+    raise NotFound(f"{source} is not a git repository", hint="run patchctl cleanroom apply first")
+
+
+@contextmanager
+def scratch_repo(sources: Sequence[Path]) -> Iterator[Git]:
+    """A temporary bare repository that reads objects from `sources` (via alternates).
+
+    Bare and empty, it reads no .gitattributes: diffs made here (capture and verify's
+    re-export alike) never depend on a work tree's `diff=`/`-diff`/`binary` attributes.
+    Its own index files (`Index(git, git.repo / "<name>.index")`) die with it.
+    """
+    with tempfile.TemporaryDirectory(prefix="patchctl-scratch-") as tmp:
+        git = Git.init(Path(tmp) / "scratch.git", bare=True)
+        # A throwaway repository: nothing in it needs to survive a crash, so no fsync.
+        with (git.repo / "config").open("a", encoding="utf-8") as config:
+            # index v4 (prefix-compressed paths) makes each apply/write-tree read less.
+            config.write("[core]\n\tfsync = none\n[index]\n\tversion = 4\n")
+        found = [objects_dir(s) for s in sources]
+        if any("\n" in str(f) or "\r" in str(f) for f in found):
+            raise PatchctlError("an object directory path contains a line break; not using it")
+        alternates = "".join(f"{f}\n" for f in found)
+        (git.repo / "objects" / "info").mkdir(parents=True, exist_ok=True)
+        (git.repo / "objects" / "info" / "alternates").write_text(alternates)
+        yield git

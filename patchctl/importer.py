@@ -13,7 +13,7 @@ existing file is never overwritten (exit 8).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from email.errors import HeaderParseError
 from email.header import decode_header, make_header
@@ -21,15 +21,15 @@ from itertools import pairwise
 from pathlib import Path
 
 from patchctl import values
-from patchctl.apply import find_drift, patch_sha256
-from patchctl.capture import temp_index
 from patchctl.docs import render_docs
-from patchctl.errors import ConfigError, NotFound, PatchDoesNotApply
+from patchctl.errors import ConfigError, NotFound
 from patchctl.fsio import check_writable, refuse_overwrite, write_new
-from patchctl.git import Git
+from patchctl.git import Git, temp_index
 from patchctl.limits import PATCH_BYTES, human
+from patchctl.patchapply import apply_to_index, conflict, drift_summary, patch_sha256
 from patchctl.progress import Progress, or_null
 from patchctl.series import Patch, Series, check_savable
+from patchctl.session import series_session
 from patchctl.values import PATCH_ID
 
 QUILT_SERIES = "series"
@@ -299,33 +299,24 @@ def apply_chain(
 ) -> list[Applied]:
     """Apply each patch in order onto tree `base` in `git`; its trees and offset notes."""
     results = []
-    directory = [] if root in (".", "") else [f"--directory={root.rstrip('/')}"]
-    with temp_index(git) as env:
-        git.run("read-tree", base, env=env)
+    with temp_index(git) as index:
+        index.read_tree(base)
         current = base
         for patch, data in patches:
-            args = ("apply", "--cached", "-v", "--whitespace=nowarn", "-p1", *directory)
-            code, _, err = git.run_full(*args, stdin=data, env=env)
-            if code != 0:
-                errors = [x for x in err.decode("utf-8", "replace").splitlines() if "error" in x]
-                raise PatchDoesNotApply(
-                    f"{patch.id} does not apply to the tree before it ({current})",
-                    patch=patch.id,
-                    stderr=err,
-                    why=errors[0] if errors else None,
+            outcome = apply_to_index(index, data, root)
+            if not outcome.ok:
+                raise conflict(
+                    patch.id,
+                    data,
+                    outcome.stderr,
+                    root,
+                    onto=f" to the tree before it ({current})",
+                    hint="nothing was written; fix the patch or import onto the upstream it needs",
                 )
-            post = git.run("write-tree", env=env).decode("ascii").strip()
-            results.append(Applied(current, post, _drift(err)))
+            post = index.write_tree()
+            results.append(Applied(current, post, drift_summary(outcome.drift())))
             current = post
     return results
-
-
-def _drift(err: bytes) -> str | None:
-    found = find_drift(err)
-    if not found:
-        return None
-    first = found[0]
-    return f"{len(found)} hunk(s) at an offset, first in {first.file}: {first.why}"
 
 
 @dataclass(frozen=True)
@@ -335,6 +326,7 @@ class ImportResult:
     series: Series
     added: tuple[Patch, ...]
     drift: dict[str, str]
+    changed: tuple[Path, ...] = ()  # files whose bytes changed (import_series only)
 
 
 def _last_tree(series: Series, base: str) -> str:
@@ -349,14 +341,21 @@ def _last_tree(series: Series, base: str) -> str:
     return last.post_tree
 
 
+def _create(path: Path, data: bytes) -> bool:
+    write_new(path, data)
+    return True
+
+
 def import_patches(
     series: Series,
     source: Path,
     git: Git,
     base: str,
     progress: Progress | None = None,
+    write: Callable[[Path, bytes], bool] = _create,
 ) -> ImportResult:
-    """Copy the patches of `source` into the series (on top of the stack); nothing is saved."""
+    """Copy the patches of `source` into the series (on top of the stack) through `write`,
+    which never replaces a file; series.yaml is not saved."""
     kind, incoming = read_source(source)
     origin = f"{kind}:{source.name}"
     taken = set(series.ids())
@@ -376,7 +375,7 @@ def import_patches(
     updated = series.with_patches((*series.patches, *done))
     _check_before_writing(updated, entries)
     for entry, data in entries:
-        write_new(series.dir / entry.file, data)
+        write(series.dir / entry.file, data)
         prog.advance("import")
     prog.done("import")
     drift = {e.id: r.drift for (e, _), r in zip(entries, applied, strict=True) if r.drift}
@@ -393,3 +392,18 @@ def _check_before_writing(updated: Series, entries: list[tuple[Patch, bytes]]) -
             raise refuse_overwrite(target)
     docs = render_docs(updated, {entry.id: data for entry, data in entries})
     check_writable([updated.path, *(updated.dir / e.file for e, _ in entries), *docs])
+
+
+def import_series(
+    series_path: Path, source: Path, workdir: Path | None = None, progress: Progress | None = None
+) -> ImportResult:
+    """`patchctl import SOURCE`: the patches of `source` on top of the stack, under the series
+    and clean-room locks; series.yaml and the docs saved."""
+    with series_session(series_path) as session:
+        room = session.cleanroom(workdir)
+        base = room.base_tree()
+        result = import_patches(
+            session.series, source, room.git, base, progress, session.write_new_patch
+        )
+        changed = session.save(result.series)
+    return replace(result, changed=tuple(changed))

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from patchctl import patchfile
-from patchctl.git import Git
+from patchctl import patchparse
+from patchctl.git import Git, object_id
 
 # `git grep` options: fixed strings, each match printed alone (-o; -h drops the file name),
 # text files only (-I), and the grep.* settings that would change that output pinned off.
@@ -40,7 +40,10 @@ def markers_in_tree(
         patterns += ["-e", marker]
     # :(literal) so that paths with glob characters mean themselves.
     specs = [] if paths is None else [f":(literal){p}" for p in paths]
-    out = git.run(*GREP_PINS, *GREP_FLAGS, "-h", *patterns, tree, "--", *specs, ok=(0, 1))
+    # grep has no --end-of-options: the tree must be an object id (patterns follow -e).
+    out = git.run(
+        *GREP_PINS, *GREP_FLAGS, "-h", *patterns, object_id(tree), "--", *specs, ok=(0, 1)
+    )
     found = {line.decode("utf-8", "surrogateescape") for line in out.splitlines()}
     return frozenset(m for m in markers if m in found or any(m in f for f in found))
 
@@ -115,7 +118,7 @@ def touched_paths(patch_bytes: bytes) -> list[str]:
     Only text hunks can add or remove a marker line, and every text hunk has these lines.
     """
     found: list[str] = []
-    for diff in patchfile.parse(patch_bytes):
+    for diff in patchparse.parse(patch_bytes):
         if diff.has_names:
             for path in diff.paths():
                 name = path.decode("utf-8", "surrogateescape")
@@ -126,7 +129,7 @@ def touched_paths(patch_bytes: bytes) -> list[str]:
 
 def added_by(patch_bytes: bytes, markers: Sequence[str]) -> frozenset[str]:
     """The markers that occur in lines `patch_bytes` adds."""
-    added = [line for diff in patchfile.parse(patch_bytes) for line in diff.added]
+    added = [line for diff in patchparse.parse(patch_bytes) for line in diff.added]
     return frozenset(m for m in markers if any(m.encode("utf-8") in line for line in added))
 
 
@@ -134,8 +137,8 @@ def files_adding(patch_bytes: bytes, marker: str) -> tuple[str, ...]:
     """The paths (new side, for display) whose added lines contain `marker`, in patch order."""
     needle = marker.encode("utf-8")
     found: list[str] = []
-    for diff in patchfile.parse(patch_bytes):
-        name = patchfile.display(diff.path)
+    for diff in patchparse.parse(patch_bytes):
+        name = patchparse.display(diff.path)
         if any(needle in line for line in diff.added) and name not in found:
             found.append(name)
     return tuple(found)

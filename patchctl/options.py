@@ -1,4 +1,5 @@
-"""Command-line options shared by the command modules (one spelling, one help text).
+"""Command-line options shared by the command modules (one spelling, one help text), and the
+flags the error handler reads from the parsed command line.
 
 Paths given on the command line are checked before any command runs: a path too long for the
 file system or lying under a regular file is a usage error (exit 2) naming the option, and
@@ -9,6 +10,7 @@ its backups are all where the link points.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -51,6 +53,21 @@ def _workdir(value: Path | None) -> Path | None:
     return path
 
 
+@dataclass
+class RunFlags:
+    """What `cli.main`'s error handler needs from the parsed command line (the click context's
+    `obj`): set by the root callback (`--debug`) and by every command's `--json`."""
+
+    debug: bool = False
+    json: bool = False
+
+
+def _record_json(ctx: typer.Context, value: bool) -> bool:
+    if value and isinstance(ctx.obj, RunFlags):
+        ctx.obj.json = True
+    return value
+
+
 SeriesOpt = Annotated[
     Path,
     typer.Option(
@@ -67,4 +84,7 @@ WorkdirOpt = Annotated[
         callback=_workdir,
     ),
 ]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print a JSON report on stdout.")]
+JsonOpt = Annotated[
+    bool,
+    typer.Option("--json", help="Print a JSON report on stdout.", callback=_record_json),
+]

@@ -190,6 +190,15 @@ def series_file(dir_or_file: Path) -> Path:
     return dir_or_file / SERIES_FILE if dir_or_file.is_dir() else dir_or_file
 
 
+def series_dir(dir_or_file: Path) -> Path:
+    """The series directory `--series` names: the directory itself, or the one holding the
+    series file (an existing file, or any path whose name is series.yaml)."""
+    path = Path(dir_or_file)
+    if path.is_dir() or (path.name != SERIES_FILE and not path.is_file()):
+        return path
+    return path.parent
+
+
 def load_series(dir_or_file: Path, *, check_files: bool = True) -> Series:
     """Read and validate a series; `check_files` also requires every patch file to exist."""
     path = series_file(Path(dir_or_file))

@@ -24,6 +24,7 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 from patchctl.archive import extract_archive, is_archive
+from patchctl.cache import cache_dir
 from patchctl.errors import ChecksumMismatch, ConfigError, GitFailed, NotFound, PatchctlError
 from patchctl.fsio import write_atomic_blocks
 from patchctl.git import Git
@@ -35,16 +36,6 @@ from patchctl.values import git_url_problem, is_remote_url, shown
 PYPI_URL = "https://pypi.org"
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 CHUNK = 1 << 20
-
-
-def cache_dir() -> Path:
-    """`$PATCHCTL_CACHE_DIR`, else `$XDG_CACHE_HOME/patchctl`, else `~/.cache/patchctl`."""
-    explicit = os.environ.get("PATCHCTL_CACHE_DIR")
-    if explicit:
-        return Path(explicit)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg) if xdg else Path.home() / ".cache"
-    return base / "patchctl"
 
 
 def pypi_url() -> str:
@@ -341,7 +332,7 @@ def fetch_git(series: Series, progress: Progress | None = None) -> Git:
     report = or_null(progress)
     report.start("fetch", None)
     try:
-        cache.run("fetch", "--no-tags", "--quiet", git_url(series), commit)
+        cache.fetch(git_url(series), commit)
     except GitFailed as exc:
         raise NotFound(
             f"cannot fetch commit {commit} from {git_url(series)}: {exc.message}",
@@ -409,7 +400,7 @@ def _save_to_tree_cache(up: Upstream, repo: Git, result: Materialized) -> None:
     commit = repo.commit_tree(result.tree, f"patchctl tree cache\n\n{dropped}".encode())
     try:
         trees = _trees_cache()
-        repo.run("push", "--quiet", "--no-verify", str(trees.repo), f"+{commit}:{_tree_ref(up)}")
+        repo.push(str(trees.repo), f"+{commit}:{_tree_ref(up)}")
     except (GitFailed, OSError):
         pass  # the tree cache is an optimisation: a failure to fill it costs only time
 
@@ -423,12 +414,12 @@ def _from_tree_cache(up: Upstream, repo: Git) -> Materialized | None:
     if commit is None:
         return None
     try:
-        repo.run("fetch", "--quiet", "--no-tags", str(trees_path), commit)
+        repo.fetch(str(trees_path), commit)
         tree = repo.tree_of(commit)
-        message = repo.run("cat-file", "commit", commit).decode("utf-8", "replace")
+        message = repo.cat_file("commit", commit).decode("utf-8", "replace")
     except GitFailed:
         return None
-    repo.run("read-tree", "-u", "--reset", tree)
+    repo.read_tree(tree, reset=True, update=True)
     dropped = tuple(line[9:] for line in message.splitlines() if line.startswith("dropped: "))
     return Materialized(tree, dropped)
 
@@ -436,10 +427,10 @@ def _from_tree_cache(up: Upstream, repo: Git) -> Materialized | None:
 def _materialize_git(series: Series, repo: Git, progress: Progress | None) -> Materialized:
     cache = fetch_git(series, progress)
     commit = series.upstream.commit
-    repo.run("fetch", "--no-tags", "--quiet", str(cache.repo), f"{commit}")
+    repo.fetch(str(cache.repo), f"{commit}")
     spec = f"{commit}:{series.upstream.subdir}" if series.upstream.subdir else f"{commit}^{{tree}}"
     tree = repo.rev_parse(spec)
-    repo.run("read-tree", "-u", "--reset", tree)
+    repo.read_tree(tree, reset=True, update=True)
     return Materialized(tree)
 
 

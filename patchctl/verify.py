@@ -17,18 +17,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from patchctl.apply import find_drift, patch_sha256
-from patchctl.capture import diff_tree_pairs, render_patch, scratch_repo
-from patchctl.errors import NotFound, VerifyFailed
+from patchctl.cache import cache_dir
+from patchctl.cleanroom import Cleanroom, open_cleanroom
+from patchctl.docs import stale_docs
+from patchctl.errors import DocsOutOfDate, NotFound, RoundTripFailed
 from patchctl.fsio import write_atomic
-from patchctl.git import Git
+from patchctl.git import Git, Index, scratch_repo
 from patchctl.markers import (
     MarkerCheck,
     added_by,
@@ -36,13 +36,12 @@ from patchctl.markers import (
     markers_in_tree,
     touched_paths,
 )
+from patchctl.patchapply import Outcome, apply_to_index, drift_summary, patch_sha256
+from patchctl.patchfile import diff_tree_pairs, render_patch
 from patchctl.progress import Progress, or_null
-from patchctl.series import Patch, Series
-from patchctl.upstream import cache_dir
+from patchctl.series import Patch, Series, load_series
 
 STEPS = ("chain", "forward", "reverse", "reexport", "markers")
-# `git apply` flags: index only (no worktree), never rewrite whitespace, never fuzz context.
-APPLY_FLAGS = ("apply", "--cached", "--whitespace=nowarn", "-p1")
 
 
 @dataclass(frozen=True)
@@ -115,81 +114,26 @@ class VerifyReport:
         )
 
 
-class RoundTripFailed(VerifyFailed):
-    """VerifyFailed (exit 12) carrying the whole report, so `--json` prints one document."""
-
-    def __init__(self, message: str, *, report: VerifyReport, hint: str | None = None) -> None:
-        super().__init__(message, hint=hint)
-        self.report = report
-
-    def details(self) -> dict[str, object]:
-        return {"report": self.report.to_json()}
-
-
 # ----------------------------------------------------------------------------- scratch repo
 
 
-class Index:
-    """A private index file inside the scratch repository."""
-
-    def __init__(self, git: Git, name: str) -> None:
-        self.git = git
-        self.env = {"GIT_INDEX_FILE": str(git.repo / f"{name}.index")}
-
-    def read(self, tree: str) -> None:
-        """Load `tree` into the index."""
-        self.git.run("read-tree", tree, env=self.env)
-
-    def apply(self, data: bytes, *, reverse: bool = False, root: str = ".") -> tuple[bool, bytes]:
-        """Apply patch bytes to the index; (ok, git's verbose stderr)."""
-        args = [*APPLY_FLAGS, "-v", *(["-R"] if reverse else []), *_directory(root)]
-        code, _, err = self.git.run_full(*args, stdin=data, env=self.env)
-        if code < 0:
-            # git 2.39 can abort on some corrupt patches (apply.c assertion), leaving its
-            # lock behind; the index is ours, so drop the lock and report the crash.
-            Path(self.env["GIT_INDEX_FILE"] + ".lock").unlink(missing_ok=True)
-            err += f"error: git apply crashed (signal {-code})\n".encode()
-        return code == 0, err
-
-    def tree(self) -> str:
-        """Write the index as a tree and return its id."""
-        return self.git.run("write-tree", env=self.env).decode("ascii").strip()
+def _index(git: Git, name: str) -> Index:
+    """An index file of its own inside the scratch repository (one per pass)."""
+    return Index(git, git.repo / f"{name}.index")
 
 
-def _directory(root: str) -> list[str]:
-    return [] if root in (".", "") else [f"--directory={root.rstrip('/')}"]
-
-
-def _first_error(err: bytes) -> str:
-    lines = err.decode("utf-8", "backslashreplace").strip().splitlines()
-    errors = [line for line in lines if line.startswith("error: ")]
-    return (errors or lines or ["git apply failed"])[0]
-
-
-def _drift_note(err: bytes) -> str:
+def _drift_note(outcome: Outcome) -> str:
     """Hunks git placed at an offset (possible only for imported patches; not a failure)."""
-    drift = find_drift(err)
-    if not drift:
-        return ""
-    first = drift[0]
-    return f" (note: {len(drift)} hunk(s) at an offset, first in {first.file}: {first.why})"
-
-
-def has_object(git: Git, oid: str | None) -> bool:
-    """True when `oid` names an object the scratch repository can read."""
-    if oid is None:
-        return False
-    code, _, _ = git.run_full("cat-file", "-e", f"{oid}^{{tree}}")
-    return code == 0
+    summary = drift_summary(outcome.drift())
+    return "" if summary is None else f" (note: {summary})"
 
 
 def first_differing_path(git: Git, expected: str, actual: str) -> str:
     """The first path whose entry differs between two trees (both readable)."""
-    if not (has_object(git, expected) and has_object(git, actual)):
+    if not (git.has_tree(expected) and git.has_tree(actual)):
         return f"tree {actual} instead of {expected}"
-    out = git.run("diff-tree", "-r", "--name-only", "-z", "--no-renames", expected, actual, "--")
-    names = [n for n in out.split(b"\0") if n]
-    first = os.fsdecode(names[0]) if names else "(none)"
+    names = git.changed_paths(expected, actual)
+    first = names[0] if names else "(none)"
     return f"tree {actual} instead of {expected}; first differing path: {first}"
 
 
@@ -276,7 +220,7 @@ def verify_series(
     prog = or_null(progress)
     prog.start("verify", 3 * len(patches))
     with scratch_repo(sources) as git, ThreadPoolExecutor(max_workers=3) as pool:
-        if not has_object(git, start):
+        if not git.has_tree(start):
             raise NotFound(
                 f"upstream tree {start} is not in {', '.join(map(str, sources))}",
                 hint="materialize the clean room first: patchctl cleanroom apply",
@@ -353,8 +297,8 @@ def _forward_pass(
     start: str,
     prog: Progress,
 ) -> list[_Forward]:
-    index = Index(git, "forward")
-    index.read(start)
+    index = _index(git, "forward")
+    index.read_tree(start)
     current: str | None = start
     results = []
     for patch, data in zip(patches, datas, strict=True):
@@ -381,26 +325,26 @@ def _forward(
 ) -> tuple[str | None, StepResult]:
     if pre is None:
         return _resume(git, index, patch), StepResult("forward", False, "no tree to apply to")
-    applied, err = index.apply(data, root=series.root)
-    if not applied:
-        why = f"does not apply: {_first_error(err)}"
+    outcome = apply_to_index(index, data, series.root)
+    if not outcome.ok:
+        why = f"does not apply: {outcome.first_error()}"
         return _resume(git, index, patch), StepResult("forward", False, why)
-    post = index.tree()
+    post = index.write_tree()
     if patch.post_tree is not None and post != patch.post_tree:
         return post, StepResult("forward", False, first_differing_path(git, patch.post_tree, post))
-    return post, StepResult("forward", True, post + _drift_note(err))
+    return post, StepResult("forward", True, post + _drift_note(outcome))
 
 
 def _resume(git: Git, index: Index, patch: Patch) -> str | None:
     """After a failed forward step, continue from the recorded post-tree if readable."""
     post = _readable(git, patch.post_tree)
     if post is not None:
-        index.read(post)
+        index.read_tree(post)
     return post
 
 
 def _readable(git: Git, oid: str | None) -> str | None:
-    return oid if has_object(git, oid) else None
+    return oid if git.has_tree(oid) else None
 
 
 def _trees(git: Git, result: _Forward) -> tuple[str | None, str | None]:
@@ -413,7 +357,7 @@ def _trees(git: Git, result: _Forward) -> tuple[str | None, str | None]:
 def _reverse_pass(
     git: Git, series: Series, items: Sequence[_Item], prog: Progress
 ) -> dict[str, StepResult]:
-    index = Index(git, "reverse")
+    index = _index(git, "reverse")
     state: str | None = None  # the tree the reverse index holds
     steps = {}
     for item in reversed(items):
@@ -421,7 +365,7 @@ def _reverse_pass(
             steps[item.patch.id] = StepResult("reverse", False, "no readable pre/post tree")
             continue
         if state != item.post:
-            index.read(item.post)
+            index.read_tree(item.post)
         steps[item.patch.id], state = _reverse(git, index, series, item.data, item.pre)
         prog.advance("verify")
     return steps
@@ -430,10 +374,11 @@ def _reverse_pass(
 def _reverse(
     git: Git, index: Index, series: Series, data: bytes, pre: str
 ) -> tuple[StepResult, str | None]:
-    applied, err = index.apply(data, reverse=True, root=series.root)
-    if not applied:
-        return StepResult("reverse", False, f"does not reverse-apply: {_first_error(err)}"), None
-    back = index.tree()
+    outcome = apply_to_index(index, data, series.root, reverse=True)
+    if not outcome.ok:
+        why = f"does not reverse-apply: {outcome.first_error()}"
+        return StepResult("reverse", False, why), None
+    back = index.write_tree()
     if back != pre:
         return StepResult("reverse", False, first_differing_path(git, pre, back)), back
     return StepResult("reverse", True, back), back
@@ -528,3 +473,54 @@ def _assemble(
         for m in added_by(result.data, markers):
             added.setdefault(m, []).append(patch.id)
     return reports
+
+
+# ----------------------------------------------------------------------------- the command
+
+
+@dataclass(frozen=True)
+class VerifyOutcome:
+    """What `patchctl verify` found: the round-trip report and the stale generated docs."""
+
+    report: VerifyReport
+    stale_docs: tuple[Path, ...]
+
+    def raise_if_failed(self) -> None:
+        """VerifyFailed (exit 12) for a failed check, else StaleDocs (exit 16) for stale docs;
+        both carry the whole report, so `--json` prints one document."""
+        self.report.raise_if_failed()
+        if self.stale_docs:
+            raise DocsOutOfDate(list(self.stale_docs), {"report": self.report.to_json()})
+
+    def to_json(self) -> dict[str, object]:
+        """Plain data for --json."""
+        return {**self.report.to_json(), "stale_docs": [str(p) for p in self.stale_docs]}
+
+
+def verify(
+    series_path: Path,
+    ids: Sequence[str] | None = None,
+    workdir: Path | None = None,
+    objects: Sequence[Path] = (),
+    progress: Progress | None = None,
+) -> VerifyOutcome:
+    """`patchctl verify`: the patches `ids` (all when None), objects from the clean room (it
+    may be missing when `objects` are given) and `objects`; the docs checked alongside."""
+    series = load_series(series_path)
+    room = _cleanroom(series, workdir, required=not objects)
+    sources = [*([] if room is None else [room.path]), *objects]
+    base = None if room is None else room.base_tree()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        docs = pool.submit(stale_docs, series)  # pure Python: overlaps the git processes
+        report = verify_series(series, sources, ids, progress, base)
+        stale = docs.result()
+    return VerifyOutcome(report, tuple(stale))
+
+
+def _cleanroom(series: Series, workdir: Path | None, *, required: bool) -> Cleanroom | None:
+    try:
+        return open_cleanroom(series.dir, workdir)
+    except NotFound:
+        if required:
+            raise
+        return None

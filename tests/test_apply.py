@@ -7,18 +7,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import (
-    CONTENT_MATRIX,
-    CONTENT_MATRIX_AFTER,
-    HOSTILE_GITCONFIG,
-    Files,
-    Repo,
-    git_upstream,
-    tree_of_files,
-    write_series,
-)
+from support.files import CONTENT_MATRIX, CONTENT_MATRIX_AFTER, Files
+from support.gitconfig import HOSTILE_GITCONFIG
+from support.repos import Repo, tree_of_files
+from support.series import git_upstream, write_series
 
-from patchctl.apply import cleanroom_apply, find_drift, hunk_number
+from patchctl.apply import cleanroom_apply
 from patchctl.cleanroom import load_cleanroom
 from patchctl.errors import AlreadyApplied, DirtyTree, NotFound, PatchDoesNotApply, PatchDrift
 from patchctl.progress import RecordingProgress
@@ -234,24 +228,6 @@ def test_empty_patch_is_a_conflict(tmp_path: Path, upstream: Repo) -> None:
     with pytest.raises(PatchDoesNotApply) as info:
         cleanroom_apply(series, workdir=tmp_path / "room")
     assert "no changes" in str(info.value)
-
-
-def test_drift_parser_and_hunk_numbers() -> None:
-    stderr = (
-        b"Checking patch a b.c...\nHunk #1 succeeded at 3.\n"
-        b"Hunk #2 succeeded at 40 (offset 7 lines).\n"
-        b"Checking patch x...\nwarning: x has type 100644, expected 100755\n"
-    )
-    drift = find_drift(stderr)
-    assert [(d.file, d.hunk) for d in drift] == [("a b.c", 2), ("x", None)]
-    assert "offset 7 lines" in drift[0].why and "100755" in drift[1].why
-    patch = (
-        b"diff --git a/f b/f\n--- a/f\n+++ b/f\n@@ -1,3 +1,3 @@\n a\n-b\n+c\n d\n"
-        b"@@ -10,3 +10,3 @@\n x\n-y\n+z\n w\n"
-    )
-    assert hunk_number(patch, "f", 10) == 2
-    assert hunk_number(patch, "sub/f", 1, root="sub") == 1
-    assert hunk_number(patch, "g", 1) is None
 
 
 def test_new_upstream_pin_rebuilds_the_clean_room_and_keeps_backups(

@@ -8,13 +8,14 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import Exe, Link, Special, make_tar
+from support.archives import Special, make_tar
+from support.files import Entry, Exe, Link
 
 from patchctl.archive import extract_archive
 from patchctl.errors import NotFound, UnsafeArchive
 from patchctl.progress import RecordingProgress
 
-SAFE = {
+SAFE: dict[str, Entry | Special] = {
     "README": b"hello\n",
     "bin/run.sh": Exe(b"#!/bin/sh\n"),
     "docs/link": Link("../README"),
@@ -55,13 +56,16 @@ def test_missing_subdir_is_not_found(tmp_path: Path) -> None:
 
 
 def test_hard_link_inside_the_tree_becomes_a_copy(tmp_path: Path) -> None:
-    files = {"a.txt": b"data\n", "b.txt": Special(tarfile.LNKTYPE, "pkg-1.0/a.txt")}
+    files: dict[str, Entry | Special] = {
+        "a.txt": b"data\n",
+        "b.txt": Special(tarfile.LNKTYPE, "pkg-1.0/a.txt"),
+    }
     dest = tmp_path / "out"
     extract_archive(make_tar(tmp_path / "p.tar.gz", files), dest)
     assert (dest / "b.txt").read_bytes() == b"data\n"
 
 
-HOSTILE_TAR = {
+HOSTILE_TAR: dict[str, tuple[dict[str, Entry | Special], str | None, str]] = {
     "dotdot": ({"../evil": b"x"}, None, "contains '..'"),
     "nested-dotdot": ({"ok/../../evil": b"x"}, "pkg", "contains '..'"),
     "absolute": ({"/tmp/evil": b"x"}, None, "absolute path"),

@@ -6,18 +6,18 @@ import os
 from pathlib import Path
 
 import pytest
-from support_patch import Entry, Exe, Link, hostile, make_repo, make_series, write_files
+from support.files import CONTENT_MATRIX, CONTENT_MATRIX_AFTER, Entry, Exe, Link, write_files
+from support.gitconfig import hostile
+from support.repos import new_repo, racy_same_size_edit
+from support.series import make_project, make_series
 
-from patchctl.capture import (
-    NothingToCapture,
-    capture_trees,
-    diff_trees,
-    git_dir,
-    patch_header,
-    snapshot_worktree,
-    write_if_changed,
-)
-from patchctl.series import Patch
+from patchctl.apply import cleanroom_apply
+from patchctl.capture import capture_patch, capture_trees, new_patch
+from patchctl.cleanroom import open_cleanroom
+from patchctl.errors import NothingToCapture
+from patchctl.fsio import write_if_changed
+from patchctl.patchfile import diff_trees, patch_header
+from patchctl.series import Patch, load_series
 from patchctl.verify import verify_series
 
 GOLDEN = Path(__file__).parent / "golden" / "capture"
@@ -61,13 +61,11 @@ META = Patch(
 
 
 @pytest.fixture
-def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
+def repo(tmp_path: Path) -> Path:
+    """BASE committed, the hostile config in the repository too (the seal's HOME has it)."""
     path = tmp_path / "repo"
-    make_repo(path, BASE)
-    hostile(path, home)
+    new_repo(path, BASE)
+    hostile(path)
     return path
 
 
@@ -76,7 +74,7 @@ def _capture(path: Path) -> tuple[bytes, str, str]:
 
     git = Git(path)
     pre = git.tree_of("HEAD")
-    post = snapshot_worktree(git)
+    post = git.snapshot_worktree()
     return capture_trees(git, META, pre, post), pre, post
 
 
@@ -166,27 +164,24 @@ def test_diff_trees_root_is_relative(repo: Path) -> None:
 
     git = Git(repo)
     write_files(repo, {"dir/keep.c": b"int y;\n"})
-    diff = diff_trees(git, git.tree_of("HEAD"), snapshot_worktree(git), root="dir")
+    diff = diff_trees(git, git.tree_of("HEAD"), git.snapshot_worktree(), root="dir")
     assert diff.startswith(b"diff --git a/keep.c b/keep.c\n")
-    assert git_dir(git) == (repo / ".git").resolve()
+    assert git.git_dir() == (repo / ".git").resolve()
 
 
 def test_foundation_content_matrix_golden(tmp_path: Path) -> None:
-    """The foundation issue's matrix (conftest.CONTENT_MATRIX -> _AFTER), under the seal."""
-    from conftest import CONTENT_MATRIX, CONTENT_MATRIX_AFTER
-    from conftest import write_files as seal_write
-
+    """The foundation issue's matrix (support.files.CONTENT_MATRIX -> _AFTER), under the seal."""
     from patchctl.git import Git
 
     path = tmp_path / "matrix"
     git = Git.init(path)
-    seal_write(path, CONTENT_MATRIX)
+    write_files(path, CONTENT_MATRIX)
     git.run("add", "-A", "--", ".")
     base = git.write_tree()
     git.update_ref("HEAD", git.commit_tree(base, b"base\n"))
     hostile(path)
-    seal_write(path, CONTENT_MATRIX_AFTER)
-    post = snapshot_worktree(git)
+    write_files(path, CONTENT_MATRIX_AFTER)
+    post = git.snapshot_worktree()
     data = capture_trees(git, META, base, post)
     golden = GOLDEN / "foundation-matrix.patch"
     if UPDATE:
@@ -206,7 +201,7 @@ def test_changes_outside_the_root_are_refused(repo: Path) -> None:
     git = Git(repo)
     write_files(repo, {"dir/keep.c": b"int y;\n", "gone.txt": b"changed\n"})
     with pytest.raises(PatchctlError, match=r"outside the series root 'dir'.*gone\.txt"):
-        capture_trees(git, META, git.tree_of("HEAD"), snapshot_worktree(git), root="dir")
+        capture_trees(git, META, git.tree_of("HEAD"), git.snapshot_worktree(), root="dir")
 
 
 def test_worktree_attributes_do_not_change_the_bytes(tmp_path: Path) -> None:
@@ -220,7 +215,7 @@ def test_worktree_attributes_do_not_change_the_bytes(tmp_path: Path) -> None:
         "f.c": b"int f(void)\n{\n\tint a = 1;\n\n\n\n\treturn a;\n}\n",
     }
     path = tmp_path / "attrs"
-    make_repo(path, files)
+    new_repo(path, files)
     write_files(
         path,
         {
@@ -254,3 +249,16 @@ def test_new_patch_validation(tmp_path: Path) -> None:
             new_patch(series, pid, title, markers=markers)
     with pytest.raises(ConfigError, match="already exists"):
         new_patch(updated, "0079-fix", "again")
+
+
+def test_capture_sees_a_same_size_edit_made_in_the_second_of_the_index_write(
+    tmp_path: Path,
+) -> None:
+    series_dir = make_project(tmp_path, {"main.c": b"int main(void) { return 0; }\n"})
+    cleanroom_apply(series_dir)
+    series, _entry = new_patch(load_series(series_dir), "0001-one", "Return one")
+    room = open_cleanroom(series.dir)
+    racy_same_size_edit(room.git, "main.c", b"int main(void) { return 1; }\n")
+    _updated, captured = capture_patch(series, room, "0001-one")
+    assert b"+int main(void) { return 1; }" in captured.data
+    assert room.git.cat_file("blob", f"{captured.post_tree}:main.c").endswith(b"return 1; }\n")

@@ -9,7 +9,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import CONTENT_MATRIX, Repo, git_upstream, make_tar, tree_of_files, write_series
+from support.archives import make_tar
+from support.files import CONTENT_MATRIX
+from support.repos import Repo, racy_same_size_edit, tree_of_files
+from support.series import git_upstream, write_series
 
 from patchctl.apply import cleanroom_apply
 from patchctl.cleanroom import (
@@ -100,6 +103,17 @@ def test_dirty_paths_and_backup(tmp_path: Path, upstream: Repo) -> None:
     # The backup does not change the work tree; a second backup gets the next number.
     assert sorted(room.dirty_paths()) == dirty
     assert room.save_unsaved_work().ref == "refs/patchctl/backups/2"
+
+
+def test_backup_sees_a_same_size_edit_made_in_the_second_of_the_index_write(
+    tmp_path: Path, upstream: Repo
+) -> None:
+    series = load_series(write_series(tmp_path / "s", git_upstream(upstream)))
+    room = create_cleanroom(series, tmp_path / "room")
+    racy_same_size_edit(room.git, "crlf.txt", b"one\r\nTWO\r\nthree\r\n")
+    backup = room.save_unsaved_work()
+    assert room.git.cat_file("blob", f"{backup.commit}:crlf.txt") == b"one\r\nTWO\r\nthree\r\n"
+    assert b"+TWO\r" in backup.patch_file.read_bytes()
 
 
 def test_concurrent_runs_are_refused(tmp_path: Path, upstream: Repo) -> None:

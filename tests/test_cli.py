@@ -9,18 +9,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import (
-    CONTENT_MATRIX,
-    Files,
-    Link,
-    Repo,
-    Special,
-    git_upstream,
-    make_tar,
-    write_series,
-)
+from support.archives import Special, make_tar
+from support.files import CONTENT_MATRIX, Files, Link
+from support.repos import Repo
+from support.series import git_upstream, write_series
 
-from patchctl import cli
+from patchctl import __version__, cli
 from patchctl.cleanroom import load_cleanroom
 from patchctl.series import Upstream
 
@@ -139,7 +133,7 @@ def test_internal_error_is_4_with_traceback_only_under_debug(
     def boom(*_args: object, **_kwargs: object) -> None:
         raise RuntimeError("kaboom")
 
-    monkeypatch.setattr("patchctl.commands.cleanroom.cleanroom_apply", boom)
+    monkeypatch.setattr("patchctl.apply.cleanroom_apply", boom)
     code, _, err = run(capsys, "cleanroom", "apply")
     assert code == 4
     assert err.strip().splitlines() == [
@@ -148,11 +142,6 @@ def test_internal_error_is_4_with_traceback_only_under_debug(
     ]
     code, _, err = run(capsys, "--debug", "cleanroom", "apply")
     assert code == 4 and "Traceback (most recent call last)" in err
-
-
-def test_version(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "--version")
-    assert code == 0 and out.startswith("patchctl ")
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -334,6 +323,21 @@ def test_ctrl_c_is_130(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFi
     def interrupt(*_args: object, **_kwargs: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("patchctl.commands.cleanroom.cleanroom_apply", interrupt)
+    monkeypatch.setattr("patchctl.apply.cleanroom_apply", interrupt)
     code, _, err = run(capsys, "cleanroom", "apply")
     assert code == 130 and "interrupted" in err
+
+
+def test_quick_help_is_the_apps_help(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from patchctl.app import run as app_run
+
+    monkeypatch.setenv("COLUMNS", "80")
+    assert app_run(["--help"]) == 0
+    slow = capsys.readouterr().out
+    code, fast, _ = run(capsys, "--help")
+    assert code == 0 and fast == slow
+    code, out, _ = run(capsys, "--version")
+    assert (code, out) == (0, f"patchctl {__version__}\n")
+    assert app_run(["--version"]) == 0 and capsys.readouterr().out == out

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from support_patch import make_project
+from support.series import make_project
 
 from patchctl.apply import cleanroom_apply
 from patchctl.cli import main

@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+import patchctl
 from patchctl import errors
 from patchctl.errors import (
     ALL_ERRORS,
+    BuildStepFailed,
     ConfigError,
+    DocsOutOfDate,
     GitFailed,
     PatchctlError,
     PatchDoesNotApply,
     PatchDrift,
+    RoundTripFailed,
 )
 
 ARCHITECTURE_CODES = {
@@ -94,3 +101,50 @@ def test_every_error_is_constructible_with_message_and_hint(cls: type[PatchctlEr
         exc = cls("message", hint="h")
     assert exc.hint == "h"
     assert exc.to_json()["exit_code"] == cls.exit_code
+
+
+# ----------------------------------------------------------------------------- every class
+
+
+def every_error_class() -> list[type[PatchctlError]]:
+    """PatchctlError and every subclass any patchctl module defines (all modules imported)."""
+    for info in pkgutil.walk_packages(patchctl.__path__, "patchctl."):
+        if not info.name.endswith("__main__"):
+            importlib.import_module(info.name)
+    found: list[type[PatchctlError]] = []
+    todo: list[type[PatchctlError]] = [PatchctlError]
+    while todo:
+        cls = todo.pop()
+        found.append(cls)
+        todo += cls.__subclasses__()
+    return found
+
+
+# The classes whose constructor takes more than a message: one example each.
+SAMPLES: dict[str, Callable[[], PatchctlError]] = {
+    "GitFailed": lambda: GitFailed(["git", "x"], 1, b"", hint="h"),
+    "BuildStepFailed": lambda: BuildStepFailed(
+        "m", step="build", returncode=2, log=Path("l"), excerpt="e", hint="h"
+    ),
+    "RoundTripFailed": lambda: RoundTripFailed("m", report=_Report(), hint="h"),
+    "DocsOutOfDate": lambda: DocsOutOfDate([Path("README.md")]),
+}
+
+
+class _Report:
+    def to_json(self) -> dict[str, object]:
+        return {"ok": False}
+
+
+@pytest.mark.parametrize("cls", every_error_class(), ids=lambda c: c.__name__)
+def test_every_error_class_is_in_errors_py_with_its_documented_code(
+    cls: type[PatchctlError],
+) -> None:
+    assert cls.__module__ == "patchctl.errors"
+    documented = next(c for c in cls.__mro__ if c.__name__ in ARCHITECTURE_CODES)
+    assert cls.exit_code == ARCHITECTURE_CODES[documented.__name__]
+    exc = SAMPLES[cls.__name__]() if cls.__name__ in SAMPLES else cls("message", hint="h")
+    data = exc.to_json()
+    assert data["error"] == cls.__name__ and data["exit_code"] == cls.exit_code
+    doc = (Path(__file__).parent.parent / "docs" / "architecture.md").read_text()
+    assert f"`{cls.__name__}`" in doc

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import Repo
+from support.repos import Repo
+from support.series import write_series
 
-from patchctl.errors import GitFailed
-from patchctl.git import PINNED_CONFIG, Git, hermetic_env
+from patchctl.errors import ConfigError, GitFailed, PatchctlError
+from patchctl.git import PINNED_CONFIG, Git, Index, hermetic_env, scratch_repo, temp_index
+from patchctl.markers import markers_in_tree
+from patchctl.series import Upstream, load_series
+from patchctl.upstream import fetch_git
 
 
 def test_every_pin_has_a_reason() -> None:
@@ -93,3 +99,154 @@ def test_run_accepts_listed_status_codes_and_passes_stdin_bytes(tmp_path: Path) 
     with pytest.raises(GitFailed):
         git.run("cat-file", "-e", "0" * 40)
     assert git.maybe_rev("HEAD") is None
+
+
+# ----------------------------------------------------------------------------- option injection
+
+ValueCall = Callable[[Git, str], object]
+
+# Each call hands a value that git would take as an option (writing `sentinel`, deleting a ref,
+# emptying the index) to one method of the git layer; the layer must pass it as a value.
+HOSTILE_CALLS: dict[str, ValueCall] = {
+    "fetch url": lambda git, s: git.fetch(f"--upload-pack=touch {s};://x", "0" * 40),
+    "push target": lambda git, s: git.push(f"--receive-pack=touch {s};://x", "HEAD:refs/x"),
+    "log revisions": lambda git, s: git.log_records("%H", f"--output={s}"),
+    "diff-tree trees": lambda git, s: git.changed_paths(f"--output={s}", "HEAD^{tree}"),
+    "update-ref name": lambda git, s: git.update_ref("-d", "refs/heads/main"),
+    "read-tree tree": lambda git, s: git.read_tree("--empty"),
+    "index read-tree": lambda git, s: Index(git, git.index_path()).read_tree("--empty"),
+    "rev-parse": lambda git, s: git.rev_parse("--git-dir"),
+    "cat-file": lambda git, s: git.cat_file("commit", "--batch-all-objects"),
+    "commit-tree tree": lambda git, s: git.commit_tree("--help", b"m\n"),
+    "symbolic-ref branch": lambda git, s: git.set_head("--delete"),
+    "reset commit": lambda git, s: git.reset_keep("--hard"),
+    "grep tree": lambda git, s: markers_in_tree(git, f"--output={s}", ["x"]),
+}
+
+
+@pytest.mark.parametrize("call", HOSTILE_CALLS.values(), ids=HOSTILE_CALLS.keys())
+def test_a_value_starting_with_a_dash_never_reaches_git_as_an_option(
+    make_repo: Callable[..., Repo], tmp_path: Path, call: ValueCall
+) -> None:
+    repo = make_repo({"f.txt": b"x\n"})
+    sentinel = tmp_path / "sentinel"
+    refs, index = repo.git.run("for-each-ref"), repo.git.index_path().read_bytes()
+    with pytest.raises((GitFailed, ValueError)):
+        call(repo.git, str(sentinel))
+    assert not sentinel.exists()
+    assert repo.git.run("for-each-ref") == refs
+    assert repo.git.index_path().read_bytes() == index
+    assert repo.git.text("symbolic-ref", "HEAD").startswith("refs/heads/")
+
+
+def test_a_ref_prefix_starting_with_a_dash_is_a_pattern(make_repo: Callable[..., Repo]) -> None:
+    git = make_repo({"f.txt": b"x\n"}).git
+    assert git.refs("refs/heads/") == ["refs/heads/main"]
+    assert git.refs("--format=x") == []  # as an option it would print "x" per ref
+
+
+def test_an_upstream_url_that_looks_like_an_option_runs_nothing(tmp_path: Path) -> None:
+    sentinel = tmp_path / "sentinel"
+    upstream = Upstream(kind="git", url=f"--upload-pack=touch {sentinel};://x", commit="1" * 40)
+    with pytest.raises(ConfigError, match="starts with '-'"):  # refused where it is read
+        load_series(write_series(tmp_path / "s", upstream))
+    # ...and the git layer would not run it either, were it ever handed such a value.
+    plain = Upstream(kind="git", url="../repo", commit="1" * 40)
+    series = replace(load_series(write_series(tmp_path / "t", plain)), upstream=upstream)
+    with pytest.raises(PatchctlError):
+        fetch_git(series)
+    assert not sentinel.exists()
+
+
+# ----------------------------------------------------------------------------- the vocabulary
+
+
+def test_status_paths_parses_renames_and_odd_names(make_repo: Callable[..., Repo]) -> None:
+    repo = make_repo({"a.txt": b"a\n" * 20, "sp ace.txt": b"s\n"})
+    repo.git.run("mv", "a.txt", "b\u00e4.txt")
+    (repo.path / "sp ace.txt").write_bytes(b"t\n")
+    (repo.path / "new\tfile").write_bytes(b"n\n")
+    assert sorted(repo.git.status_paths()) == ["b\u00e4.txt", "new\tfile", "sp ace.txt"]
+
+
+def test_temp_index_keeps_the_seed_mtime_and_leaves_the_seed_alone(
+    make_repo: Callable[..., Repo],
+) -> None:
+    repo = make_repo({"f.txt": b"x\n"})
+    seed = repo.git.index_path()
+    before = seed.read_bytes(), seed.stat().st_mtime_ns
+    with temp_index(repo.git, seed) as index:
+        assert index.path.stat().st_mtime_ns == before[1]
+        (repo.path / "g.txt").write_bytes(b"g\n")
+        index.add_all()
+        tree = index.write_tree()
+    assert not index.path.exists()
+    assert (seed.read_bytes(), seed.stat().st_mtime_ns) == before
+    assert repo.git.run("ls-tree", "--name-only", tree) == b"f.txt\ng.txt\n"
+
+
+def test_snapshot_without_an_index_keeps_tracked_ignored_files(tmp_path: Path) -> None:
+    git = Git.init(tmp_path / "r")
+    (tmp_path / "r" / ".gitignore").write_bytes(b"*.log\n")
+    (tmp_path / "r" / "kept.log").write_bytes(b"tracked although ignored\n")
+    git.add_all()
+    git.update_ref("HEAD", git.commit_tree(git.write_tree(), b"m\n"))
+    head = git.tree_of("HEAD")
+    git.index_path().unlink()
+    assert git.snapshot_worktree() == head
+
+
+def test_scratch_repo_reads_objects_through_alternates(make_repo: Callable[..., Repo]) -> None:
+    repo = make_repo({"f.txt": b"x\n"})
+    with scratch_repo([repo.path]) as scratch:
+        assert scratch.has_tree(repo.tree)
+        assert scratch.cat_file("blob", f"{repo.tree}:f.txt") == b"x\n"
+        path = scratch.repo
+    assert not path.exists()
+
+
+# Local tuples that hold only options with their values attached or paired (`--relative=x`,
+# `-e PATTERN`): the only non-literal arguments allowed before the separator.
+OPTION_TUPLES = frozenset({"relative", "patterns"})
+
+
+def _value_before_separator(call: ast.Call) -> str | None:
+    """The first argument of a `.run/.run_full/.text` git call that could be read as an
+    option: a non-literal before `--end-of-options` / `--` (None when there is none)."""
+    for arg in call.args:
+        if isinstance(arg, ast.Constant) and arg.value in ("--end-of-options", "--"):
+            return None
+        if isinstance(arg, ast.Constant):
+            continue
+        if isinstance(arg, ast.Starred) and isinstance(arg.value, ast.Name):
+            name = arg.value.id
+            if name.isupper() or name in OPTION_TUPLES:
+                continue
+        head = arg.values[0] if isinstance(arg, ast.JoinedStr) else None
+        if isinstance(head, ast.Constant) and str(head.value).startswith("-"):
+            continue  # --option={value}: the value is attached
+        if isinstance(arg, ast.Call) and getattr(arg.func, "id", "") == "object_id":
+            continue
+        return ast.unparse(arg)
+    return None
+
+
+def test_no_git_call_outside_git_py_passes_a_value_before_the_separator() -> None:
+    # The vocabulary in git.py separates options from values; this keeps raw calls elsewhere
+    # honest too (a new call with a value must go after --end-of-options or through git.py).
+    root = Path(__file__).parent.parent / "patchctl"
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if path.name == "git.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("run", "run_full", "text")
+                and "git" in ast.unparse(node.func.value)
+            ):
+                bad = _value_before_separator(node)
+                if bad is not None:
+                    found.append(f"{path.relative_to(root)}:{node.lineno}: {bad}")
+    assert found == []

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from hostile.archives import (
+from support.hostile.archives import (
     M,
     build,
     corrupted,
@@ -31,8 +31,8 @@ from hostile.archives import (
     zeros_tar,
     zip_bad_crc,
 )
-from hostile.sandbox import Sandbox, serve
-from support_patch import make_repo
+from support.hostile.sandbox import Sandbox, serve
+from support.repos import new_repo
 
 from patchctl import cli
 from patchctl.git import Git
@@ -790,7 +790,8 @@ FILES = {
 @pytest.fixture
 def project(box: Sandbox, run: Run) -> Sandbox:
     """The sandbox with a git upstream, its series and an applied clean room."""
-    git, tree = make_repo(box.upstream / "repo", FILES)
+    upstream = new_repo(box.upstream / "repo", FILES)
+    git, tree = upstream.git, upstream.tree
     box.series.joinpath("series.yaml").write_text(
         f"version: 1\nupstream:\n  kind: git\n  url: ../../../upstream/repo\n"
         f"  commit: {git.rev_parse('HEAD')}\n  tree: {tree}\npatches: []\n"
@@ -1175,12 +1176,13 @@ def test_hostile_environment(
     box: Sandbox, run: Run, monkeypatch: pytest.MonkeyPatch, case: str
 ) -> None:
     """Apply, capture and verify under the environment; the bytes and the world stay put."""
-    make_repo(box.root / "outside" / "victim-repo", {"v.txt": b"v\n"})
+    new_repo(box.root / "outside" / "victim-repo", {"v.txt": b"v\n"})
     hooks = box.root / "outside" / "templates" / "hooks"
     hooks.mkdir(parents=True)
     (hooks / "post-checkout").write_text(f"#!/bin/sh\ntouch {box.root}/PWNED\n")
     (hooks / "post-checkout").chmod(0o755)
-    git, tree = make_repo(box.upstream / "repo", FILES)
+    upstream = new_repo(box.upstream / "repo", FILES)
+    git, tree = upstream.git, upstream.tree
     with (box.upstream / "repo" / ".git" / "config").open("a") as config:
         config.write(
             f"[core]\n\tfsmonitor = touch {box.root}/PWNED\n"
@@ -1329,7 +1331,7 @@ def test_internal_errors_are_json_too(
     def boom(*_args: object, **_kwargs: object) -> None:
         raise RuntimeError("kaboom \x1b[31m")
 
-    monkeypatch.setattr("patchctl.commands.patch.load_series", boom)
+    monkeypatch.setattr("patchctl.docs.update_docs", boom)
     result = run("docs", "--series", str(box.series), "--json")
     assert result.code == 4
     assert result.json() == {

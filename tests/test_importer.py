@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from support_patch import make_repo, make_series
+from support.repos import new_repo
+from support.series import make_series
 
 from patchctl.errors import ConfigError, NotFound, PatchDoesNotApply
 from patchctl.git import Git
@@ -79,7 +80,8 @@ index 0000000000000000000000000000000000000000..9a2e9e2a2a2d5f7b35b0ae1e1e2e4d7a
 
 @pytest.fixture
 def upstream(tmp_path: Path) -> tuple[Git, str]:
-    return make_repo(tmp_path / "room", BASE)
+    made = new_repo(tmp_path / "room", BASE)
+    return made.git, made.tree
 
 
 def _quilt(tmp_path: Path) -> Path:
@@ -189,9 +191,12 @@ def test_conflicting_import_is_patch_does_not_apply(
     series = make_series(tmp_path / "project" / "patches" / "s", base)
     source = tmp_path / "bad.patch"
     source.write_bytes(DEP3.replace(b"-\treturn 0;", b"-\treturn 7;"))
-    with pytest.raises(PatchDoesNotApply, match="does not apply"):
+    with pytest.raises(PatchDoesNotApply, match="does not apply") as info:
         import_patches(series, source, git, base)
     assert not any(series.dir.glob("*.patch"))  # nothing written on failure
+    # The same diagnosis as `cleanroom apply`: file, hunk and reason (patchapply.conflict).
+    assert (info.value.file, info.value.hunk) == ("main.c", 1)
+    assert info.value.why == "context does not match"
 
 
 def test_quilt_options_and_missing_files(tmp_path: Path) -> None:

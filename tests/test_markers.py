@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from support_patch import make_repo, write_files
+from support.files import write_files
+from support.repos import new_repo
 
-from patchctl.capture import snapshot_worktree
 from patchctl.markers import (
     MarkerCheck,
     added_by,
@@ -52,9 +52,10 @@ def test_touched_paths_and_added_by() -> None:
 
 def test_presence_in_trees(tmp_path: Path) -> None:
     files = {"a.c": b"int a; // MARK-A\n", "b.bin": b"\0MARK-B\n", "c.h": b"int c;\n"}
-    git, base = make_repo(tmp_path / "r", files)
+    made = new_repo(tmp_path / "r", files)
+    git, base = made.git, made.tree
     write_files(tmp_path / "r", {"c.h": b"int c; // MARK-C\n"})
-    post = snapshot_worktree(git)
+    post = git.snapshot_worktree()
     assert markers_in_tree(git, base, ["MARK-A", "MARK-B", "MARK-C"]) == frozenset({"MARK-A"})
     assert markers_in_tree(git, base, ["MARK-A"], paths=["c.h"]) == frozenset()
     assert markers_in_tree(git, base, ["MARK-A"], paths=[]) == frozenset()
@@ -69,6 +70,7 @@ def test_presence_in_trees(tmp_path: Path) -> None:
 
 
 def test_read_blobs_missing_and_trees(tmp_path: Path) -> None:
-    git, base = make_repo(tmp_path / "r", {"d/x": b"x\n"})
+    made = new_repo(tmp_path / "r", {"d/x": b"x\n"})
+    git, base = made.git, made.tree
     blobs = read_blobs(git, [f"{base}:d/x", f"{base}:nope", f"{base}:d"])
     assert blobs == {f"{base}:d/x": b"x\n", f"{base}:nope": None, f"{base}:d": None}

@@ -12,14 +12,16 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from conftest import Exe, Link, Repo, make_tar
+from support.archives import make_tar
+from support.files import Entry, Exe, Link
+from support.repos import Repo
 
+from patchctl.cache import cache_dir
 from patchctl.errors import ChecksumMismatch, NotFound
 from patchctl.git import Git
 from patchctl.progress import RecordingProgress
 from patchctl.series import Series, Upstream
 from patchctl.upstream import (
-    cache_dir,
     fetch_git,
     fetch_sdist,
     find_cached,
@@ -241,7 +243,7 @@ def test_archive_upstream_checks_sha_and_caches(tmp_path: Path, cache_home: Path
 
 def test_staged_tree_is_cached_and_reused(tmp_path: Path, cache_home: Path) -> None:
     (tmp_path / "s").mkdir()
-    files = {
+    files: dict[str, Entry] = {
         "x.c": b"int x;\r\n",
         "bin/run": Exe(b"#!/bin/sh\n"),
         "ln": Link("x.c"),

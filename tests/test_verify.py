@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support_patch import Entry, Exe, Link, make_repo, make_series, write_files
+from support.files import Entry, Exe, Link, write_files
+from support.repos import new_repo
+from support.series import make_series
 
-from patchctl.capture import capture_trees, snapshot_worktree
+from patchctl.capture import capture_trees
 from patchctl.errors import NotFound, VerifyFailed
 from patchctl.git import Git
 from patchctl.series import Patch, Series
@@ -27,13 +29,14 @@ BASE: dict[str, Entry] = {
 def _captured_stack(tmp: Path, edits: list[dict[str, Entry]]) -> tuple[Series, Git]:
     """A series of len(edits) captured patches, one per edit set, over BASE."""
     repo = tmp / "repo"
-    git, base = make_repo(repo, BASE)
+    made = new_repo(repo, BASE)
+    git, base = made.git, made.tree
     series_dir = tmp / "project" / "patches" / "s"
     patches = []
     pre = base
     for n, edit in enumerate(edits, 1):
         write_files(repo, edit)
-        post = snapshot_worktree(git)
+        post = git.snapshot_worktree()
         entry = Patch(
             id=f"{n:04d}-p{n}",
             file=f"{n:04d}-p{n}.patch",
@@ -141,7 +144,8 @@ def test_conflicting_patch_fails_forward_and_later_steps(tmp_path: Path) -> None
 
 def test_missing_base_objects_is_not_found(tmp_path: Path) -> None:
     series, _ = _captured_stack(tmp_path, [{"a.txt": b"z\n"}])
-    other, _ = make_repo(tmp_path / "other", {"x": b"x\n"})
+    made = new_repo(tmp_path / "other", {"x": b"x\n"})
+    other, _ = made.git, made.tree
     with pytest.raises(NotFound, match="upstream tree"):
         verify_series(series, [other.repo])
     with pytest.raises(NotFound):
@@ -186,9 +190,10 @@ def test_random_edits_capture_verify_and_any_flipped_byte_fails(
 ) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         repo = Path(tmp) / "repo"
-        git, base = make_repo(repo, BASE)
+        made = new_repo(repo, BASE)
+        git, base = made.git, made.tree
         write_files(repo, edits)
-        post = snapshot_worktree(git)
+        post = git.snapshot_worktree()
         if post == base:
             return  # the edits rewrote files with their own bytes: nothing to capture
         entry = Patch(
@@ -224,7 +229,8 @@ def test_verify_from_upstream_objects_only(tmp_path: Path) -> None:
     series, _git = _captured_stack(
         tmp_path, [{"a.txt": b"MARK-1\n", "n.bin": b"\0\1"}, {"b.c": b"int c;\n"}]
     )
-    upstream, base = make_repo(tmp_path / "upstream-only", BASE)
+    made = new_repo(tmp_path / "upstream-only", BASE)
+    upstream, base = made.git, made.tree
     assert base == series.upstream.tree
     assert upstream.run_full("cat-file", "-e", f"{series.patches[-1].post_tree}")[0] != 0
     report = verify_series(series, [upstream.repo])

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import sys
-from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from patchctl import build, cleanroom, toolchain
-from patchctl.console import RichProgress, out, print_json
-from patchctl.errors import NotFound
+from patchctl.build import DEFAULT_CMAKE_TARGETS, Backend, Launcher, Part
 from patchctl.options import DEFAULT_SERIES, JsonOpt, SeriesOpt, WorkdirOpt
+
+if TYPE_CHECKING:
+    from patchctl.build.model import BuildPlan, BuildResult
 
 CudaOpt = Annotated[
     str | None,
@@ -23,23 +23,6 @@ CudaOpt = Annotated[
         "No GPU is needed on the build host.",
     ),
 ]
-
-
-class Backend(StrEnum):
-    """--backend choices."""
-
-    auto = "auto"
-    cmake = "cmake"
-    llamafile = "llamafile"
-
-
-class Launcher(StrEnum):
-    """--launcher choices."""
-
-    ccache = "ccache"
-    sccache = "sccache"
-
-
 BackendOpt = Annotated[
     Backend,
     typer.Option(
@@ -53,7 +36,7 @@ TargetOpt = Annotated[
         "--target",
         "-t",
         help="Target to build, repeatable (default cmake: "
-        + ", ".join(build.DEFAULT_CMAKE_TARGETS)
+        + ", ".join(DEFAULT_CMAKE_TARGETS)
         + "; llamafile: make's default).",
     ),
 ]
@@ -86,6 +69,14 @@ DefineOpt = Annotated[
     list[str] | None,
     typer.Option("--define", "-D", metavar="KEY=VALUE", help="cmake: an extra -D (repeatable)."),
 ]
+OnlyOpt = Annotated[
+    Part | None,
+    typer.Option(
+        "--only",
+        help="llamafile: build only this part. cuda: ggml-cuda.so through llamafile/cuda.sh "
+        "for the --cuda archs, without make and without cosmocc.",
+    ),
+]
 DryRunOpt = Annotated[
     bool, typer.Option("--dry-run", help="Print the exact commands; run nothing.")
 ]
@@ -107,63 +98,59 @@ def build_command(
     build_dir: BuildDirOpt = None,
     cosmocc: CosmoccOpt = None,
     define: DefineOpt = None,
+    only: OnlyOpt = None,
     dry_run: DryRunOpt = False,
-    json_out: JsonOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Build the clean room; the build dir is keyed by its git tree id and the config."""
-    tree = cleanroom_path(series, workdir)
-    config = build.BuildConfig(
+    from patchctl.build.config import BuildConfig
+    from patchctl.build.run import build_cleanroom
+    from patchctl.console import RichProgress
+    from patchctl.errors import BuildStepFailed
+    from patchctl.toolchain import parse_cuda_archs
+
+    config = BuildConfig(
         backend=backend.value,
-        cuda=toolchain.parse_cuda_archs(cuda) if cuda else (),
+        cuda=parse_cuda_archs(cuda) if cuda else (),
         targets=tuple(target or ()),
         jobs=jobs,
         launcher=None if launcher is None else launcher.value,
         cosmocc=cosmocc,
         defines=tuple(define or ()),
+        only=None if only is None else only.value,
     )
-    plan = build.plan_build(tree, config, builds_root(tree), build_dir)
-    if dry_run:
-        show_plan(plan, json_out)
-        return
     try:
-        with RichProgress() as progress:
-            result = build.execute_plan(plan, progress)
-    except build.BuildStepFailed as exc:
+        with RichProgress(enabled=False if as_json else None) as progress:
+            outcome = build_cleanroom(
+                series, workdir, config, build_dir, dry_run=dry_run, progress=progress
+            )
+    except BuildStepFailed as exc:
         sys.stderr.write(exc.excerpt.rstrip("\n") + "\n")
         raise
-    show_result(result, json_out)
+    if outcome.result is None:
+        render_plan(outcome.plan, as_json)
+    else:
+        render_result(outcome.result, as_json)
 
 
-def cleanroom_path(series: Path, workdir: Path | None) -> Path:
-    """The clean room to build: --workdir, else cleanroom/<series name>; it must exist."""
-    tree = workdir if workdir is not None else cleanroom.default_workdir(series)
-    if not tree.is_dir():
-        raise NotFound(
-            f"no clean room at {tree}",
-            hint=f"create it with `patchctl cleanroom apply --series {series}`"
-            + ("" if workdir is None else f" --workdir {workdir}"),
-        )
-    return tree.absolute()
-
-
-def builds_root(tree: Path) -> Path:
-    """`cleanroom/<series>.builds/` beside the clean room (docs/architecture.md)."""
-    return tree.parent / f"{tree.name}.builds"
-
-
-def show_plan(plan: build.BuildPlan, json_out: bool) -> None:
+def render_plan(plan: BuildPlan, as_json: bool) -> None:
     """`--dry-run`: the exact commands (shell lines), or the plan as JSON."""
-    if json_out:
+    from patchctl.console import print_json
+
+    if as_json:
         print_json({"ok": True, "dry_run": True, **plan.to_json(), "shell": plan.commands()})
         return
     for line in plan.commands():
         sys.stdout.write(line + "\n")
 
 
-def show_result(result: build.BuildResult, json_out: bool) -> None:
+def render_result(result: BuildResult, as_json: bool) -> None:
     """The manifest as JSON, or a short human summary."""
-    if json_out:
-        print_json({"ok": True, **build.read_manifest(result.build_dir)})
+    from patchctl.build.manifest import read_manifest
+    from patchctl.console import out, print_json
+
+    if as_json:
+        print_json({"ok": True, **read_manifest(result.build_dir)})
         return
     plan = result.plan
     what = f"CUDA {','.join(plan.config.cuda)}" if plan.config.cuda else "CPU"

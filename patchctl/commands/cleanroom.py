@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from patchctl.apply import ApplyReport, cleanroom_apply, patch_sha256
-from patchctl.cleanroom import Cleanroom, default_workdir, load_cleanroom, same_pin
-from patchctl.console import RichProgress, out, print_json
 from patchctl.options import DEFAULT_SERIES, JsonOpt, SeriesOpt, WorkdirOpt
-from patchctl.series import Series, load_series
+
+if TYPE_CHECKING:
+    from patchctl.apply import ApplyReport
+    from patchctl.status import CleanroomStatus
 
 group = typer.Typer(
     help="Create, update and inspect the clean room of a series.", no_args_is_help=True
@@ -36,12 +34,12 @@ def apply_command(
     as_json: JsonOpt = False,
 ) -> None:
     """Materialize the pinned upstream and apply the series strictly (no fuzz, no offsets)."""
-    with RichProgress(enabled=None if not as_json else False) as progress:
+    from patchctl.apply import cleanroom_apply
+    from patchctl.console import RichProgress
+
+    with RichProgress(enabled=False if as_json else None) as progress:
         report = cleanroom_apply(series, workdir, upto, force, progress)
-    if as_json:
-        print_json(apply_json(report))
-    else:
-        render_apply(report)
+    render_apply(report, as_json)
 
 
 def apply_json(report: ApplyReport) -> dict[str, Any]:
@@ -65,8 +63,13 @@ def apply_json(report: ApplyReport) -> dict[str, Any]:
     }
 
 
-def render_apply(report: ApplyReport) -> None:
-    """Human output of an apply report."""
+def render_apply(report: ApplyReport, as_json: bool) -> None:
+    """An apply report, as JSON or for humans."""
+    from patchctl.console import out, print_json
+
+    if as_json:
+        print_json(apply_json(report))
+        return
     if report.backup is not None:
         b = report.backup
         out.print(f"saved unsaved work ({len(b.paths)} path(s)) to {b.ref} and {b.patch_file}")
@@ -80,47 +83,6 @@ def render_apply(report: ApplyReport) -> None:
     out.print(f"  head  {report.head[:12]} (tree {report.tree})")
 
 
-@dataclass(frozen=True)
-class Status:
-    """What `cleanroom status` reports."""
-
-    room: Cleanroom
-    series: Series | None
-    stack: list[tuple[str, str, str | None]]
-    dirty: list[str]
-
-
-def _status(series_dir: Path, workdir: Path | None) -> Status:
-    path = workdir if workdir is not None else default_workdir(series_dir)
-    room = load_cleanroom(path)
-    series = load_series(series_dir, check_files=False) if _has_series(series_dir) else None
-    return Status(room, series, room.stack(), room.dirty_paths())
-
-
-def _has_series(series_dir: Path) -> bool:
-    return (series_dir / "series.yaml").is_file() or series_dir.is_file()
-
-
-def _pending(status: Status) -> list[str]:
-    if status.series is None:
-        return []
-    applied = [pid for _c, pid, _s in status.stack]
-    return [pid for pid in status.series.ids() if pid not in applied]
-
-
-def _stale(status: Status) -> list[str]:
-    """Applied patches whose file changed since they were applied."""
-    if status.series is None:
-        return []
-    stale = []
-    for _commit, pid, sha in status.stack:
-        if pid in status.series.ids():
-            path = status.series.patch_path(pid)
-            if not path.is_file() or patch_sha256(path.read_bytes()) != sha:
-                stale.append(pid)
-    return stale
-
-
 @group.command("status")
 def status_command(
     series: SeriesOpt = DEFAULT_SERIES,
@@ -128,36 +90,19 @@ def status_command(
     as_json: JsonOpt = False,
 ) -> None:
     """Show the upstream, the base, the applied stack and unsaved work of the clean room."""
-    status = _status(series, workdir)
+    from patchctl.status import cleanroom_status
+
+    render_status(cleanroom_status(series, workdir), as_json)
+
+
+def render_status(status: CleanroomStatus, as_json: bool) -> None:
+    """A clean-room status, as JSON or for humans."""
+    from patchctl.console import out, print_json
+
+    data = status.to_json()
     if as_json:
-        print_json(status_json(status))
-    else:
-        render_status(status)
-
-
-def status_json(status: Status) -> dict[str, Any]:
-    """The --json form of a status."""
-    room = status.room
-    return {
-        "ok": True,
-        "cleanroom": str(room.path),
-        "upstream": room.meta.get("upstream"),
-        "root": room.root,
-        "base_commit": room.base_commit(),
-        "base_tree": room.base_tree(),
-        "head": room.head(),
-        "tree": room.head_tree(),
-        "applied": [{"id": pid, "commit": c, "patch_sha256": s} for c, pid, s in status.stack],
-        "pin_matches_series": None if status.series is None else same_pin(room, status.series),
-        "pending": _pending(status),
-        "stale": _stale(status),
-        "dirty": status.dirty,
-    }
-
-
-def render_status(status: Status) -> None:
-    """Human output of a status."""
-    data = status_json(status)
+        print_json(data)
+        return
     up = data["upstream"] or {}
     out.print(f"clean room {data['cleanroom']}")
     out.print("  upstream " + " ".join(f"{k}={v}" for k, v in up.items() if k != "kind"))

@@ -31,9 +31,8 @@ from pathlib import Path
 
 import pytest
 
-from patchctl.build import BuildStepFailed
 from patchctl.cleanroom import Cleanroom
-from patchctl.errors import PatchctlError
+from patchctl.errors import BuildStepFailed, PatchctlError
 from patchctl.series import Series, load_series
 
 from .trees import Say, TreeBuilder, dca_room, upstream_room

@@ -8,7 +8,7 @@ Where llama.cpp's CPU evaluation rounds in a way that the sharp tiny models ampl
 reference follows it: rope angles as ggml's float32 rope cache, GELU through ggml's f16 table,
 and (``RunConfig.kv_type``) the KV cache's f16 / Hadamard-rotated q8_0 round trip.
 
-DCA (shared/docs/dca-spec.md §2-§4), for chunk_size cs, local window w, chunk length cl = cs - w:
+DCA (docs/dca.md), for chunk_size cs, local window w, chunk length cl = cs - w:
 keys are roped at ``p mod cl``; queries at ``p mod cl`` (intra), ``min(p mod cl + cl, cs)``
 (successive) and ``cs`` (inter). Key j is intra for query i when ``i // cl == j // cl``,
 successive when the chunks differ by 1, inter when they differ by 2 or more. The three partial
@@ -373,7 +373,7 @@ def _dca_query_positions(
 
 def dca_distances(n: int, dca: DcaConfig, mut: Mutation = CORRECT) -> npt.NDArray[np.int64]:
     """RoPE distance (query position - key position) DCA gives each causal pair; -1 above the
-    diagonal (the table of dca-spec §7)."""
+    diagonal (test_dca_model.SPEC_EXAMPLE_DISTANCES is a worked example)."""
     pos = np.arange(n, dtype=np.int64)
     k_pos = pos if mut.keys_unwrapped else pos % dca.chunk_len
     regime = regime_matrix(n, dca.chunk_len)

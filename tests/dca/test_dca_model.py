@@ -296,7 +296,7 @@ def test_dca_on_up_to_chunk_size_equals_plain_exact(
     arch: str, dca_tool: Path, models_dir: Path, tmp_path: Path
 ) -> None:
     """129 = chunk_size + 1 tokens over two chunks (chunk_len 112): every DCA distance is still the
-    true distance (dca-spec §6), so with the exact path DCA must equal plain attention."""
+    true distance, so with the exact path DCA must equal plain attention."""
     model = model_path(models_dir, arch)
     plan = single_plan(129)
     args = ("-c", "512", "-b", "512", "-ub", "48", *EXACT)
@@ -595,7 +595,7 @@ def test_bad_dca_values_fail_with_a_message_naming_the_flag(
 # ---------------------------------------------------------------------------------------------
 # 4. the reference itself: validated against upstream, the spec's worked example, exactness
 
-# dca-spec §7: seq_len 10, chunk_len 4, local 2, chunk_size 6 (-1: above the diagonal)
+# A worked example: seq_len 10, chunk_len 4, local 2, chunk_size 6 (-1: above the diagonal)
 SPEC_EXAMPLE_DISTANCES = [
     [0, -1, -1, -1, -1, -1, -1, -1, -1, -1],
     [1, 0, -1, -1, -1, -1, -1, -1, -1, -1],
@@ -625,7 +625,7 @@ def test_each_position_mistake_changes_the_spec_example(mistake: str) -> None:
 
 
 def test_reference_dca_is_exact_up_to_chunk_size(models_dir: Path) -> None:
-    """dca-spec §6: for sequences of at most chunk_size + 1 tokens DCA equals plain attention."""
+    """For sequences of at most chunk_size + 1 tokens DCA equals plain attention."""
     m = ref.load_model(model_path(models_dir, "qwen2"))
     toks = random_tokens(CHUNK_SIZE + 1, seed=3)
     plain = ref.forward(m, toks)

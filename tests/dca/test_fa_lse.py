@@ -172,7 +172,8 @@ def test_merge_comparator_catches_a_dropped_half(
         if mask is not None:
             seen = np.isfinite(mask.astype(np.float32))  # [s, t, n]
             both = np.broadcast_to(
-                (seen[..., :half].any(-1) & seen[..., half:].any(-1))[..., None], both.shape
+                np.asarray(seen[..., :half].any(-1) & seen[..., half:].any(-1))[..., None],
+                both.shape,
             )
         if not both.any():
             continue

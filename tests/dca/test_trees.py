@@ -8,11 +8,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import Files, Repo, git_upstream, write_series
+from support.files import Files
+from support.repos import Repo
+from support.series import git_upstream, write_series
 
-from patchctl.build import BuildStepFailed
+from patchctl.build.run import builds_root
 from patchctl.cleanroom import default_workdir, load_cleanroom
-from patchctl.errors import DirtyTree
+from patchctl.errors import BuildStepFailed, DirtyTree
 from patchctl.series import Series, load_series
 
 from . import conftest as dca_conftest
@@ -22,7 +24,6 @@ from .trees import (
     at_target,
     bring_to,
     build_config,
-    builds_root,
     dca_room,
     upstream_room,
 )

@@ -25,7 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from patchctl.apply import apply_series, reusable_prefix
-from patchctl.build import BuildConfig, BuildResult, build_tree, worktree_id
+from patchctl.build.config import BuildConfig
+from patchctl.build.model import BuildResult
+from patchctl.build.plan import worktree_id
+from patchctl.build.run import build_tree, builds_root
 from patchctl.cleanroom import (
     Cleanroom,
     create_cleanroom,
@@ -143,11 +146,6 @@ def build_config(targets: tuple[str, ...] = TARGETS) -> BuildConfig:
     """cmake, CPU, all CPUs, ccache when installed."""
     launcher = "ccache" if shutil.which("ccache") is not None else None
     return BuildConfig(backend="cmake", targets=targets, launcher=launcher)
-
-
-def builds_root(room: Path) -> Path:
-    """`<clean room>.builds/`, the layout of `patchctl build` (docs/architecture.md)."""
-    return room.with_name(room.name + ".builds")
 
 
 @dataclass

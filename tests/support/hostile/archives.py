@@ -7,6 +7,10 @@ import tarfile
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
 from pathlib import Path
 
 TAR_TYPES = {
@@ -39,7 +43,10 @@ class M:
     mode: int = 0o644
 
 
-def tar_mode(path: Path) -> str:
+TarWriteMode = Literal["w:gz", "w:xz", "w:bz2", "w"]
+
+
+def tar_mode(path: Path) -> TarWriteMode:
     name = path.name
     if name.endswith((".tar.gz", ".tgz")):
         return "w:gz"
@@ -93,9 +100,10 @@ def zeros_tar(path: Path, name: str, size: int) -> Path:
         def readable(self) -> bool:
             return True
 
-        def readinto(self, buffer: bytearray) -> int:  # type: ignore[override]
-            n = min(len(buffer), self.left)
-            buffer[:n] = bytes(n)
+        def readinto(self, buffer: WriteableBuffer) -> int:
+            view = memoryview(buffer).cast("B")
+            n = min(len(view), self.left)
+            view[:n] = bytes(n)
             self.left -= n
             return n
 

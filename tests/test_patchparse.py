@@ -1,4 +1,4 @@
-"""patchfile.py: files and line counts of patch bytes, with git's path rules."""
+"""patchparse.py: files and line counts of patch bytes, with git's path rules."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from unidiff import PatchSet
 
-from patchctl.patchfile import display, header_names, parse, unquote
+from patchctl.patchparse import display, header_names, parse, unquote
 
 GOLDEN = Path(__file__).parent / "golden" / "capture"
 SHIPPED = Path(__file__).parent.parent / "patches" / "llamafile" / "0078-dca.patch"

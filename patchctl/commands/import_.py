@@ -1,0 +1,70 @@
+"""`patchctl import SOURCE`: an existing series (quilt, format-patch, mbox) on top of the stack.
+
+(The module is `import_` because `import` is a Python keyword.)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from patchctl.options import DEFAULT_SERIES, JsonOpt, SeriesOpt, WorkdirOpt
+
+if TYPE_CHECKING:
+    from patchctl.importer import ImportResult
+    from patchctl.series import Patch
+
+
+def register(app: typer.Typer) -> None:
+    """Add `patchctl import` to the app."""
+    app.command("import")(import_command)
+
+
+def import_command(
+    source: Annotated[
+        Path,
+        typer.Argument(help="A quilt series file or directory, a format-patch dir or an mbox."),
+    ],
+    series: SeriesOpt = DEFAULT_SERIES,
+    workdir: WorkdirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Import an existing series on top of the stack, keeping every patch's bytes."""
+    from patchctl.console import RichProgress
+    from patchctl.importer import import_series
+
+    with RichProgress(enabled=False if as_json else None) as progress:
+        result = import_series(series, source, workdir, progress)
+    render_import(result, as_json)
+
+
+def entry_json(patch: Patch) -> dict[str, Any]:
+    """One imported entry, for --json."""
+    return {
+        "id": patch.id,
+        "file": patch.file,
+        "title": patch.title,
+        "pre_tree": patch.pre_tree,
+        "post_tree": patch.post_tree,
+    }
+
+
+def render_import(result: ImportResult, as_json: bool) -> None:
+    """An import, as JSON or for humans."""
+    from patchctl.console import out, print_json
+
+    if as_json:
+        added = [{**entry_json(p), "drift": result.drift.get(p.id)} for p in result.added]
+        print_json({"ok": True, "imported": added})
+        return
+    for patch in result.added:
+        out.print(f"imported {patch.id}: {patch.title}")
+        if patch.id in result.drift:
+            out.print(f"  note: {result.drift[patch.id]}; strict `cleanroom apply` refuses it")
+    path = result.series.path
+    out.print(
+        f"{len(result.added)} patch(es) added to {path}; {len(result.changed)} file(s) updated"
+    )
+    out.print("  run `patchctl cleanroom apply` to apply them, `patchctl verify` to check them")

@@ -1,0 +1,64 @@
+"""`patchctl verify [ID | --all]`: the byte-for-byte round trip of the series."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from patchctl.options import DEFAULT_SERIES, JsonOpt, SeriesOpt, WorkdirOpt
+
+if TYPE_CHECKING:
+    from patchctl.verify import VerifyOutcome
+
+
+def register(app: typer.Typer) -> None:
+    """Add `patchctl verify` to the app."""
+    app.command("verify")(verify_command)
+
+
+def verify_command(
+    patch_id: Annotated[
+        str | None, typer.Argument(metavar="[ID]", help="One patch (default: all).")
+    ] = None,
+    all_patches: Annotated[bool, typer.Option("--all", help="Verify every patch.")] = False,
+    series: SeriesOpt = DEFAULT_SERIES,
+    workdir: WorkdirOpt = None,
+    objects: Annotated[
+        list[Path] | None,
+        typer.Option("--objects", help="Extra repository to read objects from (repeatable)."),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Round-trip check (forward, reverse, re-export, markers) in a scratch repository."""
+    if patch_id is not None and all_patches:
+        raise typer.BadParameter("give an ID or --all, not both")
+    from patchctl.console import RichProgress
+    from patchctl.verify import verify
+
+    ids = None if patch_id is None else [patch_id]
+    with RichProgress(enabled=False if as_json else None) as progress:
+        outcome = verify(series, ids, workdir, tuple(objects or ()), progress)
+    render_verify(outcome, as_json)
+
+
+def render_verify(outcome: VerifyOutcome, as_json: bool) -> None:
+    """The report (every check of every patch), then the verdict: a failure or stale docs
+    raise, and under --json the error handler prints the report inside the error."""
+    from patchctl.console import out, print_json
+
+    if not as_json:
+        for patch in outcome.report.patches:
+            out.print(f"{'ok  ' if patch.ok else 'FAIL'} {patch.id}")
+            for step in patch.steps:
+                if not step.ok:
+                    out.print(f"       {step.step}: {step.detail}")
+        for path in outcome.stale_docs:
+            out.print(f"STALE {path} (run `patchctl docs`)")
+        total = len(outcome.report.patches)
+        bad = sum(not p.ok for p in outcome.report.patches)
+        out.print(f"{total - bad}/{total} patch(es) verified" + (f", {bad} failed" if bad else ""))
+    outcome.raise_if_failed()
+    if as_json:
+        print_json(outcome.to_json())

@@ -1,0 +1,71 @@
+"""`patchctl cleanroom status`: a clean room measured against its series (read-only).
+
+What is applied (from the commits' trailers), what is pending, which applied patches changed
+on disk since, unsaved work, and whether series.yaml still pins the clean room's upstream.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from patchctl.cleanroom import Cleanroom, default_workdir, load_cleanroom, same_pin
+from patchctl.patchapply import patch_sha256
+from patchctl.series import Series, load_series, series_dir, series_file
+
+
+@dataclass(frozen=True)
+class CleanroomStatus:
+    """What `cleanroom status` reports."""
+
+    room: Cleanroom
+    series: Series | None  # None when there is no series file (a clean room on its own)
+    stack: list[tuple[str, str, str | None]]
+    dirty: list[str]
+
+    def pending(self) -> list[str]:
+        """Series patches not applied in the clean room."""
+        if self.series is None:
+            return []
+        applied = [pid for _c, pid, _s in self.stack]
+        return [pid for pid in self.series.ids() if pid not in applied]
+
+    def stale(self) -> list[str]:
+        """Applied patches whose file changed since they were applied."""
+        if self.series is None:
+            return []
+        stale = []
+        for _commit, pid, sha in self.stack:
+            if pid in self.series.ids():
+                path = self.series.patch_path(pid)
+                if not path.is_file() or patch_sha256(path.read_bytes()) != sha:
+                    stale.append(pid)
+        return stale
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain data for --json (and for the human rendering)."""
+        room = self.room
+        return {
+            "ok": True,
+            "cleanroom": str(room.path),
+            "upstream": room.meta.get("upstream"),
+            "root": room.root,
+            "base_commit": room.base_commit(),
+            "base_tree": room.base_tree(),
+            "head": room.head(),
+            "tree": room.head_tree(),
+            "applied": [{"id": pid, "commit": c, "patch_sha256": s} for c, pid, s in self.stack],
+            "pin_matches_series": None if self.series is None else same_pin(room, self.series),
+            "pending": self.pending(),
+            "stale": self.stale(),
+            "dirty": self.dirty,
+        }
+
+
+def cleanroom_status(series_path: Path, workdir: Path | None = None) -> CleanroomStatus:
+    """The status of the clean room of `series_path` (`--series DIR` or `DIR/series.yaml`)."""
+    path = series_file(Path(series_path))
+    room = load_cleanroom(workdir if workdir is not None else default_workdir(series_dir(path)))
+    series = load_series(path, check_files=False) if path.is_file() else None
+    return CleanroomStatus(room, series, room.stack(), room.dirty_paths())

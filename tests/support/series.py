@@ -1,0 +1,74 @@
+"""Series directories and whole projects over fake upstreams."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import tarfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from patchctl.series import Patch, Series, Upstream, save_series
+from support.repos import Repo
+
+# A patch that adds extra.txt (to import on top of any project's stack).
+NEW_FILE_PATCH = b"""diff --git a/extra.txt b/extra.txt
+new file mode 100644
+--- /dev/null
++++ b/extra.txt
+@@ -0,0 +1 @@
++extra
+"""
+
+
+def write_series(
+    directory: Path,
+    upstream: Upstream,
+    patches: Sequence[tuple[str, bytes]] = (),
+    *,
+    root: str = ".",
+) -> Path:
+    """A series directory: series.yaml plus one `<id>.patch` per (id, bytes)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    entries = []
+    for pid, data in patches:
+        (directory / f"{pid}.patch").write_bytes(data)
+        entries.append(Patch(id=pid, file=f"{pid}.patch", title=f"Patch {pid}"))
+    save_series(Series(directory / "series.yaml", upstream, tuple(entries), root))
+    return directory
+
+
+def git_upstream(repo: Repo) -> Upstream:
+    """A `git` upstream pin of a fake upstream repository (tree recorded)."""
+    return Upstream(kind="git", url=str(repo.path), commit=repo.commit, tree=repo.tree)
+
+
+def make_series(directory: Path, base: str, patches: tuple[Patch, ...] = ()) -> Series:
+    """A series.yaml in `directory` (an archive upstream pinned to tree `base`)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    upstream = Upstream(kind="archive", path="orig.tar.gz", sha256="0" * 64, tree=base)
+    series = Series(directory / "series.yaml", upstream, patches)
+    save_series(series)
+    return series
+
+
+def make_project(root: Path, files: dict[str, bytes]) -> Path:
+    """A project with patches/demo/series.yaml over an `archive` upstream holding `files`."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name, data in sorted(files.items()):
+            info = tarfile.TarInfo(f"demo-1.0/{name}")
+            info.size = len(data)
+            info.mtime = 0
+            tar.addfile(info, io.BytesIO(data))
+    archive = root / "demo-1.0.tar.gz"
+    root.mkdir(parents=True, exist_ok=True)
+    archive.write_bytes(buffer.getvalue())
+    series_dir = root / "project" / "patches" / "demo"
+    series_dir.mkdir(parents=True)
+    sha = hashlib.sha256(archive.read_bytes()).hexdigest()
+    (series_dir / "series.yaml").write_text(
+        "version: 1\nupstream:\n  kind: archive\n"
+        f"  path: ../../../{archive.name}\n  sha256: {sha}\npatches: []\n"
+    )
+    return series_dir
