@@ -145,15 +145,26 @@ def stack_position(room: Cleanroom, series: Series, patch_id: str) -> tuple[str,
     )
 
 
-def commit_capture(room: Cleanroom, patch: Patch, data: bytes, parent: str) -> str:
-    """Commit the captured tree as the patch's commit (same message as `cleanroom apply`)."""
+MoveRef = Callable[[Git, str, str, str], None]  # (git, ref, new commit, reason)
+
+
+def move_head(git: Git, ref: str, new: str, reason: str) -> None:
+    """Move `ref` at once; the index follows (stat data kept where blobs match), the work
+    tree is untouched. A session stages the move instead (SeriesSession.move_ref)."""
+    git.update_ref(ref, new, reason)
+    git.read_tree("HEAD", reset=True)
+    git.refresh_index()
+
+
+def commit_capture(
+    room: Cleanroom, patch: Patch, data: bytes, parent: str, move: MoveRef = move_head
+) -> str:
+    """Commit the captured tree as the patch's commit (same message as `cleanroom apply`)
+    and move HEAD to it through `move`."""
     assert patch.post_tree is not None
     message = commit_message(patch, patch_sha256(data))
     commit = room.git.commit_tree(patch.post_tree, message, (parent,))
-    room.git.update_ref("HEAD", commit, f"patchctl capture {patch.id}")
-    # The index follows the new commit (stat data kept where blobs match); worktree untouched.
-    room.git.read_tree("HEAD", reset=True)
-    room.git.refresh_index()
+    move(room.git, "HEAD", commit, f"patchctl capture {patch.id}")
     return commit
 
 
@@ -162,8 +173,10 @@ def capture_patch(
     room: Cleanroom,
     patch_id: str,
     write: Callable[[Path, bytes], bool] = write_if_changed,
+    move: MoveRef = move_head,
 ) -> tuple[Series, Captured]:
-    """Write the patch file (through `write`), commit it in the clean room, record its trees.
+    """Write the patch file (through `write`), commit it in the clean room (HEAD moves
+    through `move`), record its trees.
 
     Everything the capture and the save after it produce is checked before the first write:
     the updated series loads back, the docs render from the new bytes, every target is
@@ -180,7 +193,7 @@ def capture_patch(
     docs = render_docs(updated, {patch.id: data})
     check_writable([series.patch_path(patch), series.path, *docs])
     written = write(series.patch_path(patch), data)
-    commit_capture(room, recorded, data, parent)
+    commit_capture(room, recorded, data, parent, move)
     return updated, Captured(recorded, data, pre, post, written)
 
 
@@ -197,7 +210,7 @@ def add_patch(
     markers: tuple[str, ...] = (),
 ) -> tuple[Series, Patch]:
     """`patchctl new`: add the entry to series.yaml (under the series lock); no patch file yet."""
-    with series_session(series_path, check_files=False) as session:
+    with series_session(series_path, check_files=False, op="new") as session:
         updated, entry = new_patch(
             session.series,
             patch_id,
@@ -221,8 +234,10 @@ class CaptureResult:
 
 def capture(series_path: Path, patch_id: str, workdir: Path | None = None) -> CaptureResult:
     """`patchctl capture ID`: the clean room's edits become patch ID (series and room locked)."""
-    with series_session(series_path, check_files=False) as session:
+    with series_session(series_path, check_files=False, op="capture") as session:
         room = session.cleanroom(workdir)
-        updated, captured = capture_patch(session.series, room, patch_id, session.write_patch)
+        updated, captured = capture_patch(
+            session.series, room, patch_id, session.write_patch, session.move_ref
+        )
         changed = session.save(updated)
     return CaptureResult(updated.patch_path(captured.patch), captured, tuple(changed))

@@ -279,6 +279,6 @@ def update_docs(series_path: Path, *, check: bool = False) -> DocsResult:
     # Imported here: saving a series regenerates its docs, so session.py imports this module.
     from patchctl.session import series_session
 
-    with series_session(series_path) as session:
+    with series_session(series_path, op="docs") as session:
         changed = session.write_docs()
         return DocsResult(doc_paths(session.series), tuple(changed))

@@ -22,32 +22,67 @@ from patchctl.errors import DirtyTree, PatchctlError
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def _write_temp(path: Path, blocks: Iterable[bytes]) -> Path:
+TEMP_MARK = ".tmp"  # `.<name>.tmp<pid>-<hex>`: what `temp_files` finds after a kill
+
+
+def _write_temp(path: Path, blocks: Iterable[bytes], *, sync: bool = False) -> Path:
     """`blocks` in a new temporary file beside `path` (mode 0666 minus the umask)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}-{secrets.token_hex(4)}")
+    tmp = path.with_name(f".{path.name}{TEMP_MARK}{os.getpid()}-{secrets.token_hex(4)}")
     fd = os.open(tmp, _NEW, 0o666)
     try:
         with os.fdopen(fd, "wb") as out:
             for block in blocks:
                 out.write(block)
+            if sync:
+                out.flush()
+                os.fsync(out.fileno())
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     return tmp
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write `data` to a temporary file beside `path`, then rename it over `path`."""
-    write_atomic_blocks(path, (data,))
+def write_atomic(path: Path, data: bytes, *, sync: bool = False) -> None:
+    """Write `data` to a temporary file beside `path`, then rename it over `path` (`sync`:
+    the bytes and the rename reach the disk before this returns)."""
+    write_atomic_blocks(path, (data,), sync=sync)
+
+
+def sync_write(path: Path, data: bytes) -> None:
+    """Create `path` (which must not exist; never through a symlink) with `data`, synced."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, _NEW, 0o666)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+    _sync_dir(path.parent)
+
+
+def _sync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def temp_files(folder: Path, name: str) -> list[Path]:
+    """The temporary files `write_atomic` left for `folder/name` (a killed write)."""
+    return sorted(folder.glob(f".{name}{TEMP_MARK}*")) if folder.is_dir() else []
 
 
 def write_atomic_blocks(
-    path: Path, blocks: Iterable[bytes], check: Callable[[], None] | None = None
+    path: Path,
+    blocks: Iterable[bytes],
+    check: Callable[[], None] | None = None,
+    *,
+    sync: bool = False,
 ) -> None:
     """`write_atomic` for data streamed in blocks; `check` (raising to refuse) runs after the
     last block, before the rename, so a refused stream never replaces `path`."""
-    tmp = _write_temp(path, blocks)
+    tmp = _write_temp(path, blocks, sync=sync)
     try:
         if check is not None:
             check()
@@ -55,6 +90,8 @@ def write_atomic_blocks(
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    if sync:
+        _sync_dir(path.parent)
 
 
 def write_if_changed(path: Path, data: bytes) -> bool:

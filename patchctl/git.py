@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 
+from patchctl import killpoint
 from patchctl.errors import GitFailed, NotFound, PatchctlError
 
 IDENTITY_NAME = "patchctl"
@@ -89,10 +90,41 @@ def pinned_flags() -> tuple[str, ...]:
     return tuple(flags)
 
 
+TEMP_NAME = re.compile(r"patchctl-(?:home|index|scratch)-(\d+)-[^/]*")
+
+
+def temp_prefix(kind: str) -> str:
+    """The name prefix of this process's temporary directories: `patchctl-<kind>-<pid>-`."""
+    return f"patchctl-{kind}-{os.getpid()}-"
+
+
+def sweep_temp_dirs() -> list[Path]:
+    """Remove the temporary directories of patchctl processes that are gone (a SIGKILL
+    skips their clean-up); a directory whose process still runs is left alone."""
+    root = Path(tempfile.gettempdir())
+    removed = []
+    for path in root.glob("patchctl-*-*-*"):
+        found = TEMP_NAME.fullmatch(path.name)
+        if found and path.is_dir() and not path.is_symlink() and not _alive(int(found[1])):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
+
+
 @cache
 def empty_home() -> Path:
     """An empty directory used as HOME/XDG_CONFIG_HOME for git (removed at exit)."""
-    home = Path(tempfile.mkdtemp(prefix="patchctl-home-"))
+    home = Path(tempfile.mkdtemp(prefix=temp_prefix("home")))
     atexit.register(shutil.rmtree, home, True)
     return home
 
@@ -170,6 +202,8 @@ class Git:
         env: Mapping[str, str] | None = None,
     ) -> tuple[int, bytes, bytes]:
         """Run git; return (returncode, stdout, stderr) without judging the status."""
+        if killpoint.armed():  # the kill test: this git call may be where the process dies
+            return self._run_killable(args, stdin, env)
         proc = subprocess.run(
             self.command(*args),
             input=stdin if stdin is not None else b"",
@@ -178,6 +212,16 @@ class Git:
             check=False,
         )
         return proc.returncode, proc.stdout, proc.stderr
+
+    def _run_killable(
+        self, args: Sequence[str], stdin: bytes | None, env: Mapping[str, str] | None
+    ) -> tuple[int, bytes, bytes]:
+        pipe, command = subprocess.PIPE, self.command(*args)
+        env = hermetic_env(self.repo, env)
+        with subprocess.Popen(command, stdin=pipe, stdout=pipe, stderr=pipe, env=env) as child:
+            killpoint.running(f"git {args[0] if args else ''}", child)
+            out, err = child.communicate(stdin if stdin is not None else b"")
+        return child.returncode, out, err
 
     def run(
         self,
@@ -237,11 +281,14 @@ class Git:
             args += ["-p", parent]
         return self.run(*args, "--end-of-options", tree, stdin=message).decode("utf-8").strip()
 
-    def update_ref(self, ref: str, new: str, reason: str = "patchctl") -> None:
-        """Point `ref` (HEAD or a name under refs/) at `new`."""
+    def update_ref(
+        self, ref: str, new: str, reason: str = "patchctl", *, old: str | None = None
+    ) -> None:
+        """Point `ref` (HEAD or a name under refs/) at `new` (with `old`: only if it is there
+        now, a compare-and-swap; GitFailed otherwise)."""
         if ref != "HEAD" and not ref.startswith("refs/"):
             raise ValueError(f"not a ref patchctl writes: {ref!r}")
-        self.run("update-ref", "-m", reason, "--end-of-options", ref, new)
+        self.run("update-ref", "-m", reason, "--end-of-options", ref, new, *([old] if old else []))
 
     def set_head(self, branch: str) -> None:
         """Make HEAD the symbolic ref `branch` (e.g. refs/heads/main)."""
@@ -257,6 +304,17 @@ class Git:
             "log", "--reverse", "-z", f"--format={fmt}", "--end-of-options", revisions, "--"
         )
         return raw.decode("utf-8").split("\0")
+
+    def tree_entries(self, tree: str) -> dict[str, str]:
+        """Every file of `tree` (recursively): path -> "mode object-id"."""
+        out = self.run("ls-tree", "-r", "-z", "--full-tree", "--end-of-options", tree)
+        entries = {}
+        for record in out.split(b"\0"):
+            if record:
+                meta, _tab, name = record.partition(b"\t")
+                mode, _kind, oid = meta.decode("ascii").split(" ")
+                entries[os.fsdecode(name)] = f"{mode} {oid}"
+        return entries
 
     def changed_paths(self, pre: str, post: str) -> list[str]:
         """The paths whose entry differs between trees `pre` and `post` (no rename pairing)."""
@@ -316,6 +374,21 @@ class Git:
     def tracked_paths(self) -> set[bytes]:
         """The paths in the index, as bytes."""
         return set(self.run("ls-files", "-z").split(b"\0")) - {b""}
+
+    def ignored_paths(self) -> list[str]:
+        """Ignored files and directories (a directory once, with a trailing slash)."""
+        raw = self.run("status", "--porcelain=v1", "-z", "--ignored", "--untracked-files=normal")
+        entries = [os.fsdecode(e) for e in raw.split(b"\0") if e]
+        return sorted(e[3:] for e in entries if e.startswith("!! "))
+
+    def remove_stale_locks(self) -> list[Path]:
+        """Remove the lock files a killed git left (`index.lock`, `HEAD.lock`, a ref's
+        `.lock`); the removed paths. Only for a repository patchctl owns, holding its lock."""
+        git_dir = self.git_dir()
+        found = [*git_dir.glob("*.lock"), *(git_dir / "refs").rglob("*.lock")]
+        for path in found:
+            path.unlink(missing_ok=True)
+        return sorted(found)
 
     def status_paths(self) -> list[str]:
         """Paths with unsaved work: modified, staged, deleted or untracked (not ignored)."""
@@ -404,7 +477,7 @@ class Index:
 @contextmanager
 def temp_index(git: Git, seed: Path | None = None) -> Iterator[Index]:
     """A throwaway index for `git` (a `copy2` of `seed` when given), removed afterwards."""
-    with tempfile.TemporaryDirectory(prefix="patchctl-index-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=temp_prefix("index")) as tmp:
         path = Path(tmp) / "index"
         if seed is not None:
             shutil.copy2(seed, path)  # stat data AND mtime kept: racy-git checks stay valid
@@ -430,7 +503,7 @@ def scratch_repo(sources: Sequence[Path]) -> Iterator[Git]:
     re-export alike) never depend on a work tree's `diff=`/`-diff`/`binary` attributes.
     Its own index files (`Index(git, git.repo / "<name>.index")`) die with it.
     """
-    with tempfile.TemporaryDirectory(prefix="patchctl-scratch-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=temp_prefix("scratch")) as tmp:
         git = Git.init(Path(tmp) / "scratch.git", bare=True)
         # A throwaway repository: nothing in it needs to survive a crash, so no fsync.
         with (git.repo / "config").open("a", encoding="utf-8") as config:

@@ -399,7 +399,7 @@ def import_series(
 ) -> ImportResult:
     """`patchctl import SOURCE`: the patches of `source` on top of the stack, under the series
     and clean-room locks; series.yaml and the docs saved."""
-    with series_session(series_path) as session:
+    with series_session(series_path, op="import") as session:
         room = session.cleanroom(workdir)
         base = room.base_tree()
         result = import_patches(
