@@ -29,6 +29,7 @@ from pathlib import Path
 
 from patchctl import killpoint
 from patchctl.errors import GitFailed, NotFound, PatchctlError
+from patchctl.values import GIT_SCHEMES
 
 IDENTITY_NAME = "patchctl"
 IDENTITY_EMAIL = "patchctl@invalid"
@@ -74,7 +75,12 @@ PINNED_CONFIG: tuple[tuple[str, str, str], ...] = (
     ("init.defaultBranch", "main", "a stable branch name without advice"),
     ("advice.detachedHead", "false", "no advice chatter on stderr"),
     ("status.showUntrackedFiles", "all", "dirty checks see every untracked file"),
+    ("protocol.allow", "never", "transports not named below (ext::, fd::, helpers) never run"),
     ("protocol.file.allow", "always", "local paths are valid upstream urls"),
+    ("protocol.https.allow", "always", "the upstream url forms values.GIT_SCHEMES allows"),
+    ("protocol.http.allow", "always", "as above"),
+    ("protocol.ssh.allow", "always", "as above"),
+    ("protocol.git.allow", "always", "as above"),
     ("user.useConfigOnly", "false", "identity comes from the environment below"),
 )
 # diff.external is deliberately NOT pinned: `-c diff.external=` makes git try to run "".
@@ -144,6 +150,8 @@ def hermetic_env(repo: Path, extra: Mapping[str, str] | None = None) -> dict[str
             "GIT_ATTR_NOSYSTEM": "1",
             "GIT_CEILING_DIRECTORIES": str(repo.resolve().parent),
             "GIT_TERMINAL_PROMPT": "0",
+            # Only these transports, whatever a url, a redirect or a submodule asks for.
+            "GIT_ALLOW_PROTOCOL": ":".join(GIT_SCHEMES),
             "GIT_AUTHOR_NAME": IDENTITY_NAME,
             "GIT_AUTHOR_EMAIL": IDENTITY_EMAIL,
             "GIT_COMMITTER_NAME": IDENTITY_NAME,

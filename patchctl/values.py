@@ -170,6 +170,21 @@ def patch_id_problem(pid: str) -> str | None:
     return None if PATCH_ID.fullmatch(pid) else "is not NNNN-slug (e.g. 0079-my-fix)"
 
 
+# A build target as cmake --target and make take it: a name or a path-like name (make's
+# `o//llama.cpp/main/main`). No `-` first (an option), no `=` (a make variable assignment
+# such as CC=...), no space, `$`, quote or control character.
+BUILD_TARGET = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+/-]{0,199}")
+
+
+def build_target_problem(target: str) -> str | None:
+    """A target for `patchctl build -t`."""
+    if target.startswith("-"):
+        return "starts with '-' (it would be read as an option)"
+    if BUILD_TARGET.fullmatch(target) is None:
+        return "is not a build target name (letters, digits, _ . + / -; at most 200)"
+    return None
+
+
 # ----------------------------------------------------------------------------- git urls
 
 

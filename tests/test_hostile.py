@@ -1302,6 +1302,16 @@ CLI_CASES: dict[str, tuple[Callable[[Sandbox], tuple[str, ...]], int, str]] = {
         "File name too long",
     ),
     "unknown-option": (lambda b: ("cleanroom", "apply", "--bogus"), 2, "No such option"),
+    "build-target-option": (
+        lambda b: ("build", "-t", f"-f{b.root / 'evil.mk'}", "--series", str(b.series)),
+        1,
+        "starts with '-'",
+    ),
+    "build-target-make-variable": (
+        lambda b: ("build", "-t", f"CC=touch {b.root / 'x'}", "--series", str(b.series)),
+        1,
+        "is not a build target name",
+    ),
 }
 
 

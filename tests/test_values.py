@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from patchctl import values
 from patchctl.values import (
     git_url_problem,
     is_remote_url,
@@ -138,3 +139,25 @@ def test_package_names() -> None:
     assert package_problem("llama-cpp-python") is None and package_problem("a") is None
     for bad in ["../x", "-x", "x?y", "a b", "x-"]:
         assert package_problem(bad) is not None
+
+
+@pytest.mark.parametrize("target", ["llama-cli", "ggml", "o//llama.cpp/main/main", "a.b+c_d"])
+def test_build_targets(target: str) -> None:
+    assert values.build_target_problem(target) is None
+
+
+@pytest.mark.parametrize(
+    ("target", "problem"),
+    [
+        ("-f/tmp/evil.mk", "starts with '-'"),
+        ("--target=x", "starts with '-'"),
+        ("CC=touch /tmp/x", "not a build target"),
+        ("a b", "not a build target"),
+        ("$(shell id)", "not a build target"),
+        ("x\ny", "not a build target"),
+        ("", "not a build target"),
+        ("t" * 201, "not a build target"),
+    ],
+)
+def test_not_build_targets(target: str, problem: str) -> None:
+    assert problem in (values.build_target_problem(target) or "")
