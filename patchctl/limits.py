@@ -67,6 +67,9 @@ PATCH_BYTES = Limit(
     "PATCHCTL_MAX_PATCH_BYTES", 256 * MIB, "bytes", "size of a patch file or an import source"
 )
 DOWNLOAD_BYTES = Limit("PATCHCTL_MAX_DOWNLOAD_BYTES", 4 * GIB, "bytes", "size of a download")
+REGISTRY_BYTES = Limit(
+    "PATCHCTL_MAX_REGISTRY_BYTES", 16 * MIB, "bytes", "size of the marker registry read back"
+)
 INDEX_BYTES = 64 * MIB  # a package index JSON answer (not configurable: real ones are < 1 MiB)
 
 ALL_LIMITS = (
@@ -76,6 +79,7 @@ ALL_LIMITS = (
     SERIES_BYTES,
     PATCH_BYTES,
     DOWNLOAD_BYTES,
+    REGISTRY_BYTES,
 )
 
 
