@@ -15,6 +15,9 @@ Three stages, and nothing is written before the first two have passed:
    entry, whatever is on disk. A failure here (a checksum error in the last member, a full
    disk) removes everything written.
 
+A `.tar.zst` is decoded by the `zstd` command first (bounded by the same limits as it is
+decoded); the three stages then run on the decoded tar.
+
 Members are written with git's view of modes: regular files 0644 or 0755, symlinks as
 symlinks, hard links as copies, directories 0755.
 """
@@ -26,7 +29,9 @@ import lzma
 import os
 import shutil
 import stat
+import subprocess
 import tarfile
+import tempfile
 import zipfile
 import zlib
 from collections import deque
@@ -36,11 +41,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from patchctl.errors import NotFound, PatchctlError, UnsafeArchive
+from patchctl.errors import NotFound, PatchctlError, ToolchainMissing, UnsafeArchive
 from patchctl.limits import ARCHIVE_BYTES, ARCHIVE_MEMBERS, ARCHIVE_RATIO, RATIO_FLOOR, human
 from patchctl.progress import Progress, or_null
 
-TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".tar.zst")
+ZSTD_SUFFIX = ".tar.zst"
+TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ZSTD_SUFFIX)
 # Components dropped on extraction: a vendored `.git` (a gitlink file in the sdist) would make
 # git treat the tree as a submodule. Compared case-insensitively (git refuses `.GIT` too).
 DROPPED_NAMES = frozenset({".git"})
@@ -296,6 +302,12 @@ def _members(archive: Path) -> Iterator[list[_Raw]]:
             with zipfile.ZipFile(archive) as zf:
                 yield list(_zip_members(archive, zf))
             return
+        if archive.name.lower().endswith(ZSTD_SUFFIX):
+            with _zstd_decoded(archive) as plain, tarfile.open(
+                fileobj=plain, mode="r:", tarinfo=_BoundedTarInfo
+            ) as tar:
+                yield list(_tar_members(archive, tar))
+            return
         with tarfile.open(archive, "r:*", tarinfo=_BoundedTarInfo) as tar:
             yield list(_tar_members(archive, tar))
     except PatchctlError:
@@ -307,6 +319,40 @@ def _members(archive: Path) -> Iterator[list[_Raw]]:
         ) from None
     except READ_ERRORS as exc:
         raise _corrupt(archive, exc) from None
+
+
+@contextmanager
+def _zstd_decoded(archive: Path) -> Iterator[IO[bytes]]:
+    """The tar inside a .tar.zst, decoded by the `zstd` command into an unnamed temporary file
+    (Python before 3.14 has no zstd). The archive limits bound the decoded bytes as they come,
+    the ratio against the compressed size, so a zstd bomb stops early."""
+    zstd = shutil.which("zstd")
+    if zstd is None:
+        raise ToolchainMissing(
+            f"{archive.name}: reading a .tar.zst archive needs the zstd command",
+            hint="install zstd (e.g. `apt-get install zstd`), or pin a .tar.gz/.tar.xz archive",
+        )
+    budget = _Budget(archive)
+    with tempfile.TemporaryFile() as plain:
+        command = [zstd, "-d", "-c", "-q", "--no-progress", "--", str(archive)]
+        with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as child:
+            assert child.stdout is not None and child.stderr is not None
+            try:
+                while block := child.stdout.read(CHUNK):
+                    budget.add(len(block), members=0)
+                    plain.write(block)
+            except BaseException:
+                child.kill()
+                raise
+            message = child.stderr.read(4096).decode("utf-8", "replace")
+        if child.returncode != 0:
+            raise _corrupt(archive, _ZstdError(message or f"zstd exited {child.returncode}"))
+        plain.seek(0)
+        yield plain
+
+
+class _ZstdError(Exception):
+    """What the zstd command said about a damaged archive."""
 
 
 def _check_zip_directory(archive: Path) -> None:
