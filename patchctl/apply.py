@@ -162,6 +162,14 @@ def _protect(room: Cleanroom, force: bool, journal: RoomJournal) -> Backup | Non
     foreign = _unsaved_commits(room)
     if not dirty and not foreign:
         return None
+    nested = [p for p in dirty if p.endswith("/")]  # git lists a nested repository as "x/"
+    if nested:
+        raise DirtyTree(
+            f"{room.path} holds git repositories of its own ({', '.join(nested[:3])}"
+            f"{' ...' if len(nested) > 3 else ''}); a backup could keep only a link to their "
+            "commit, not their files, so patchctl does not touch the clean room",
+            hint=f"move them out of {room.path}, then run the command again",
+        )
     if not force:
         what = "commits not made by patchctl"
         if dirty:
