@@ -21,7 +21,7 @@ from typing import Any
 import typer
 
 import patchctl.commands
-from patchctl import __version__
+from patchctl import __version__, progress
 from patchctl.completion import Command, Param
 from patchctl.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, PatchctlError
 from patchctl.options import RunFlags
@@ -146,6 +146,7 @@ def run(args: Sequence[str]) -> int:
     """Run the CLI on `args`; return the exit status (the one place errors become exit codes)."""
     flags = RunFlags()  # filled in while the command line is parsed
     command = typer.main.get_command(app)
+    progress.notice_sink = _print_notice
     try:
         result = command.main(
             args=list(args), prog_name="patchctl", standalone_mode=False, obj=flags
@@ -171,6 +172,14 @@ def run(args: Sequence[str]) -> int:
     if code == EXIT_INTERRUPTED:
         sys.stderr.write("interrupted\n")
     return code
+
+
+def _print_notice(text: str) -> None:
+    """A core note (progress.notice) as one line on stderr, control characters escaped."""
+    from patchctl.values import printable
+
+    sys.stderr.write(printable(text) + "\n")
+    sys.stderr.flush()
 
 
 # ----------------------------------------------------------------------------- the index

@@ -29,7 +29,6 @@ import hashlib
 import json
 import os
 import secrets
-import sys
 from collections.abc import Iterable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -40,7 +39,7 @@ from patchctl import killpoint
 from patchctl.errors import DirtyTree, PatchctlError
 from patchctl.fsio import locked_dir, sync_write, write_atomic
 from patchctl.git import Git
-from patchctl.values import printable
+from patchctl.progress import notice
 
 JOURNAL = ".patchctl-journal.json"
 VERSION = 1
@@ -48,14 +47,15 @@ STAGING, COMMITTED = "staging", "committed"
 
 
 def tell(found: Recovered) -> None:
-    """Say on stderr what a run found of an interrupted one and what it did (stdout stays
-    the command's own output, JSON included)."""
+    """Tell the user what a run found of an interrupted one and what it did (progress.notice:
+    the CLI prints it on stderr, so stdout stays the command's own output, JSON included)."""
     paths = ", ".join(os.fsdecode(p) for p in found.paths[:3])
-    lines = [f"note: an interrupted `patchctl {found.op}` was {found.outcome}"
-             + (f" ({paths})" if paths else "")]
-    lines += [f"note: {note}" for note in found.notes]
-    sys.stderr.write("".join(printable(line) + "\n" for line in lines))
-    sys.stderr.flush()
+    notice(
+        f"note: an interrupted `patchctl {found.op}` was {found.outcome}"
+        + (f" ({paths})" if paths else "")
+    )
+    for note in found.notes:
+        notice(f"note: {note}")
 
 
 def file_sha256(path: Path) -> str | None:

@@ -206,3 +206,17 @@ def test_recovery_runs_under_the_session_that_takes_the_lock(series_dir: Path) -
     with series_session(series_dir) as session:
         session.lock_cleanroom(None)
         assert session.recovered and session.recovered[0].op == "cleanroom apply"
+
+
+def test_the_cli_says_what_it_recovered_on_stderr_and_keeps_json_on_stdout(
+    series_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from patchctl.app import run
+
+    half_apply(series_dir)
+    capsys.readouterr()
+    assert run(["cleanroom", "apply", "--series", str(series_dir), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["ok"] is True
+    assert "note: an interrupted `patchctl cleanroom apply` was rolled back" in captured.err
+    assert "undid 2 path(s)" in captured.err
