@@ -25,6 +25,7 @@ always hold their old or their new bytes, all old or all new once a run has reco
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -37,7 +38,7 @@ from typing import Any
 
 from patchctl import killpoint
 from patchctl.errors import DirtyTree, PatchctlError
-from patchctl.fsio import locked_dir, sync_write, write_atomic
+from patchctl.fsio import locked_dir, refuse_overwrite, sync_write, write_atomic
 from patchctl.git import Git
 from patchctl.progress import notice
 
@@ -219,10 +220,25 @@ def _finish_file(effect: FileWrite) -> None:
         raise _conflict(effect, now)
     killpoint.reached(f"write {effect.target.name}")
     if effect.create:
-        os.link(effect.staged, effect.target)  # fails rather than replace an entry
-        effect.staged.unlink()
+        _link_new(effect)
     else:
         os.replace(effect.staged, effect.target)
+
+
+def _link_new(effect: FileWrite) -> None:
+    """Give the staged copy the target's name, never replacing an entry that appeared."""
+    try:
+        os.link(effect.staged, effect.target)  # fails rather than replace an entry
+    except FileExistsError:
+        raise refuse_overwrite(effect.target) from None
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
+            raise
+        if effect.target.exists() or effect.target.is_symlink():  # no hard links here
+            raise refuse_overwrite(effect.target) from None
+        os.replace(effect.staged, effect.target)  # under the series lock: nobody else writes
+        return
+    effect.staged.unlink()
 
 
 def _conflict(effect: FileWrite, now: str | None) -> DirtyTree:

@@ -220,3 +220,12 @@ def test_the_cli_says_what_it_recovered_on_stderr_and_keeps_json_on_stdout(
     assert json.loads(captured.out)["ok"] is True
     assert "note: an interrupted `patchctl cleanroom apply` was rolled back" in captured.err
     assert "undid 2 path(s)" in captured.err
+
+
+def test_status_says_a_killed_run_is_waiting_to_be_recovered(series_dir: Path) -> None:
+    from patchctl.status import cleanroom_status
+
+    assert cleanroom_status(series_dir).to_json()["interrupted"] is None
+    half_apply(series_dir)
+    data = cleanroom_status(series_dir).to_json()
+    assert data["interrupted"] == "cleanroom apply" and data["dirty"]

@@ -126,3 +126,8 @@ def render_status(status: CleanroomStatus, as_json: bool) -> None:
     out.print(f"  head     {data['head'][:12]} (tree {data['tree']})")
     dirty = data["dirty"]
     out.print(f"  unsaved  {len(dirty)} path(s)" + (": " + ", ".join(dirty[:10]) if dirty else ""))
+    if data["interrupted"]:
+        out.print(
+            f"  note     a `patchctl {data['interrupted']}` was killed here; the next "
+            "`cleanroom apply`, `capture` or `import` finishes or undoes it first"
+        )
