@@ -21,6 +21,9 @@ bytes gets the new ones; one that holds the new ones is done). A target that hol
 was changed by someone else since the kill: the run stops (DirtyTree, exit 8) and says how
 to resolve it, keeping the journal and the staged bytes. So series.yaml, patch files and docs
 always hold their old or their new bytes, all old or all new once a run has recovered.
+
+`RoomJournal` (at the end) is the clean room's journal: what `cleanroom apply` is about to do
+to a clean room, which recovery.py finishes or undoes.
 """
 
 from __future__ import annotations
