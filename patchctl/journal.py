@@ -30,8 +30,10 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import hmac
 import json
 import os
+import re
 import secrets
 from collections.abc import Iterable
 from contextlib import ExitStack
@@ -40,14 +42,81 @@ from pathlib import Path
 from typing import Any
 
 from patchctl import killpoint
+from patchctl.cache import cache_dir
 from patchctl.errors import DirtyTree, PatchctlError
-from patchctl.fsio import locked_dir, refuse_overwrite, sync_write, write_atomic
+from patchctl.fsio import locked_dir, refuse_overwrite, sync_write, temp_files, write_atomic
 from patchctl.git import Git
 from patchctl.progress import notice
 
 JOURNAL = ".patchctl-journal.json"
 VERSION = 1
 STAGING, COMMITTED = "staging", "committed"
+
+
+# ----------------------------------------------------------------------------- signing
+
+KEY_FILE = "journal.key"
+STAGED_NAME = re.compile(r"\.(?P<name>.+)\.patchctl-[0-9a-f]{12}-[0-9]+")
+
+
+def journal_key() -> bytes:
+    """This user's journal key (`<cache>/journal.key`, 32 random bytes, mode 0600; made on
+    first use). A journal is signed with it: one that arrived from elsewhere (committed to a
+    shared repository next to a series) is never acted on, whatever paths it names."""
+    path = cache_dir() / KEY_FILE
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{KEY_FILE}.tmp{os.getpid()}-{secrets.token_hex(4)}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write(secrets.token_bytes(32))
+            out.flush()
+            os.fsync(out.fileno())
+        try:
+            os.link(tmp, path)  # a concurrent first run's key wins; never replaced
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink()
+    key = path.read_bytes()
+    if len(key) != 32:
+        raise PatchctlError(
+            f"{path} is not a patchctl journal key (32 bytes)",
+            hint="delete it (a new one is made), after finishing any interrupted run by hand",
+        )
+    return key
+
+
+def signed(data: dict[str, Any]) -> bytes:
+    """`data` as journal bytes, with its signature (`mac`)."""
+    body = json.dumps(data, sort_keys=True, default=os.fsdecode)
+    mac = hmac.new(journal_key(), body.encode("utf-8"), hashlib.sha256).hexdigest()
+    return (json.dumps({**json.loads(body), "mac": mac}, indent=1, sort_keys=True) + "\n").encode()
+
+
+def verified(path: Path) -> dict[str, Any]:
+    """The journal at `path` if it parses and its signature is this user's (else an error
+    naming it: DirtyTree, exit 8, for a journal patchctl did not write here)."""
+    try:
+        data = json.loads(path.read_bytes())
+        if not isinstance(data, dict) or data.get("version") != VERSION:
+            raise ValueError("unknown version")
+    except ValueError as exc:
+        raise PatchctlError(
+            f"{path} is not a journal patchctl can read ({exc})",
+            hint="a patchctl run was killed and left it: move it aside and check the files",
+        ) from None
+    mac = data.pop("mac", None)
+    body = json.dumps(data, sort_keys=True).encode("utf-8")
+    want = hmac.new(journal_key(), body, hashlib.sha256).hexdigest()
+    if not isinstance(mac, str) or not hmac.compare_digest(mac, want):
+        raise DirtyTree(
+            f"{path} was not written by patchctl for this user (its signature does not match "
+            f"{cache_dir() / KEY_FILE}); not acting on it",
+            hint="if it came with a repository, delete it; if patchctl was killed under "
+            "another cache directory, check the files it names by hand, then delete it",
+        )
+    return data
 
 
 def tell(found: Recovered) -> None:
@@ -186,7 +255,7 @@ class Journal:
             "state": state,
             "effects": [_effect_json(e) for e in self.effects],
         }
-        write_atomic(self.path, (json.dumps(data, indent=1) + "\n").encode("utf-8"), sync=True)
+        write_atomic(self.path, signed(data), sync=True)
 
 
 def _same_ref(effect: Effect, repo: Path, ref: str) -> bool:
@@ -318,17 +387,33 @@ def _effect_from(raw: Any) -> Effect:
 
 
 def read_journal(path: Path) -> tuple[str, str, list[Effect]]:
-    """(op, state, effects) of the journal at `path`."""
+    """(op, state, effects) of the (verified) journal at `path`."""
+    raw = verified(path)
     try:
-        raw = json.loads(path.read_bytes())
-        if raw.get("version") != VERSION or raw.get("state") not in (STAGING, COMMITTED):
-            raise ValueError("unknown version or state")
-        return str(raw["op"]), str(raw["state"]), [_effect_from(e) for e in raw["effects"]]
+        if raw.get("state") not in (STAGING, COMMITTED):
+            raise ValueError("unknown state")
+        effects = [_effect_from(e) for e in raw["effects"]]
+        for effect in effects:
+            _check_effect(effect)
+        return str(raw["op"]), str(raw["state"]), effects
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise PatchctlError(
             f"{path} is not a journal patchctl can read ({exc})",
             hint="a patchctl run was killed and left it; move it aside and check the series",
         ) from None
+
+
+def _check_effect(effect: Effect) -> None:
+    """The shapes patchctl writes, and only those: a staged copy is a sibling of its target
+    with patchctl's name; a ref move is a clean room's HEAD (ValueError otherwise)."""
+    if isinstance(effect, FileWrite):
+        found = STAGED_NAME.fullmatch(effect.staged.name)
+        if effect.staged.parent != effect.target.parent or not found:
+            raise ValueError(f"{effect.staged} is not a staged copy of {effect.target}")
+        if found["name"] != effect.target.name:
+            raise ValueError(f"{effect.staged} is not a staged copy of {effect.target}")
+    elif effect.ref != "HEAD" or not (effect.repo / ".git" / "patchctl-cleanroom.json").is_file():
+        raise ValueError(f"{effect.repo}: {effect.ref} is not a clean room's HEAD")
 
 
 def recover(directory: Path) -> Recovered | None:
@@ -337,7 +422,7 @@ def recover(directory: Path) -> Recovered | None:
     Call it holding the directory's lock, before reading anything the journal names.
     """
     path = directory / JOURNAL
-    for temp in directory.glob(f".{JOURNAL}.tmp*"):  # a journal write that was killed
+    for temp in temp_files(directory, JOURNAL):  # a journal write that was killed
         temp.unlink(missing_ok=True)
     if not path.is_file():
         return None
@@ -388,8 +473,7 @@ class RoomJournal:
         self.fields.update(fields)
         self.fields = {k: v for k, v in self.fields.items() if v is not None}
         data = {"version": VERSION, "op": self.op, "pid": os.getpid(), **self.fields}
-        text = json.dumps(data, indent=1, default=os.fsdecode) + "\n"
-        write_atomic(self.path, text.encode("utf-8"), sync=True)
+        write_atomic(self.path, signed(data), sync=True)
         killpoint.reached(f"room journal {'/'.join(sorted(fields))}")
 
     def end(self) -> None:

@@ -23,7 +23,7 @@ the work tree goes back to HEAD. Either way nothing is lost and the clean room i
 
 from __future__ import annotations
 
-import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,7 @@ from patchctl.cleanroom import Backup, Cleanroom, is_cleanroom, load_cleanroom, 
 from patchctl.errors import PatchctlError
 from patchctl.fsio import temp_files
 from patchctl.git import temp_index
-from patchctl.journal import VERSION, Recovered, file_sha256, room_journal_path
+from patchctl.journal import Recovered, file_sha256, room_journal_path, verified
 from patchctl.patchapply import apply_to_index
 
 
@@ -47,7 +47,7 @@ def recover_room(room: Path) -> Recovered | None:
     if not path.is_file():
         swept = _remove_partials(room)
         return Recovered("cleanroom apply", "rolled back", (room,), tuple(swept)) if swept else None
-    data = _read(path)
+    data = _read(room, path)
     notes: list[str] = []
     outcome = _finish_swap(room, data, notes)  # before the sweep: it may need the new room
     notes += _remove_partials(room)
@@ -67,18 +67,30 @@ def _remove_partials(room: Path) -> list[str]:
     return notes
 
 
-def _read(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_bytes())
-        if not isinstance(data, dict) or data.get("version") != VERSION:
-            raise ValueError("unknown version")
-        return data
-    except ValueError as exc:
+def _read(room: Path, path: Path) -> dict[str, Any]:
+    """The verified journal (journal.verified), whose paths are the clean room's own
+    siblings with patchctl's names: the only directories recovery may move or delete."""
+    data = verified(path)
+    partial, aside = data.get("partial"), data.get("aside")
+    ok = (partial is None or _sibling(room, partial, PARTIAL)) and (
+        aside is None or _sibling(room, aside, ASIDE)
+    )
+    if not ok:
         raise PatchctlError(
-            f"{path} is not a journal patchctl can read ({exc})",
-            hint="a patchctl run was killed and left it: move it aside, then check the "
-            "clean room with `patchctl cleanroom status`",
-        ) from None
+            f"{path} names directories that are not {room}'s own; not acting on it",
+            hint="move it aside, then check the clean room with `patchctl cleanroom status`",
+        )
+    return data
+
+
+PARTIAL = r"\.{name}\.partial-[0-9]+"
+ASIDE = r"{name}\.old(?:-[0-9]+)?"
+
+
+def _sibling(room: Path, value: object, pattern: str) -> bool:
+    path = Path(str(value))
+    shape = pattern.format(name=re.escape(room.name))
+    return path.parent == room.parent and re.fullmatch(shape, path.name) is not None
 
 
 # ----------------------------------------------------------------------------- building, swapping

@@ -70,9 +70,7 @@ def test_a_staging_journal_is_rolled_back(tmp_path: Path) -> None:
     assert recover(tmp_path) is None
 
 
-def test_a_committed_journal_is_finished_whatever_was_already_done(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_committed_journal_is_finished_whatever_was_already_done(tmp_path: Path) -> None:
     a, b = tmp_path / "a.txt", tmp_path / "b.txt"
     a.write_bytes(b"old a\n")
     journal = Journal(tmp_path / JOURNAL, "import")
@@ -85,10 +83,9 @@ def test_a_committed_journal_is_finished_whatever_was_already_done(
         if label == "write b.txt":
             raise KeyboardInterrupt  # stands in for the kill (the test kills for real)
 
-    monkeypatch.setattr(killpoint, "reached", die_after_first)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.MonkeyPatch.context() as patch, pytest.raises(KeyboardInterrupt):
+        patch.setattr(killpoint, "reached", die_after_first)
         journal.commit()
-    monkeypatch.undo()
     assert a.read_bytes() == b"new a\n" and not b.exists()  # half done
     found = recover(tmp_path)
     assert found is not None and found.outcome == "finished"
@@ -160,3 +157,49 @@ def test_a_session_finishes_a_killed_capture_before_it_reads_the_series(tmp_path
     assert room.status_paths() == []  # the index followed the new HEAD
     assert load_series(series_dir).patch("0001-one").post_tree == room.tree_of("HEAD")
     assert hidden(series_dir) == []
+
+
+def forged(path: Path, effects: list[dict[str, object]], state: str = "committed") -> None:
+    """A journal as someone else would write it (committed to a shared repository)."""
+    data = {"version": 1, "op": "capture", "pid": 1, "state": state, "effects": effects}
+    path.write_text(json.dumps(data))
+
+
+def test_a_journal_not_written_here_is_never_acted_on(tmp_path: Path) -> None:
+    """A committed journal naming a file outside the series, with a staged copy that holds
+    the attacker's bytes: recovery refuses it (exit 8) and touches nothing."""
+    victim, evil = tmp_path / "victim.txt", tmp_path / "evil"
+    victim.write_bytes(b"mine\n")
+    evil.write_bytes(b"pwned\n")
+    series = tmp_path / "s"
+    series.mkdir()
+    forged(
+        series / JOURNAL,
+        [{"kind": "file", "target": str(victim), "staged": str(evil),
+          "old": journal_module.sha256(b"mine\n"), "new": journal_module.sha256(b"pwned\n"),
+          "create": False}],
+    )
+    with pytest.raises(DirtyTree, match="not written by patchctl for this user") as caught:
+        recover(series)
+    assert caught.value.exit_code == 8
+    assert victim.read_bytes() == b"mine\n" and evil.read_bytes() == b"pwned\n"
+    forged(series / JOURNAL, [], state="staging")  # a rollback would delete staged copies
+    with pytest.raises(DirtyTree):
+        recover(series)
+
+
+def test_a_signed_journal_still_names_only_staged_siblings(tmp_path: Path) -> None:
+    """Even signed with this user's key, an effect whose staged copy is not its target's
+    sibling with patchctl's name is refused (the journal is checked, not trusted)."""
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(b"mine\n")
+    data = {
+        "version": 1, "op": "capture", "pid": 1, "state": "staging",
+        "effects": [{"kind": "file", "target": str(tmp_path / "s" / "a.patch"),
+                     "staged": str(victim), "old": None, "new": "0" * 64, "create": True}],
+    }
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / JOURNAL).write_bytes(journal_module.signed(data))
+    with pytest.raises(PatchctlError, match="is not a staged copy"):
+        recover(tmp_path / "s")
+    assert victim.read_bytes() == b"mine\n"

@@ -229,3 +229,25 @@ def test_status_says_a_killed_run_is_waiting_to_be_recovered(series_dir: Path) -
     half_apply(series_dir)
     data = cleanroom_status(series_dir).to_json()
     assert data["interrupted"] == "cleanroom apply" and data["dirty"]
+
+
+def test_a_room_journal_naming_other_directories_is_refused(
+    series_dir: Path, tmp_path: Path
+) -> None:
+    """Signed or not, recovery moves or deletes only the clean room's own siblings with
+    patchctl's names: a journal naming any other directory is refused, nothing removed."""
+    from patchctl.errors import DirtyTree, PatchctlError
+    from patchctl.journal import signed
+
+    room = room_of(series_dir)
+    precious = tmp_path / "precious"
+    (precious / "data").mkdir(parents=True)
+    path = room_journal_path(room)
+    body = {"version": 1, "op": "cleanroom apply", "pid": 1, "stage": "building"}
+    path.write_bytes(signed({**body, "partial": str(precious)}))
+    with pytest.raises(PatchctlError, match=r"not .*'s own"):
+        recover_room(room)
+    path.write_text(json.dumps({**body, "partial": str(precious)}))  # unsigned
+    with pytest.raises(DirtyTree, match="not written by patchctl"):
+        recover_room(room)
+    assert (precious / "data").is_dir() and (room / ".git").is_dir()
