@@ -26,7 +26,7 @@ from patchctl.cleanroom import (
     load_cleanroom,
     same_pin,
 )
-from patchctl.errors import DirtyTree, PatchctlError
+from patchctl.errors import DirtyTree
 from patchctl.git import Git
 from patchctl.journal import RoomJournal
 from patchctl.patchapply import apply_in_tree, check_patch, commit_message, patch_sha256
@@ -198,19 +198,8 @@ def cleanroom_apply(
         if upto is not None:
             series.index(upto)  # NotFound before anything is touched
         path = session.lock_cleanroom(workdir)
-        journal = RoomJournal(path, "cleanroom apply")
-        try:
-            report = _apply_locked(series, path, upto, force, progress, journal)
-        except PatchctlError:
-            if not journal.fields.get("head") or not _left_dirty(path):
-                journal.end()  # refused or failed cleanly: nothing for a next run to undo
-            raise
-        journal.end()
-        return report
-
-
-def _left_dirty(path: Path) -> bool:
-    return is_cleanroom(path) and load_cleanroom(path).is_dirty()
+        assert session.room_journal is not None
+        return _apply_locked(series, path, upto, force, progress, session.room_journal)
 
 
 def _apply_locked(

@@ -68,6 +68,8 @@ PINNED_CONFIG: tuple[tuple[str, str, str], ...] = (
     ("apply.whitespace", "nowarn", "apply never rewrites whitespace (fix would change bytes)"),
     ("apply.ignoreWhitespace", "no", "whitespace differences are conflicts"),
     ("gc.auto", "0", "no background gc while patchctl holds the repo"),
+    ("fetch.unpackLimit", "1", "a fetch keeps its pack, which appears whole: a killed fetch"),
+    ("transfer.unpackLimit", "1", "never leaves some loose objects of a commit and not others"),
     ("maintenance.auto", "false", "no background maintenance either"),
     ("commit.gpgSign", "false", "commits are reproducible and need no key"),
     ("tag.gpgSign", "false", "as above, for tags"),
@@ -258,6 +260,13 @@ class Git:
         """The full object id of `rev`, or None when it does not resolve."""
         code, out, _ = self.run_full("rev-parse", "--verify", "-q", "--end-of-options", rev)
         return out.decode("utf-8").strip() if code == 0 else None
+
+    def has_complete_commit(self, commit: str) -> bool:
+        """True when commit `commit` and every object of its tree are in the repository
+        (a fetch that was killed may have left the commit without all of its tree)."""
+        args = ("rev-list", "--objects", "--no-walk", "--missing=error", "--end-of-options")
+        code, _out, _err = self.run_full(*args, commit)
+        return code == 0
 
     def tree_of(self, rev: str) -> str:
         """The tree id of a commit-ish."""

@@ -433,9 +433,12 @@ def recover(directory: Path) -> Recovered | None:
         return Recovered(op, "rolled back")
     notes: list[str] = []
     with ExitStack() as locks:
-        for folder in sorted({e.repo.parent for e in effects if isinstance(e, RefMove)}):
+        repos = sorted({e.repo for e in effects if isinstance(e, RefMove)})
+        for folder in sorted({repo.parent for repo in repos}):
             if folder.resolve() != directory.resolve():  # that one is held by the caller
                 locks.enter_context(locked_dir(folder))  # the clean room's lock
+        for repo in repos:
+            Git(repo).remove_stale_locks()  # a git killed with the run held them
         finish(effects, notes)
     path.unlink()
     targets = tuple(e.target for e in effects if isinstance(e, FileWrite))

@@ -31,7 +31,7 @@ from typing import Any
 from patchctl.cleanroom import Backup, Cleanroom, is_cleanroom, load_cleanroom, partial_path
 from patchctl.errors import PatchctlError
 from patchctl.fsio import temp_files
-from patchctl.git import temp_index
+from patchctl.git import Git, temp_index
 from patchctl.journal import Recovered, file_sha256, room_journal_path, verified
 from patchctl.patchapply import apply_to_index
 
@@ -51,9 +51,15 @@ def recover_room(room: Path) -> Recovered | None:
     notes: list[str] = []
     outcome = _finish_swap(room, data, notes)  # before the sweep: it may need the new room
     notes += _remove_partials(room)
-    if data.get("head") and is_cleanroom(room):
-        _restore_work_tree(load_cleanroom(room), data, notes)
+    if is_cleanroom(room):
+        locks = Git(room).remove_stale_locks()  # a killed git's; the clean room is ours, locked
+        if locks:
+            notes.append(f"removed {len(locks)} lock file(s) a killed git left in {room}/.git")
+        if data.get("head"):
+            _restore_work_tree(load_cleanroom(room), data, notes)
     path.unlink()
+    if not notes and not data.get("head") and not data.get("stage"):
+        return None  # the clean room was only in use: nothing was left to undo
     return Recovered(str(data.get("op", "cleanroom apply")), outcome, (room,), tuple(notes))
 
 
@@ -125,9 +131,6 @@ def _finish_swap(room: Path, data: dict[str, Any], notes: list[str]) -> str:
 
 
 def _restore_work_tree(room: Cleanroom, data: dict[str, Any], notes: list[str]) -> None:
-    locks = room.git.remove_stale_locks()
-    if locks:
-        notes.append(f"removed {len(locks)} lock file(s) a killed git left in {room.path}/.git")
     raw = data.get("backup")
     backup = _backup(raw) if isinstance(raw, dict) else None
     dirty = [p for p in room.dirty_paths() if not p.endswith("/")]  # "x/": a nested repository

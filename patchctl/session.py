@@ -27,12 +27,12 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from patchctl.cleanroom import Cleanroom, default_workdir, load_cleanroom, locked
+from patchctl.cleanroom import Cleanroom, default_workdir, is_cleanroom, load_cleanroom, locked
 from patchctl.docs import render_docs
 from patchctl.errors import NotFound, SeriesChanged
 from patchctl.fsio import locked_dir, refuse_overwrite
 from patchctl.git import Git, sweep_temp_dirs
-from patchctl.journal import JOURNAL, Journal, Recovered, recover, tell
+from patchctl.journal import JOURNAL, Journal, Recovered, RoomJournal, recover, tell
 from patchctl.recovery import recover_room
 from patchctl.series import Series, dump_series, load_series, series_file
 
@@ -46,6 +46,7 @@ class SeriesSession:
     journal: Journal
     locks: ExitStack = field(default_factory=ExitStack, repr=False)
     recovered: list[Recovered] = field(default_factory=list)
+    room_journal: RoomJournal | None = None  # the clean room's, once it is locked
 
     @property
     def path(self) -> Path:
@@ -66,6 +67,8 @@ class SeriesSession:
         if found is not None:
             self.recovered.append(found)
             tell(found)
+        self.room_journal = RoomJournal(path, self.journal.op)
+        self.room_journal.record()  # in use: a kill from here on is recovered (git locks too)
         return path
 
     def cleanroom(self, workdir: Path | None) -> Cleanroom:
@@ -141,6 +144,17 @@ class SeriesSession:
         self.check_unchanged()
         self.journal.commit()
 
+    def release_room(self, error: BaseException | None) -> None:
+        """The command is over: its clean-room journal goes, unless the command failed in
+        the middle of changing the work tree (an error, Ctrl-C) and left it with changes,
+        which the next run then undoes like a kill's."""
+        journal = self.room_journal
+        if journal is None:
+            return
+        midway = error is not None and bool(journal.fields.get("head"))
+        if not (midway and is_cleanroom(journal.room) and load_cleanroom(journal.room).is_dirty()):
+            journal.end()
+
 
 @contextmanager
 def series_session(
@@ -168,6 +182,8 @@ def series_session(
         try:
             yield session
             session.commit()
-        except BaseException:
+        except BaseException as exc:
             journal.abandon()  # a no-op once the journal is committed (recovery finishes it)
+            session.release_room(exc)
             raise
+        session.release_room(None)

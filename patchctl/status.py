@@ -66,8 +66,8 @@ class CleanroomStatus:
         }
 
     def interrupted(self) -> str | None:
-        """The command a kill interrupted in this clean room or its series (its journal is
-        there; the next command that writes recovers it), None when there is none."""
+        """The command whose journal is in this clean room or its series: running now, or
+        killed (the next command that writes recovers it); None when there is none."""
         journals = [room_journal_path(self.room.path)]
         if self.series is not None:
             journals.append(self.series.dir / JOURNAL)

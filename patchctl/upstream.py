@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import urllib.request
 from collections.abc import Iterator
 from contextlib import suppress
@@ -322,13 +323,23 @@ def git_cache(url: str) -> Git:
     return Git.init(path, bare=True)
 
 
+def _fresh_cache(broken: Git) -> Git:
+    """Replace a cache repository that lacks objects (it is patchctl's own; refetched)."""
+    aside = broken.repo.with_name(f".{broken.repo.name}.broken-{os.getpid()}")
+    broken.repo.rename(aside)
+    shutil.rmtree(aside, ignore_errors=True)
+    return Git.init(broken.repo, bare=True)
+
+
 def fetch_git(series: Series, progress: Progress | None = None) -> Git:
     """A cache repository that contains the pinned commit (fetched by id if missing)."""
     commit = series.upstream.commit
     assert commit  # validated on load
     cache = git_cache(git_url(series))
     if cache.maybe_rev(f"{commit}^{{commit}}") is not None:
-        return cache
+        if cache.has_complete_commit(commit):
+            return cache
+        cache = _fresh_cache(cache)  # an interrupted fetch left part of the commit's objects
     report = or_null(progress)
     report.start("fetch", None)
     try:

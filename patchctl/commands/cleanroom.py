@@ -128,6 +128,6 @@ def render_status(status: CleanroomStatus, as_json: bool) -> None:
     out.print(f"  unsaved  {len(dirty)} path(s)" + (": " + ", ".join(dirty[:10]) if dirty else ""))
     if data["interrupted"]:
         out.print(
-            f"  note     a `patchctl {data['interrupted']}` was killed here; the next "
-            "`cleanroom apply`, `capture` or `import` finishes or undoes it first"
+            f"  note     a `patchctl {data['interrupted']}` is running here or was killed; "
+            "if killed, the next `cleanroom apply`, `capture` or `import` finishes or undoes it"
         )
