@@ -251,3 +251,14 @@ def test_a_room_journal_naming_other_directories_is_refused(
     with pytest.raises(DirtyTree, match="not written by patchctl"):
         recover_room(room)
     assert (precious / "data").is_dir() and (room / ".git").is_dir()
+
+
+def test_a_lock_file_of_a_git_killed_before_any_change_is_removed(series_dir: Path) -> None:
+    """The session marks the clean room in use before its first git call, so the lock file of
+    a git killed even then (a status refreshing the index) does not block every later run."""
+    room = room_of(series_dir)
+    RoomJournal(room, "cleanroom apply").record()  # the mark a killed session leaves
+    (room / ".git" / "index.lock").write_bytes(b"")
+    assert cleanroom_apply(series_dir).applied[-1].id == "0001-one"
+    assert not (room / ".git" / "index.lock").exists()
+    assert not room_journal_path(room).exists()
