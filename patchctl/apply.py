@@ -12,19 +12,25 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from patchctl import killpoint
 from patchctl.cleanroom import (
     BACKUP_REFS,
+    BASE_REF,
+    BRANCH,
     Backup,
     Cleanroom,
+    build_partial,
     create_cleanroom,
     is_cleanroom,
     load_cleanroom,
     same_pin,
 )
 from patchctl.errors import DirtyTree
+from patchctl.git import Git
+from patchctl.journal import RoomJournal
 from patchctl.patchapply import TreePatcher, commit_message, patch_sha256, strict_apply
 from patchctl.progress import Progress, or_null
 from patchctl.series import Patch, Series
@@ -54,6 +60,7 @@ class ApplyReport:
     applied: tuple[AppliedPatch, ...]
     created: bool = False
     backup: Backup | None = None
+    old_cleanroom: OldCleanroom | None = None  # kept by a pin change (see `_repin`)
 
 
 def apply_patch(
@@ -99,6 +106,7 @@ def apply_series(
     cleanroom: Cleanroom,
     upto: str | None = None,
     progress: Progress | None = None,
+    journal: RoomJournal | None = None,
     *,
     known_clean: bool = False,
 ) -> ApplyReport:
@@ -108,8 +116,10 @@ def apply_series(
     object store, and the clean room moves once from its HEAD to the last of them with
     `reset --keep`, which rewrites only files that differ (incremental builds stay
     incremental). When a patch fails, the clean room moves to the last good patch instead.
-    `known_clean`: the caller has just checked that there is no unsaved work (a `git status`
-    of a large tree is not free).
+    `journal` records where the clean room is and where that one `reset --keep` takes it (and
+    the plan), before the move, so a run killed mid-move is undone by the next one
+    (recovery.py). `known_clean`: the caller has just checked that there is no unsaved work
+    (a `git status` of a large tree is not free).
     """
     if not known_clean and cleanroom.is_dirty():
         raise DirtyTree(f"{cleanroom.path} has unsaved work", hint="pass --force to back it up")
@@ -126,9 +136,24 @@ def apply_series(
                 applied.append(apply_patch(cleanroom, patcher, series, patch, parent))
                 report.advance("apply")
     finally:
-        cleanroom.reset_to(applied[-1].commit if applied else cleanroom.base_commit())
+        target = applied[-1].commit if applied else cleanroom.base_commit()
+        if journal is not None:
+            journal.record(
+                head=cleanroom.head(),
+                reset_to=target,
+                plan=[_planned(series, patch) for patch in targets],
+                root=series.root,
+            )
+        cleanroom.reset_to(target)
     report.done("apply")
     return _report(cleanroom, tuple(applied))
+
+
+def _planned(series: Series, patch: Patch) -> list[str]:
+    """(id, sha256, file) of a patch about to be applied, as the journal records it."""
+    path = series.patch_path(patch)
+    sha = patch_sha256(path.read_bytes()) if path.is_file() else ""
+    return [patch.id, sha, os.fsdecode(path.resolve())]
 
 
 def _report(room: Cleanroom, applied: tuple[AppliedPatch, ...]) -> ApplyReport:
@@ -149,12 +174,20 @@ def _unsaved_commits(room: Cleanroom) -> bool:
     return any(not pid for _c, pid, _s in room.stack())
 
 
-def _protect(room: Cleanroom, force: bool) -> Backup | None:
+def _protect(room: Cleanroom, force: bool, journal: RoomJournal) -> Backup | None:
     """Refuse on unsaved work unless `force`; with `force`, save it first."""
     dirty = room.dirty_paths()
     foreign = _unsaved_commits(room)
     if not dirty and not foreign:
         return None
+    nested = [p for p in dirty if p.endswith("/")]  # git lists a nested repository as "x/"
+    if nested:
+        raise DirtyTree(
+            f"{room.path} holds git repositories of its own ({', '.join(nested[:3])}"
+            f"{' ...' if len(nested) > 3 else ''}); a backup could keep only a link to their "
+            "commit, not their files, so patchctl does not touch the clean room",
+            hint=f"move them out of {room.path}, then run the command again",
+        )
     if not force:
         what = "commits not made by patchctl"
         if dirty:
@@ -165,6 +198,7 @@ def _protect(room: Cleanroom, force: bool) -> Backup | None:
             hint="capture it with `patchctl capture`, or pass --force to back it up and reset",
         )
     backup = room.save_unsaved_work()
+    journal.record(head=room.head(), backup=asdict(backup))
     room.discard_saved(backup)
     return backup
 
@@ -177,45 +211,107 @@ def cleanroom_apply(
     progress: Progress | None = None,
 ) -> ApplyReport:
     """`patchctl cleanroom apply`: create or update the clean room and apply the series."""
-    with series_session(series_path) as session:
+    with series_session(series_path, op="cleanroom apply") as session:
         series = session.series
         if upto is not None:
             series.index(upto)  # NotFound before anything is touched
         path = session.lock_cleanroom(workdir)
-        return _apply_locked(series, path, upto, force, progress)
+        assert session.room_journal is not None
+        return _apply_locked(series, path, upto, force, progress, session.room_journal)
 
 
 def _apply_locked(
-    series: Series, path: Path, upto: str | None, force: bool, progress: Progress | None
+    series: Series,
+    path: Path,
+    upto: str | None,
+    force: bool,
+    progress: Progress | None,
+    journal: RoomJournal,
 ) -> ApplyReport:
     created = False
     backup: Backup | None = None
+    kept: OldCleanroom | None = None
     if is_cleanroom(path):
         room = load_cleanroom(path)
-        backup = _protect(room, force)
+        backup = _protect(room, force, journal)
         if not same_pin(room, series):
-            room = _repin(room, series, progress)
+            room, kept = _repin(room, series, progress, journal)
             created = True
     else:
-        room = create_cleanroom(series, path, progress)
+        room = create_cleanroom(series, path, progress, journal)
         created = True
-    result = apply_series(series, room, upto, progress, known_clean=True)
-    return replace(result, created=created, backup=backup)
+    result = apply_series(series, room, upto, progress, journal, known_clean=True)
+    return replace(result, created=created, backup=backup, old_cleanroom=kept)
 
 
-def _repin(room: Cleanroom, series: Series, progress: Progress | None) -> Cleanroom:
+# ----------------------------------------------------------------------------- pin change
+
+
+@dataclass(frozen=True)
+class OldCleanroom:
+    """A clean room replaced by a pin change and kept: it held things that are not patchctl's."""
+
+    path: Path
+    holds: tuple[str, ...]  # what is in it: "ignored files: build/", "branch refs/heads/wip"
+
+
+def not_patchctls(room: Cleanroom) -> list[str]:
+    """What a clean room holds that patchctl did not make and its backups do not keep:
+    ignored files, refs other than its branch, base and backups (a branch, the stash),
+    nested repositories. Deleting the clean room would lose them."""
+    found = []
+    ignored = room.git.ignored_paths()
+    if ignored:
+        found.append(_listing("ignored file(s)", ignored))
+    ours = (BRANCH, BASE_REF)
+    refs = [r for r in room.git.refs("refs/") if r not in ours and not r.startswith(BACKUP_REFS)]
+    if refs:
+        found.append(_listing("ref(s)", refs))
+    nested = [p for p in room.dirty_paths() if p.endswith("/")]
+    if nested:
+        found.append(_listing("nested repositories", nested))
+    return found
+
+
+def _listing(what: str, names: list[str]) -> str:
+    return f"{len(names)} {what}: " + ", ".join(names[:3]) + (" ..." if len(names) > 3 else "")
+
+
+def aside_path(room: Path) -> Path:
+    """A free name beside the clean room for the old one: `<name>.old`, `<name>.old-2`, ..."""
+    candidate = room.with_name(f"{room.name}.old")
+    number = 1
+    while candidate.exists() or candidate.is_symlink():
+        number += 1
+        candidate = room.with_name(f"{room.name}.old-{number}")
+    return candidate
+
+
+def _repin(
+    room: Cleanroom, series: Series, progress: Progress | None, journal: RoomJournal
+) -> tuple[Cleanroom, OldCleanroom | None]:
     """Replace a clean room made from another upstream pin (its unsaved work is saved).
 
-    The old clean room is moved aside first and restored if the new one cannot be made.
+    The new clean room is built beside the old one and swapped in only when complete. The
+    old one is deleted only when it holds nothing patchctl did not make (`not_patchctls`);
+    otherwise it is kept at `<name>.old` and reported, so a pin change never loses a build
+    tree, a branch, the stash or a nested repository.
     """
-    old = room.path.with_name(f".{room.path.name}.old-{os.getpid()}")
-    room.path.rename(old)
+    holds = not_patchctls(room)
+    aside = aside_path(room.path)
+    journal.record(aside=aside, discard=not holds)
+    partial = build_partial(series, room.path, progress, journal)
     try:
-        new = create_cleanroom(series, room.path, progress)
+        # Backups live on in the new clean room (their objects are fetched along).
+        Git(partial).fetch(str(room.path), f"+{BACKUP_REFS}*:{BACKUP_REFS}*")
     except BaseException:
-        old.rename(room.path)
+        shutil.rmtree(partial, ignore_errors=True)
         raise
-    # Backups live on in the new clean room (their objects are fetched along).
-    new.git.fetch(str(old), f"+{BACKUP_REFS}*:{BACKUP_REFS}*")
-    shutil.rmtree(old)
-    return new
+    journal.record(stage="swapping")
+    room.path.rename(aside)
+    killpoint.reached("old clean room aside")
+    partial.rename(room.path)
+    if not holds:
+        shutil.rmtree(aside)
+    journal.record(stage=None, partial=None, aside=None, discard=None, head=None, backup=None)
+    return load_cleanroom(room.path), (OldCleanroom(aside, tuple(holds)) if holds else None)

@@ -31,7 +31,9 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from patchctl.errors import GitFailed, NotFound
+from patchctl import killpoint
+from patchctl.errors import GitFailed, NotFound, PatchctlError
+from patchctl.values import GIT_SCHEMES
 
 IDENTITY_NAME = "patchctl"
 IDENTITY_EMAIL = "patchctl@invalid"
@@ -70,6 +72,8 @@ PINNED_CONFIG: tuple[tuple[str, str, str], ...] = (
     ("apply.whitespace", "nowarn", "apply never rewrites whitespace (fix would change bytes)"),
     ("apply.ignoreWhitespace", "no", "whitespace differences are conflicts"),
     ("gc.auto", "0", "no background gc while patchctl holds the repo"),
+    ("fetch.unpackLimit", "1", "a fetch keeps its pack, which appears whole: a killed fetch"),
+    ("transfer.unpackLimit", "1", "never leaves some loose objects of a commit and not others"),
     ("maintenance.auto", "false", "no background maintenance either"),
     ("commit.gpgSign", "false", "commits are reproducible and need no key"),
     ("tag.gpgSign", "false", "as above, for tags"),
@@ -77,7 +81,12 @@ PINNED_CONFIG: tuple[tuple[str, str, str], ...] = (
     ("init.defaultBranch", "main", "a stable branch name without advice"),
     ("advice.detachedHead", "false", "no advice chatter on stderr"),
     ("status.showUntrackedFiles", "all", "dirty checks see every untracked file"),
+    ("protocol.allow", "never", "transports not named below (ext::, fd::, helpers) never run"),
     ("protocol.file.allow", "always", "local paths are valid upstream urls"),
+    ("protocol.https.allow", "always", "the upstream url forms values.GIT_SCHEMES allows"),
+    ("protocol.http.allow", "always", "as above"),
+    ("protocol.ssh.allow", "always", "as above"),
+    ("protocol.git.allow", "always", "as above"),
     ("merge.conflictStyle", "diff3", "rebase conflict markers show the old base's lines too"),
     ("merge.renames", "true", "a rebase follows files upstream renamed"),
     ("merge.directoryRenames", "conflict", "a new file in a renamed directory is asked about"),
@@ -97,10 +106,41 @@ def pinned_flags() -> tuple[str, ...]:
     return tuple(flags)
 
 
+TEMP_NAME = re.compile(r"patchctl-(?:home|index|scratch)-(\d+)-[^/]*")
+
+
+def temp_prefix(kind: str) -> str:
+    """The name prefix of this process's temporary directories: `patchctl-<kind>-<pid>-`."""
+    return f"patchctl-{kind}-{os.getpid()}-"
+
+
+def sweep_temp_dirs() -> list[Path]:
+    """Remove the temporary directories of patchctl processes that are gone (a SIGKILL
+    skips their clean-up); a directory whose process still runs is left alone."""
+    root = Path(tempfile.gettempdir())
+    removed = []
+    for path in root.glob("patchctl-*-*-*"):
+        found = TEMP_NAME.fullmatch(path.name)
+        if found and path.is_dir() and not path.is_symlink() and not _alive(int(found[1])):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
+
+
 @cache
 def empty_home() -> Path:
     """An empty directory used as HOME/XDG_CONFIG_HOME for git (removed at exit)."""
-    home = Path(tempfile.mkdtemp(prefix="patchctl-home-"))
+    home = Path(tempfile.mkdtemp(prefix=temp_prefix("home")))
     atexit.register(shutil.rmtree, home, True)
     return home
 
@@ -120,6 +160,8 @@ def hermetic_env(repo: Path, extra: Mapping[str, str] | None = None) -> dict[str
             "GIT_ATTR_NOSYSTEM": "1",
             "GIT_CEILING_DIRECTORIES": str(repo.resolve().parent),
             "GIT_TERMINAL_PROMPT": "0",
+            # Only these transports, whatever a url, a redirect or a submodule asks for.
+            "GIT_ALLOW_PROTOCOL": ":".join(GIT_SCHEMES),
             "GIT_AUTHOR_NAME": IDENTITY_NAME,
             "GIT_AUTHOR_EMAIL": IDENTITY_EMAIL,
             "GIT_COMMITTER_NAME": IDENTITY_NAME,
@@ -178,6 +220,8 @@ class Git:
         env: Mapping[str, str] | None = None,
     ) -> tuple[int, bytes, bytes]:
         """Run git; return (returncode, stdout, stderr) without judging the status."""
+        if killpoint.armed():  # the kill test: this git call may be where the process dies
+            return self._run_killable(args, stdin, env)
         proc = subprocess.run(
             self.command(*args),
             input=stdin if stdin is not None else b"",
@@ -186,6 +230,16 @@ class Git:
             check=False,
         )
         return proc.returncode, proc.stdout, proc.stderr
+
+    def _run_killable(
+        self, args: Sequence[str], stdin: bytes | None, env: Mapping[str, str] | None
+    ) -> tuple[int, bytes, bytes]:
+        pipe, command = subprocess.PIPE, self.command(*args)
+        env = hermetic_env(self.repo, env)
+        with subprocess.Popen(command, stdin=pipe, stdout=pipe, stderr=pipe, env=env) as child:
+            killpoint.running(f"git {args[0] if args else ''}", child)
+            out, err = child.communicate(stdin if stdin is not None else b"")
+        return child.returncode, out, err
 
     def run(
         self,
@@ -214,6 +268,13 @@ class Git:
         """The full object id of `rev`, or None when it does not resolve."""
         code, out, _ = self.run_full("rev-parse", "--verify", "-q", "--end-of-options", rev)
         return out.decode("utf-8").strip() if code == 0 else None
+
+    def has_complete_commit(self, commit: str) -> bool:
+        """True when commit `commit` and every object of its tree are in the repository
+        (a fetch that was killed may have left the commit without all of its tree)."""
+        args = ("rev-list", "--objects", "--no-walk", "--missing=error", "--end-of-options")
+        code, _out, _err = self.run_full(*args, commit)
+        return code == 0
 
     def tree_of(self, rev: str) -> str:
         """The tree id of a commit-ish."""
@@ -266,11 +327,14 @@ class Git:
             args += ["-p", parent]
         return self.run(*args, "--end-of-options", tree, stdin=message).decode("utf-8").strip()
 
-    def update_ref(self, ref: str, new: str, reason: str = "patchctl") -> None:
-        """Point `ref` (HEAD or a name under refs/) at `new`."""
+    def update_ref(
+        self, ref: str, new: str, reason: str = "patchctl", *, old: str | None = None
+    ) -> None:
+        """Point `ref` (HEAD or a name under refs/) at `new` (with `old`: only if it is there
+        now, a compare-and-swap; GitFailed otherwise)."""
         if ref != "HEAD" and not ref.startswith("refs/"):
             raise ValueError(f"not a ref patchctl writes: {ref!r}")
-        self.run("update-ref", "-m", reason, "--end-of-options", ref, new)
+        self.run("update-ref", "-m", reason, "--end-of-options", ref, new, *([old] if old else []))
 
     def set_head(self, branch: str) -> None:
         """Make HEAD the symbolic ref `branch` (e.g. refs/heads/main)."""
@@ -330,6 +394,17 @@ class Git:
         )
         return raw.decode("utf-8").split("\0")
 
+    def tree_entries(self, tree: str) -> dict[str, str]:
+        """Every file of `tree` (recursively): path -> "mode object-id"."""
+        out = self.run("ls-tree", "-r", "-z", "--full-tree", "--end-of-options", tree)
+        entries = {}
+        for record in out.split(b"\0"):
+            if record:
+                meta, _tab, name = record.partition(b"\t")
+                mode, _kind, oid = meta.decode("ascii").split(" ")
+                entries[os.fsdecode(name)] = f"{mode} {oid}"
+        return entries
+
     def changed_paths(self, pre: str, post: str) -> list[str]:
         """The paths whose entry differs between trees `pre` and `post` (no rename pairing)."""
         flags = ("-r", "--name-only", "-z", "--no-renames")
@@ -380,6 +455,21 @@ class Git:
     def tracked_paths(self) -> set[bytes]:
         """The paths in the index, as bytes."""
         return set(self.run("ls-files", "-z").split(b"\0")) - {b""}
+
+    def ignored_paths(self) -> list[str]:
+        """Ignored files and directories (a directory once, with a trailing slash)."""
+        raw = self.run("status", "--porcelain=v1", "-z", "--ignored", "--untracked-files=normal")
+        entries = [os.fsdecode(e) for e in raw.split(b"\0") if e]
+        return sorted(e[3:] for e in entries if e.startswith("!! "))
+
+    def remove_stale_locks(self) -> list[Path]:
+        """Remove the lock files a killed git left (`index.lock`, `HEAD.lock`, a ref's
+        `.lock`); the removed paths. Only for a repository patchctl owns, holding its lock."""
+        git_dir = self.git_dir()
+        found = [*git_dir.glob("*.lock"), *(git_dir / "refs").rglob("*.lock")]
+        for path in found:
+            path.unlink(missing_ok=True)
+        return sorted(found)
 
     def status_paths(self) -> list[str]:
         """Paths with unsaved work: modified, staged, deleted or untracked (not ignored)."""
@@ -533,7 +623,7 @@ class Index:
 @contextmanager
 def temp_index(git: Git, seed: Path | None = None) -> Iterator[Index]:
     """A throwaway index for `git` (a `copy2` of `seed` when given), removed afterwards."""
-    with tempfile.TemporaryDirectory(prefix="patchctl-index-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=temp_prefix("index")) as tmp:
         path = Path(tmp) / "index"
         if seed is not None:
             shutil.copy2(seed, path)  # stat data AND mtime kept: racy-git checks stay valid
@@ -607,13 +697,16 @@ def scratch_repo(sources: Sequence[Path]) -> Iterator[Git]:
     re-export alike) never depend on a work tree's `diff=`/`-diff`/`binary` attributes.
     Its own index files (`Index(git, git.repo / "<name>.index")`) die with it.
     """
-    with tempfile.TemporaryDirectory(prefix="patchctl-scratch-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=temp_prefix("scratch")) as tmp:
         git = Git.init(Path(tmp) / "scratch.git", bare=True)
         # A throwaway repository: nothing in it needs to survive a crash, so no fsync.
         with (git.repo / "config").open("a", encoding="utf-8") as config:
             # index v4 (prefix-compressed paths) makes each apply/write-tree read less.
             config.write("[core]\n\tfsync = none\n[index]\n\tversion = 4\n")
-        alternates = "".join(f"{objects_dir(s)}\n" for s in sources)
+        found = [objects_dir(s) for s in sources]
+        if any("\n" in str(f) or "\r" in str(f) for f in found):
+            raise PatchctlError("an object directory path contains a line break; not using it")
+        alternates = "".join(f"{f}\n" for f in found)
         (git.repo / "objects" / "info").mkdir(parents=True, exist_ok=True)
         (git.repo / "objects" / "info" / "alternates").write_text(alternates)
         yield git

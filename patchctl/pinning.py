@@ -29,7 +29,7 @@ from patchctl.archive import archive_subdir, is_archive
 from patchctl.errors import ConfigError, GitFailed, NotFound
 from patchctl.fsio import sha256_file
 from patchctl.progress import Progress, or_null
-from patchctl.series import HEX40, Upstream
+from patchctl.series import Upstream
 from patchctl.upstream import (
     archive_name,
     download_new,
@@ -39,6 +39,7 @@ from patchctl.upstream import (
     sdist_releases,
     store,
 )
+from patchctl.values import HEX40
 
 # PEP 508 name == PEP 440-ish version (letters, digits and . _ - + !).
 SDIST_SPEC = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9][A-Za-z0-9._+!-]*)")

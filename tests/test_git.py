@@ -6,13 +6,14 @@ import ast
 import os
 import subprocess
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from support.repos import Repo
 from support.series import write_series
 
-from patchctl.errors import GitFailed, PatchctlError
+from patchctl.errors import ConfigError, GitFailed, PatchctlError
 from patchctl.git import (
     PINNED_CONFIG,
     Git,
@@ -157,9 +158,26 @@ def test_a_ref_prefix_starting_with_a_dash_is_a_pattern(make_repo: Callable[...,
 def test_an_upstream_url_that_looks_like_an_option_runs_nothing(tmp_path: Path) -> None:
     sentinel = tmp_path / "sentinel"
     upstream = Upstream(kind="git", url=f"--upload-pack=touch {sentinel};://x", commit="1" * 40)
-    series = load_series(write_series(tmp_path / "s", upstream))
+    with pytest.raises(ConfigError, match="starts with '-'"):  # refused where it is read
+        load_series(write_series(tmp_path / "s", upstream))
+    # ...and the git layer would not run it either, were it ever handed such a value.
+    plain = Upstream(kind="git", url="../repo", commit="1" * 40)
+    series = replace(load_series(write_series(tmp_path / "t", plain)), upstream=upstream)
     with pytest.raises(PatchctlError):
         fetch_git(series)
+    assert not sentinel.exists()
+
+
+@pytest.mark.parametrize("url", ["ext::sh -c touch% {s}", "fd::17", "testhelper::{s}"])
+def test_a_transport_outside_the_allow_list_never_runs(
+    make_repo: Callable[..., Repo], tmp_path: Path, url: str
+) -> None:
+    """values.py refuses these urls at load; git itself refuses them too (GIT_ALLOW_PROTOCOL
+    and protocol.allow=never), so no caller that skipped the check could run a transport."""
+    git = make_repo({"f.txt": b"x\n"}).git
+    sentinel = tmp_path / "sentinel"
+    with pytest.raises(GitFailed, match=r"not allowed|unsupported|Unable to find remote helper"):
+        git.fetch(url.format(s=sentinel), "0" * 40)
     assert not sentinel.exists()
 
 

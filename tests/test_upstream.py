@@ -206,6 +206,27 @@ def test_git_upstream_is_fetched_by_commit_and_the_clone_is_untouched(
     assert snapshot(repo.path) == before
 
 
+def test_a_cache_left_incomplete_by_a_killed_fetch_is_fetched_again(
+    tmp_path: Path, make_repo: Callable[..., Repo]
+) -> None:
+    """A fetch killed while writing loose objects leaves the commit without all of its
+    tree; the cache repository is rebuilt instead of failing on every later run."""
+    repo = make_repo({"a.txt": b"a\n", "sub/b.txt": b"b\n"}, name="user-clone")
+    series = git_series(tmp_path, repo)
+    cache = fetch_git(series)
+    packed = cache.run("pack-objects", "--stdout", "--revs", stdin=f"{repo.commit}\n".encode())
+    for pack in (cache.repo / "objects" / "pack").iterdir():
+        pack.unlink()
+    cache.run("unpack-objects", stdin=packed)  # all loose now, as a small fetch used to be
+    sub = repo.git.rev_parse(f"{repo.commit}:sub")
+    (cache.repo / "objects" / sub[:2] / sub[2:]).unlink()  # the kill came before this one
+    assert not cache.has_complete_commit(repo.commit)
+    again = fetch_git(series)
+    assert again.repo == cache.repo and again.has_complete_commit(repo.commit)
+    result = materialize(series, Git.init(tmp_path / "room"))
+    assert result.tree == repo.tree
+
+
 def test_git_subdir_and_tree_pin(tmp_path: Path, make_repo: Callable[..., Repo]) -> None:
     repo = make_repo({"top.txt": b"t\n", "sub/b.txt": b"b\n"})
     sub_tree = repo.git.rev_parse(f"{repo.commit}:sub")
