@@ -106,7 +106,7 @@ def pinned_flags() -> tuple[str, ...]:
     return tuple(flags)
 
 
-TEMP_NAME = re.compile(r"patchctl-(?:home|index|scratch)-(\d+)-[^/]*")
+TEMP_NAME = re.compile(r"patchctl-(?:home|index|scratch|apply)-(\d+)-[^/]*")
 
 
 def temp_prefix(kind: str) -> str:

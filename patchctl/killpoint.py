@@ -10,6 +10,7 @@ outside those tests; unset, a point costs one dictionary lookup.
 
 from __future__ import annotations
 
+import atexit
 import os
 import random
 import signal
@@ -54,9 +55,12 @@ def reached(label: str) -> None:
 def running(label: str, child: subprocess.Popen[bytes]) -> None:
     """A kill point while `child` (a git process) runs: at the chosen point the child is
     killed after a short random delay (it may have written part of its work, or finished),
-    then this process. Only the child and this process die, never the rest of the group."""
+    then this process. Only the child and this process die, never the rest of the group. When
+    the command would end before the delay is over (a quick git call at its last point), it dies
+    on its way out instead, so every chosen point is a kill."""
     if not (armed() and _next(label)):
         return
+    atexit.register(die)
 
     def kill_both() -> None:
         child.kill()

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from patchctl.errors import AlreadyApplied, PatchDoesNotApply, PatchDrift
-from patchctl.git import Git, Index
+from patchctl.git import Git, Index, temp_prefix
 from patchctl.series import Patch
 from patchctl.trees import TREE_MODE, Entry, TreeStore
 
@@ -367,7 +367,7 @@ class TreePatcher:
         self.git = git
         self.store = store if store is not None else TreeStore(git)
         self._owns_store = store is None
-        self._dir = Path(tempfile.mkdtemp(prefix="patchctl-apply-"))
+        self._dir = Path(tempfile.mkdtemp(prefix=temp_prefix("apply")))  # swept after a kill
         self._index = Index(git, self._dir / "index")
         self._held: _Held | None = None
 
