@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -25,8 +26,9 @@ from patchctl.cleanroom import (
 from patchctl.errors import DirtyTree
 from patchctl.patchapply import apply_in_tree, check_patch, commit_message, patch_sha256
 from patchctl.progress import Progress, or_null
-from patchctl.series import Patch, Series
+from patchctl.series import Series
 from patchctl.session import series_session
+from patchctl.stack import Entry, check_base_tree, load_stack
 
 
 @dataclass(frozen=True)
@@ -54,34 +56,36 @@ class ApplyReport:
     backup: Backup | None = None
 
 
-def apply_patch(room: Cleanroom, series: Series, patch: Patch) -> AppliedPatch:
-    """Check, apply and commit one patch on top of HEAD."""
-    data = series.patch_path(patch).read_bytes()
-    check_patch(room.git, patch, data, series.root, room.head_tree())
-    apply_in_tree(room.git, data, series.root)
+def apply_patch(room: Cleanroom, entry: Entry) -> AppliedPatch:
+    """Check, apply and commit one patch of the stack on top of HEAD."""
+    patch = entry.patch
+    data = entry.file.read_bytes()
+    head_tree = room.head_tree()
+    local = entry.local_tree(room.git, head_tree) or head_tree
+    check_patch(room.git, patch, data, entry.root, local)
+    apply_in_tree(room.git, data, entry.root)
     tree = room.git.write_tree()
     commit = room.git.commit_tree(tree, commit_message(patch, patch_sha256(data)), (room.head(),))
     room.git.update_ref("HEAD", commit, f"patchctl apply {patch.id}")
-    return AppliedPatch(patch.id, commit, tree, False, _ladder(patch, tree))
+    return AppliedPatch(patch.id, commit, tree, False, _ladder(room, entry, tree))
 
 
-def _ladder(patch: Patch, tree: str) -> str:
-    if patch.post_tree is None:
+def _ladder(room: Cleanroom, entry: Entry, tree: str) -> str:
+    """The tree vs the recorded post_tree (an inherited patch: the subtree it records)."""
+    if entry.patch.post_tree is None:
         return "unrecorded"
-    return "ok" if patch.post_tree == tree else "mismatch"
+    return "ok" if entry.patch.post_tree == entry.local_tree(room.git, tree) else "mismatch"
 
 
-def reusable_prefix(
-    room: Cleanroom, series: Series, targets: tuple[Patch, ...]
-) -> list[AppliedPatch]:
+def reusable_prefix(room: Cleanroom, targets: Sequence[Entry]) -> list[AppliedPatch]:
     """The applied commits that already match the first target patches byte for byte."""
     kept: list[AppliedPatch] = []
-    for (commit, pid, sha), patch in zip(room.stack(), targets, strict=False):
-        path = series.patch_path(patch)
-        if pid != patch.id or not path.is_file() or sha != patch_sha256(path.read_bytes()):
+    for (commit, pid, sha), entry in zip(room.stack(), targets, strict=False):
+        path = entry.file
+        if pid != entry.id or not path.is_file() or sha != patch_sha256(path.read_bytes()):
             break
         tree = room.git.tree_of(commit)
-        kept.append(AppliedPatch(patch.id, commit, tree, True, _ladder(patch, tree)))
+        kept.append(AppliedPatch(entry.id, commit, tree, True, _ladder(room, entry, tree)))
     return kept
 
 
@@ -91,23 +95,26 @@ def apply_series(
     upto: str | None = None,
     progress: Progress | None = None,
 ) -> ApplyReport:
-    """Bring a clean (no unsaved work) clean room to base + the series up to `upto`.
+    """Bring a clean (no unsaved work) clean room to base + the series' stack up to `upto`
+    (stack.py: the patches of an extended series first, under its root).
 
-    Commits that already match a prefix of the series are kept (their files are untouched,
+    Commits that already match a prefix of the stack are kept (their files are untouched,
     so incremental builds stay incremental); the rest is reset with `reset --keep` and applied.
     """
     if cleanroom.is_dirty():
         raise DirtyTree(f"{cleanroom.path} has unsaved work", hint="pass --force to back it up")
-    targets = series.upto(upto)
-    kept = reusable_prefix(cleanroom, series, targets)
+    stack = load_stack(series)
+    check_base_tree(stack, cleanroom.git, cleanroom.base_tree())
+    targets = stack.upto(upto)
+    kept = reusable_prefix(cleanroom, targets)
     cleanroom.reset_to(kept[-1].commit if kept else cleanroom.base_commit())
     cleanroom.git.refresh_index()
     report = or_null(progress)
     report.start("apply", len(targets))
     report.advance("apply", len(kept))
     applied = list(kept)
-    for patch in targets[len(kept) :]:
-        applied.append(apply_patch(cleanroom, series, patch))
+    for entry in targets[len(kept) :]:
+        applied.append(apply_patch(cleanroom, entry))
         report.advance("apply")
     report.done("apply")
     return _report(cleanroom, tuple(applied))
@@ -162,7 +169,7 @@ def cleanroom_apply(
     with series_session(series_path) as session:
         series = session.series
         if upto is not None:
-            series.index(upto)  # NotFound before anything is touched
+            load_stack(series).index(upto)  # NotFound before anything is touched
         path = session.lock_cleanroom(workdir)
         return _apply_locked(series, path, upto, force, progress)
 

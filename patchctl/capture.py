@@ -20,6 +20,7 @@ from patchctl.patchapply import commit_message, patch_sha256
 from patchctl.patchfile import export_patch
 from patchctl.series import PATCH_ID, Patch, Series
 from patchctl.session import series_session
+from patchctl.stack import load_stack
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ def new_patch(
     markers: tuple[str, ...] = (),
 ) -> tuple[Series, Patch]:
     """`patchctl new`: a series entry for `patch_id` at the top of the stack (not saved)."""
-    if patch_id in series.ids():
+    if patch_id in load_stack(series).ids():
         raise ConfigError(f"patch {patch_id!r} already exists", path=series.path, key="id")
     if not PATCH_ID.fullmatch(patch_id):
         raise ConfigError(
@@ -100,7 +101,8 @@ def stack_position(room: Cleanroom, series: Series, patch_id: str) -> tuple[str,
     Capture needs exactly the patches before `patch_id` applied, plus optionally `patch_id`
     itself on top (a re-capture); anything else would mix other patches' changes in.
     """
-    before = list(series.ids()[: series.index(patch_id)])
+    ordered = load_stack(series)
+    before = list(ordered.ids()[: ordered.index(patch_id)])
     stack = room.stack()
     applied = [pid for _commit, pid, _sha in stack]
     if applied == before:
@@ -132,8 +134,12 @@ def capture_patch(
     patch_id: str,
     write: Callable[[Path, bytes], bool] = write_if_changed,
 ) -> tuple[Series, Captured]:
-    """Write the patch file (through `write`), commit it in the clean room, record its trees."""
-    patch = series.patch(patch_id)
+    """Write the patch file (through `write`), commit it in the clean room, record its trees.
+
+    Only the series' own patches are captured here; one of an extended series is refused
+    (stack.own_entry): it records trees of its own upstream and is captured in its own series.
+    """
+    patch = load_stack(series).own_entry(patch_id).patch
     parent, _recapture = stack_position(room, series, patch_id)
     pre = room.git.tree_of(parent)
     post = room.git.snapshot_worktree()

@@ -218,6 +218,14 @@ class Git:
         code, _, _ = self.run_full("cat-file", "-e", "--end-of-options", f"{oid}^{{tree}}")
         return code == 0
 
+    def subtree(self, tree: str, path: str) -> str | None:
+        """The tree id of directory `path` inside `tree` (None when it is not a directory)."""
+        oid = self.maybe_rev(f"{tree}:{path}")
+        if oid is None:
+            return None
+        kind = self.text("cat-file", "-t", "--end-of-options", oid)
+        return oid if kind == "tree" else None
+
     def cat_file(self, kind: str, oid: str) -> bytes:
         """The raw bytes of object `oid`, which must be of type `kind` (blob, commit, tree)."""
         return self.run("cat-file", kind, "--end-of-options", oid)

@@ -17,13 +17,14 @@ from email.header import decode_header, make_header
 from itertools import pairwise
 from pathlib import Path
 
-from patchctl.errors import ConfigError, NotFound
+from patchctl.errors import ConfigError, NotFound, PatchctlError
 from patchctl.fsio import write_if_changed
 from patchctl.git import Git, temp_index
 from patchctl.patchapply import apply_to_index, conflict, drift_summary, patch_sha256
 from patchctl.progress import Progress, or_null
 from patchctl.series import PATCH_ID, Patch, Series
 from patchctl.session import series_session
+from patchctl.stack import compose, load_stack
 
 QUILT_SERIES = "series"
 # An mbox message starts at a `From ` line that looks like git's / mboxo's separator.
@@ -236,6 +237,15 @@ def _last_tree(series: Series, base: str) -> str:
     return last.post_tree
 
 
+def _stack_base(series: Series, git: Git, upstream: str) -> str:
+    """The tree imported patches go on when the series has none yet: the upstream tree, or
+    for a series that extends another, the upstream with that series' patches applied."""
+    composed, why = compose(load_stack(series), git, upstream)
+    if composed is None:
+        raise PatchctlError(why, hint="fix the extended series first (patchctl verify --all)")
+    return composed
+
+
 def import_patches(
     series: Series,
     source: Path,
@@ -247,7 +257,7 @@ def import_patches(
     """Copy the patches of `source` into the series (on top of the stack); nothing is saved."""
     kind, incoming = read_source(source)
     origin = f"{kind}:{source.name}"
-    taken = set(series.ids())
+    taken = set(load_stack(series).ids())
     start = len(series.patches) + 1
     entries = []
     for i, item in enumerate(incoming):
@@ -274,7 +284,7 @@ def import_series(
     and clean-room locks; series.yaml and the docs saved."""
     with series_session(series_path) as session:
         room = session.cleanroom(workdir)
-        base = room.base_tree()
+        base = _stack_base(session.series, room.git, room.base_tree())
         result = import_patches(
             session.series, source, room.git, base, progress, session.write_patch
         )
