@@ -132,8 +132,8 @@ def _extends_lines(series: Series) -> list[str]:
     count = len(stack.inherited())
     return [
         f"Extends series `{_cell(stack.base.name)}`: its {count} patch(es) apply first, under "
-        f"`{_cell(series.extends.root)}` (they are verified and captured as that series; "
-        "its markers are in its own registry).",
+        f"`{_cell(series.extends.root)}`; `patchctl verify` checks them too, and they are "
+        "edited and captured in that series (its markers are in its own registry).",
     ]
 
 
