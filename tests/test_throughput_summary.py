@@ -24,8 +24,15 @@ ts = _load()
 
 
 def _row(n_prompt: int, n_gen: int, depth: int, dca: bool, avg: float) -> dict[str, object]:
-    return {"n_prompt": n_prompt, "n_gen": n_gen, "n_depth": depth, "dca": dca,
-            "avg_ts": avg, "stddev_ts": 1.0, "samples_ts": [avg] * 4}
+    return {
+        "n_prompt": n_prompt,
+        "n_gen": n_gen,
+        "n_depth": depth,
+        "dca": dca,
+        "avg_ts": avg,
+        "stddev_ts": 1.0,
+        "samples_ts": [avg] * 4,
+    }
 
 
 def _bench(tmp_path: Path, rows: list[dict[str, object]]) -> Path:
@@ -35,10 +42,15 @@ def _bench(tmp_path: Path, rows: list[dict[str, object]]) -> Path:
 
 
 def test_ratio_per_test_and_depth(tmp_path: Path) -> None:
-    bench = _bench(tmp_path, [
-        _row(512, 0, 32768, False, 100.0), _row(0, 64, 32768, False, 50.0),
-        _row(512, 0, 32768, True, 120.0), _row(0, 64, 32768, True, 47.0),
-    ])
+    bench = _bench(
+        tmp_path,
+        [
+            _row(512, 0, 32768, False, 100.0),
+            _row(0, 64, 32768, False, 50.0),
+            _row(512, 0, 32768, True, 120.0),
+            _row(0, 64, 32768, True, 47.0),
+        ],
+    )
     rows = {(r["test"], r["depth"]): r for r in ts.summarize("m", bench, "cmd", 0.95)}
     assert rows[("pp512", 32768)]["ratio"] == 1.2 and rows[("pp512", 32768)]["met"]
     assert rows[("tg64", 32768)]["ratio"] == 0.94 and not rows[("tg64", 32768)]["met"]
