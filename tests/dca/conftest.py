@@ -35,6 +35,7 @@ from patchctl.cleanroom import Cleanroom
 from patchctl.errors import BuildStepFailed, PatchctlError
 from patchctl.series import Series, load_series
 
+from . import wheel as python_wheel_build
 from .trees import Say, TreeBuilder, dca_room, upstream_room
 
 NATIVE_DIR = Path(__file__).resolve().parent.parent / "native"
@@ -164,6 +165,28 @@ def upstream_build(request: pytest.FixtureRequest) -> LlamaBuild:
     if override is not None:
         return require_usable("UPSTREAM", override)
     return produce("UPSTREAM", upstream_room, request.getfixturevalue("tree_builder"))
+
+
+@pytest.fixture(scope="session")
+def python_wheel(pytestconfig: pytest.Config) -> python_wheel_build.Wheel:
+    """The patched llama-cpp-python wheel: the Python series exported by patchctl as an sdist
+    and built by pip (both cached; tests/dca/wheel.py). A failure fails the test, never skips."""
+    try:
+        return python_wheel_build.wheel(_say(pytestconfig))
+    except (PatchctlError, RuntimeError) as exc:
+        pytest.fail(f"the llama-cpp-python wheel could not be produced: {exc}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def python_site(
+    python_wheel: python_wheel_build.Wheel, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """The wheel installed (`pip install --no-deps --target`) into a temporary directory: put it
+    first on PYTHONPATH to import the patched `llama_cpp`."""
+    try:
+        return python_wheel_build.install(python_wheel, tmp_path_factory.mktemp("site"))
+    except RuntimeError as exc:
+        pytest.fail(str(exc), pytrace=False)
 
 
 def _native_source(name: str) -> Path:

@@ -1,0 +1,183 @@
+"""Issue 18: `Llama(model, dca=True, ...)` from the wheel built from the exported sdist computes
+what llama.cpp itself computes on the same tree, and what the float64 reference says.
+
+For each model: the multi-chunk prompt (300 tokens, chunk 64 / window 8: 6 chunks, ubatches of
+40 crossing chunk boundaries) through `Llama.eval` with `logits_all`, DCA on and off, exact mode
+(f32 KV, flash attention off), against
+- the native dump tool (tests/native/dca_logits.cpp) built on the llamafile series' tree, which
+  is the exported sdist's vendor/llama.cpp (checked): the same computation, so equal up to float
+  noise of two builds of the same source;
+- the float64 numpy reference (tests/dca/reference.py) with and without DCA.
+DCA on must also differ from DCA off by far more than the tolerance: the flag reached the C
+struct. Bad values are refused by Python (ValueError) or by the C side (context creation fails).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from patchctl.git import Git
+from patchctl.series import load_series
+from patchctl.stack import load_stack
+
+from . import reference as ref
+from .conftest import LlamaBuild, series_dir
+from .test_dca_model import (
+    DCA,
+    DCA_ON,
+    EXACT,
+    SPEC_EXACT_TOL,
+    Plan,
+    model_path,
+    random_tokens,
+    reference_logits,
+    run_tool,
+)
+from .wheel import Wheel, python_series
+
+ARCHS = ("qwen2", "gemma3")  # every layer DCA; DCA on the global layers of an iSWA model
+N_TOKENS = 300
+CONTEXT = {"n_ctx": 512, "n_batch": 512, "n_ubatch": 40, "n_threads": 2, "n_threads_batch": 2}
+NATIVE_ARGS = ("-c", "512", "-b", "512", "-ub", "40", *EXACT)
+PYTHON_EXACT = {"type_k": 0, "type_v": 0, "flash_attn": False}  # GGML_TYPE_F32 KV, FA off
+SAME_SOURCE_TOL = 1e-5  # two builds of one source: float noise only
+DCA_KWARGS = {"dca": True, "dca_chunk_size": DCA.chunk_size, "dca_local_window": DCA.local_window}
+
+LLAMA_LOGITS = r"""
+import json, sys
+import numpy as np
+from llama_cpp import Llama
+cfg = json.loads(sys.argv[1])
+llm = Llama(model_path=cfg["model"], logits_all=True, verbose=False, **cfg["kwargs"])
+llm.eval(cfg["tokens"])
+np.save(cfg["out"], np.asarray(llm.scores[: len(cfg["tokens"])], dtype=np.float32))
+"""
+
+
+def run_python(site: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
+    """The test venv's Python with the installed wheel first on its path."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
+    }
+    return subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+        timeout=timeout,
+    )
+
+
+def llama_logits(
+    site: Path, model: Path, tokens: tuple[int, ...], kwargs: dict[str, object], out: Path
+) -> npt.NDArray[np.float32]:
+    config = {"model": str(model), "tokens": list(tokens), "kwargs": kwargs, "out": str(out)}
+    proc = run_python(site, "-c", LLAMA_LOGITS, json.dumps(config))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    logits: npt.NDArray[np.float32] = np.load(out)
+    return logits
+
+
+@pytest.fixture(scope="session")
+def same_tree(dca_build: LlamaBuild) -> LlamaBuild:
+    """The native build, checked to be of the exported sdist's vendor/llama.cpp tree."""
+    python = load_stack(load_series(python_series()))
+    inherited = python.inherited()
+    assert (
+        inherited
+        and python.base is not None
+        and python.base.dir.resolve() == series_dir().resolve()
+    )
+    want = inherited[-1].patch.post_tree
+    if os.environ.get("PATCHCTL_DCA_SRC") is None:
+        assert Git(dca_build.src).tree_of("HEAD") == want, "the native build is of another tree"
+    return dca_build
+
+
+@pytest.fixture(scope="session")
+def native_tool(same_tree: LlamaBuild) -> Path:
+    from .test_dca_model import build_tool
+
+    return build_tool(same_tree)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_llama_dca_matches_llama_cpp_and_the_reference(
+    arch: str, python_site: Path, native_tool: Path, models_dir: Path, tmp_path: Path
+) -> None:
+    model = model_path(models_dir, arch)
+    tokens = random_tokens(N_TOKENS, seed=1)
+    plan = Plan(seqs=(tokens,), steps=(f"call 0:{N_TOKENS}",))
+    on = llama_logits(
+        python_site, model, tokens, {**CONTEXT, **PYTHON_EXACT, **DCA_KWARGS}, tmp_path / "on.npy"
+    )
+    off = llama_logits(
+        python_site, model, tokens, {**CONTEXT, **PYTHON_EXACT}, tmp_path / "off.npy"
+    )
+    native_on = run_tool(
+        native_tool, plan, model, (*NATIVE_ARGS, *DCA_ON), tmp_path / "n-on"
+    ).logits()[0]
+    native_off = run_tool(
+        native_tool, plan, model, (*NATIVE_ARGS, "--dca", "off"), tmp_path / "n-off"
+    ).logits()[0]
+    assert ref.rel_err(on, native_on) <= SAME_SOURCE_TOL
+    assert ref.rel_err(off, native_off) <= SAME_SOURCE_TOL
+    (want_on,) = reference_logits(model, (tokens,), ref.RunConfig(dca=DCA, kv_type="f32"))
+    (want_off,) = reference_logits(model, (tokens,), ref.RunConfig(kv_type="f32"))
+    plain_err = ref.rel_err(off, want_off)
+    tolerance = min(max(3.0 * plain_err, 1e-5), SPEC_EXACT_TOL)  # as test_dca_model's exact mode
+    assert plain_err <= 1e-4
+    assert ref.rel_err(on, want_on) <= tolerance
+    assert ref.rel_err(on, off) >= 100 * tolerance, "dca=True did not change the computation"
+
+
+BAD = (
+    ({"dca": True, "dca_chunk_size": 0}, "ValueError: dca_chunk_size must be a positive integer"),
+    (
+        {"dca": True, "dca_local_window": -8},
+        "ValueError: dca_local_window must be a positive integer",
+    ),
+    # valid for Python, refused by llama.cpp: the window must be below chunk_len
+    (
+        {"dca": True, "dca_chunk_size": 64, "dca_local_window": 40},
+        "--dca-local-window (40) must be <",
+    ),
+)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"), BAD, ids=["chunk-0", "window-negative", "window-too-wide"]
+)
+def test_bad_dca_values_are_refused(
+    kwargs: dict[str, object], message: str, python_site: Path, models_dir: Path, tmp_path: Path
+) -> None:
+    model = model_path(models_dir, "qwen2")
+    config = {
+        "model": str(model),
+        "tokens": [1, 2, 3],
+        "kwargs": {**CONTEXT, **kwargs},
+        "out": str(tmp_path / "x.npy"),
+    }
+    script = LLAMA_LOGITS.replace("verbose=False", "verbose=True")
+    proc = run_python(python_site, "-c", script, json.dumps(config))
+    assert proc.returncode != 0 and message in proc.stderr, proc.stderr[-3000:]
+
+
+def test_the_installed_package_is_the_marked_patched_version(
+    python_site: Path, python_wheel: Wheel
+) -> None:
+    proc = run_python(python_site, "-c", "import llama_cpp, sys; print(llama_cpp.__version__)")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == python_wheel.version
+    assert python_wheel.version.startswith("0.3.36+patchctl.")
+    assert python_wheel.path.name.startswith(f"llama_cpp_python-{python_wheel.version}-")
