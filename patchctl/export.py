@@ -17,14 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from patchctl.cleanroom import open_cleanroom, project_root
-from patchctl.errors import ConfigError, NotFound, PatchctlError, VerifyFailed
+from patchctl.errors import ConfigError, NotFound, PatchctlError, SdistError, VerifyFailed
 from patchctl.git import Git, TreeEntry, scratch_repo, temp_index
 from patchctl.patchapply import apply_to_index, conflict, drift_error
 from patchctl.progress import Progress, or_null
 from patchctl.sdist import (
     PKG_INFO,
     Layout,
-    SdistError,
     mark_version,
     marked_version,
     pkg_info_field,

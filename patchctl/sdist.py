@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from patchctl.errors import PatchctlError, UnsafeArchive
+from patchctl.errors import SdistError, UnsafeArchive
 from patchctl.git import TreeEntry
 from patchctl.progress import Progress, or_null
 
@@ -45,10 +45,6 @@ SKBUILD_REGEX_PROVIDER = "scikit_build_core.metadata.regex"
 # zlib's default level: level 9 takes 5x the time for 1.6% less on llama-cpp-python's sdist.
 GZIP_LEVEL = 6
 PKG_INFO_BACKENDS = ("setuptools_scm", "setuptools-scm", "hatch-vcs", "hatch_vcs")
-
-
-class SdistError(PatchctlError):
-    """The sdist cannot be exported as asked (exit 1): the message says why, the hint how."""
 
 
 # ----------------------------------------------------------------------------- the original

@@ -11,10 +11,9 @@ import pytest
 from pip._vendor.packaging.utils import parse_sdist_filename
 from pip._vendor.packaging.version import Version
 
-from patchctl.errors import UnsafeArchive
+from patchctl.errors import SdistError, UnsafeArchive
 from patchctl.sdist import (
     PKG_INFO,
-    SdistError,
     VersionSource,
     mark_version,
     marked_version,
