@@ -123,6 +123,13 @@ COMMANDS: dict[str, Command] = {
                 multiple=True,
             ),
             Param(
+                opts=("--only",),
+                kind="choice",
+                help="llamafile: build only this part. cuda: ggml-cuda.so through llamafile/cuda.sh for the --cuda archs, without make and without cosmocc.",
+                choices=("cuda",),
+                multiple=False,
+            ),
+            Param(
                 opts=("--dry-run",),
                 kind="flag",
                 help="Print the exact commands; run nothing.",

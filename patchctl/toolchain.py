@@ -22,6 +22,16 @@ CONFIG_MK_COSMOCC = re.compile(rb"^COSMOCC\s*:?=\s*(\S+)\s*$", re.MULTILINE)
 # `build/download-cosmocc.sh $@ 4.0.2 85b8c3...` in the same file.
 CONFIG_MK_DOWNLOAD = re.compile(rb"download-cosmocc\.sh\s+\S+\s+(\S+)\s+([0-9a-f]{64})")
 COSMOCC_URL = "https://cosmo.zip/pub/cosmocc/cosmocc-{version}.zip"
+# `NAME = value` assignments of build/config.mk (`=`, `:=`, `?=`).
+CONFIG_MK_ASSIGN = re.compile(rb"^([A-Za-z_][A-Za-z0-9_]*)\s*[:?]?=[ \t]*(.*?)\s*$", re.MULTILINE)
+# The make variables that name a tool the build runs (llamafile: CC, CXX, AR, ZIPOBJ, MKDEPS).
+COSMOCC_TOOL_VARS = ("CC", "CXX", "AR", "LD", "ZIPOBJ", "MKDEPS", "OBJCOPY", "STRIP")
+# An absolute nvcc path a build script runs (llamafile cuda.sh: /usr/local/cuda/bin/nvcc).
+ABSOLUTE_NVCC = re.compile(rb"(?<![\w$}./-])(/[A-Za-z0-9_./+-]*/bin/nvcc)(?![\w.+-])")
+# `-lcuda` on a build script's nvcc line: the link needs the driver's libcuda.so (or its stub).
+LINKS_LIBCUDA = re.compile(rb"(?<![\w-])-lcuda(?![\w.+-])")
+# A line of `cuobjdump --list-elf`: `ELF file    1: ggml-cuda.1.sm_86.cubin`.
+ELF_ARCH = re.compile(r"\.(sm_[0-9]+[af]?)\.cubin\s*$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -151,13 +161,43 @@ def pinned_cosmocc(tree: Path) -> tuple[str | None, str | None, str | None]:
     return rel, version, sha
 
 
-def cosmocc_missing_parts(root: Path) -> list[str]:
-    """The compiler drivers llamafile's Makefile needs that `root` lacks."""
-    return [
-        f"bin/{name}"
-        for name in ("cosmocc", "cosmoc++")
-        if not os.access(root / "bin" / name, os.X_OK)
-    ]
+def cosmocc_tools(tree: Path) -> tuple[str, ...]:
+    """The tools under `$(COSMOCC)/bin/` the tree's make runs: cosmocc, cosmoc++ and those
+    build/config.mk names (llamafile 0.9: ar.ape, zipobj, mkdeps)."""
+    config = tree / "build" / "config.mk"
+    text = config.read_bytes() if config.is_file() else b""
+    assigned = {
+        m[1].decode(): m[2].decode("utf-8", "replace") for m in CONFIG_MK_ASSIGN.finditer(text)
+    }
+    names = ["cosmocc", "cosmoc++"]
+    for var in COSMOCC_TOOL_VARS:
+        value = _expand(assigned.get(var, ""), assigned)
+        if value.startswith("$(COSMOCC)/bin/") and " " not in value:
+            name = value.removeprefix("$(COSMOCC)/bin/")
+            if name and "/" not in name and name not in names:
+                names.append(name)
+    return tuple(names)
+
+
+def _expand(value: str, assigned: Mapping[str, str], depth: int = 8) -> str:
+    """Expand `$(VAR)` references from `assigned`, leaving COSMOCC (the dir) as it is."""
+    for _ in range(depth):
+        expanded = re.sub(
+            r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+            lambda m: m[0] if m[1] == "COSMOCC" else assigned.get(m[1], m[0]),
+            value,
+        )
+        if expanded == value:
+            break
+        value = expanded
+    return value
+
+
+def cosmocc_missing_parts(
+    root: Path, tools: tuple[str, ...] = ("cosmocc", "cosmoc++")
+) -> list[str]:
+    """The tools of `tools` (see cosmocc_tools) that `root/bin` lacks or cannot execute."""
+    return [f"bin/{name}" for name in tools if not os.access(root / "bin" / name, os.X_OK)]
 
 
 def find_cosmocc(
@@ -166,6 +206,7 @@ def find_cosmocc(
     """The cosmocc toolchain from --cosmocc, $COSMOCC or the tree's pinned `.cosmocc/<v>`."""
     env = os.environ if env is None else env
     rel, version, sha = pinned_cosmocc(tree)
+    tools = cosmocc_tools(tree)
     tried: list[str] = []
     candidates: list[tuple[Path | None, str]] = [
         (explicit, "--cosmocc"),
@@ -176,14 +217,15 @@ def find_cosmocc(
         if root is None:
             tried.append(f"{source}: not set" if source != "tree" else "tree: no pin")
             continue
-        missing = cosmocc_missing_parts(root)
+        missing = cosmocc_missing_parts(root, tools)
         if not missing:
             return Cosmocc(root.absolute(), source)
         tried.append(f"{source}: {root} lacks {', '.join(missing)}")
         if source == "--cosmocc":  # an explicit choice that is broken is an error, not a hint
             break
+    pin = f" {rel}" if rel else ""
     raise ToolchainMissing(
-        "cosmocc toolchain not found (" + "; ".join(tried) + ")",
+        f"cosmocc toolchain{pin} not found (" + "; ".join(tried) + ")",
         hint=cosmocc_hint(version, sha),
     )
 
@@ -219,3 +261,62 @@ def cuda_script_accepts(tree: Path, option: str) -> bool:
         if path.is_file()
     ]
     return any(option.encode() in text for text in texts)
+
+
+def cuda_script_nvcc_paths(script: Path) -> tuple[str, ...]:
+    """The absolute `.../bin/nvcc` paths a build script runs directly, in order, once each.
+
+    llamafile's cuda.sh runs `/usr/local/cuda/bin/nvcc` (not `$CUDA_PATH/bin/nvcc`, not
+    PATH): only a copy of the script with these paths replaced reaches patchctl's arch shim.
+    """
+    found: list[str] = []
+    for match in ABSOLUTE_NVCC.finditer(script.read_bytes()):
+        path = match[1].decode()
+        if path not in found:
+            found.append(path)
+    return tuple(found)
+
+
+def cuda_script_links_libcuda(script: Path) -> bool:
+    """True when the script's nvcc line links the CUDA driver (`-lcuda`)."""
+    return LINKS_LIBCUDA.search(script.read_bytes()) is not None
+
+
+def find_libcuda(nvcc: Path, env: Mapping[str, str] | None = None) -> Path | None:
+    """A `libcuda.so` the linker would find for `nvcc ... -lcuda`: $LIBRARY_PATH, the
+    toolkit's `lib64/stubs` (nvcc.profile adds it), its lib dirs, then the system's."""
+    env = os.environ if env is None else env
+    root = nvcc.resolve().parent.parent
+    dirs = [Path(d) for d in env.get("LIBRARY_PATH", "").split(":") if d]
+    for sub in ("lib64/stubs", "lib/stubs", "targets/*/lib/stubs", "lib64", "lib", "targets/*/lib"):
+        dirs += sorted(root.glob(sub))
+    for system in ("/usr/lib/*-linux-gnu", "/lib/*-linux-gnu", "/usr/lib64", "/usr/lib", "/lib64"):
+        dirs += sorted(Path("/").glob(system.lstrip("/")))
+    for directory in dirs:
+        if (directory / "libcuda.so").exists():
+            return directory / "libcuda.so"
+    return None
+
+
+def libcuda_missing(nvcc: Path, script: Path) -> ToolchainMissing:
+    """The error for a script that links `-lcuda` on a host without libcuda.so."""
+    return ToolchainMissing(
+        f"{script.name} links the CUDA driver (-lcuda) but no libcuda.so was found "
+        f"($LIBRARY_PATH, {nvcc.resolve().parent.parent}/lib64/stubs, the system lib dirs)",
+        hint="install the CUDA toolkit's driver stub (lib64/stubs/libcuda.so, e.g. the "
+        "cuda-driver-dev package) or a driver, or point LIBRARY_PATH at a dir holding "
+        "libcuda.so; a build host needs no GPU",
+    )
+
+
+def find_cuobjdump(nvcc: Path, env: Mapping[str, str] | None = None) -> Path | None:
+    """cuobjdump beside nvcc (a full toolkit) or on PATH; None when neither has it."""
+    for candidate in (nvcc.parent / "cuobjdump", nvcc.resolve().parent / "cuobjdump"):
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    return which("cuobjdump", env)
+
+
+def elf_archs(listing: str) -> tuple[str, ...]:
+    """The SASS archs in `cuobjdump --list-elf` output, sorted, once each."""
+    return tuple(sorted(set(ELF_ARCH.findall(listing))))

@@ -7,6 +7,7 @@ No llama.cpp is built by these tests.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -73,6 +74,14 @@ prev=; out=
 for a do [ "$prev" = -o ] && out="$a"; prev="$a"; done
 printf 'fake dso\\n' > "$out"
 """
+# cuobjdump --list-elf of the fake nvcc's output: one cubin per code=sm_XY it was given
+# (or $FAKE_ELF_ARCHS, to play a script that built other archs).
+FAKE_CUOBJDUMP = b"""#!/bin/sh
+[ "$1" = --version ] && { echo "Cuda compilation tools, release 99.9, fake"; exit 0; }
+archs=${FAKE_ELF_ARCHS:-$(grep -o 'code=sm_[0-9a-z]*' "$FAKE_NVCC_LOG" | cut -d= -f2)}
+n=0
+for arch in $archs; do n=$((n+1)); echo "ELF file    $n: ggml-cuda.$n.$arch.cubin"; done
+"""
 LLAMAFILE_TREE: Files = {
     "Makefile": FAKE_MAKEFILE,
     "build/config.mk": b"COSMOCC = .cosmocc/4.0.2\n",
@@ -101,6 +110,7 @@ def tiny(make_repo: Callable[..., Repo]) -> Repo:
 def fake_nvcc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A fake nvcc (found through $CUDACXX) that logs its argv to $FAKE_NVCC_LOG."""
     nvcc = fake_tool(tmp_path / "fake-cuda" / "bin" / "nvcc", FAKE_NVCC)
+    fake_tool(tmp_path / "fake-cuda" / "bin" / "cuobjdump", FAKE_CUOBJDUMP)
     monkeypatch.setenv("CUDACXX", str(nvcc))
     monkeypatch.setenv("FAKE_NVCC_LOG", str(tmp_path / "nvcc-args"))
     return nvcc
@@ -364,9 +374,10 @@ def test_llamafile_missing_cosmocc_says_what_and_how(
     repo = make_repo(LLAMAFILE_TREE, name="llamafile")
     with pytest.raises(ToolchainMissing) as info:
         plan_build(repo.path, BuildConfig(), tmp_path / "b")
-    assert "cosmocc toolchain not found" in info.value.message
+    assert "cosmocc toolchain .cosmocc/4.0.2 not found" in info.value.message
     assert ".cosmocc/4.0.2 lacks bin/cosmocc" in info.value.message
     assert info.value.hint is not None and "--cosmocc DIR" in info.value.hint
+    assert "--only cuda --cuda sm_XY" in info.value.hint  # the part that needs no cosmocc
     assert not (tmp_path / "b").exists()  # nothing ran, nothing reported built
 
 
@@ -419,27 +430,32 @@ def test_llamafile_make_and_cuda_sh_with_requested_archs(
     manifest = read_manifest(result.build_dir)
     tools, settings = manifest["tools"], manifest["settings"]
     assert isinstance(tools, dict) and isinstance(settings, dict)
-    assert set(tools) == {"cosmocc", "make", "nvcc"}
+    assert set(tools) == {"cosmocc", "cuobjdump", "make", "nvcc"}
     assert tools["nvcc"] == "Cuda compilation tools, release 99.9, fake"
     assert settings["cuda"] == ["sm_86", "sm_90"]
+    assert manifest["cuda_check"] == {
+        "nvcc_calls": 1,
+        "dso": "ggml-cuda.so",
+        "elf_archs": ["sm_86", "sm_90"],
+    }
 
 
-def test_llamafile_launcher_wraps_cosmocc(
-    make_repo: Callable[..., Repo], tmp_path: Path, cosmocc: Path
+def test_llamafile_launcher_never_wraps_cosmocc(
+    make_repo: Callable[..., Repo], tmp_path: Path, cosmocc: Path, fake_nvcc: Path
 ) -> None:
+    """cosmocc also writes .aarch64/<name>.o, which a ccache hit would not restore."""
     if shutil.which("ccache") is None:
         pytest.skip("ccache not installed")
     repo = make_repo(LLAMAFILE_TREE, name="llamafile")
-    plan = plan_build(
-        repo.path,
-        BuildConfig(cosmocc=cosmocc, launcher="ccache", targets=("o//llamafile",)),
-        tmp_path / "b",
+    config = BuildConfig(
+        cosmocc=cosmocc, launcher="ccache", targets=("o//llamafile",), jobs=2, cuda=("sm_86",)
     )
-    argv = plan.steps[0].argv
-    ccache = shutil.which("ccache")
-    assert f"CC={ccache} {cosmocc}/bin/cosmocc" in argv
-    assert f"CXX={ccache} {cosmocc}/bin/cosmoc++" in argv
-    assert argv[-1] == "o//llamafile"
+    plan = plan_build(repo.path, config, tmp_path / "b")
+    make = shutil.which("make")
+    assert plan.steps[0].argv == (make, "-j2", f"COSMOCC={cosmocc}", "o//llamafile")
+    assert plan.layout.shim is not None and f"exec {shutil.which('ccache')} {fake_nvcc} " in (
+        plan.layout.shim.script
+    )  # nvcc keeps the launcher
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
@@ -457,6 +473,115 @@ def test_nvcc_shim_compiles_only_the_requested_archs_with_real_nvcc(tmp_path: Pa
     obj = (tmp_path / "k.o").read_bytes()
     assert b"-arch sm_86" in obj
     assert b"-arch sm_75" not in obj and b"-arch sm_80" not in obj
+
+
+def test_llamafile_only_cuda_needs_no_cosmocc_nor_make(
+    make_repo: Callable[..., Repo],
+    tmp_path: Path,
+    fake_nvcc: Path,
+    cosmocc: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("COSMOCC", raising=False)
+    repo = make_repo(LLAMAFILE_TREE, name="llamafile")
+    config = BuildConfig(only="cuda", cuda=("sm_86",), jobs=2)
+    plan = plan_build(repo.path, config, tmp_path / "b")
+    assert [s.name for s in plan.steps] == ["cuda"]
+    assert plan.settings["cosmocc"] is None and plan.settings["only"] == "cuda"
+    result = execute_plan(plan)
+    assert [a.path for a in result.artifacts] == ["ggml-cuda.so"]
+    manifest = read_manifest(result.build_dir)
+    tools = manifest["tools"]
+    assert isinstance(tools, dict) and set(tools) == {"cuobjdump", "nvcc"}
+    assert manifest["status"] == "ok"
+    # without --only the same tree and archs key another build: the settings differ
+    full = plan_build(repo.path, BuildConfig(cuda=("sm_86",), cosmocc=cosmocc), tmp_path)
+    assert full.config_hash != plan.config_hash
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"only": "cuda"}, "--only cuda builds ggml-cuda.so for the archs given with --cuda"),
+        ({"only": "make", "cuda": ("sm_86",)}, "unknown part 'make' for --only"),
+    ],
+)
+def test_only_validation(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(PatchctlError, match=message):
+        BuildConfig(**kwargs)  # type: ignore[arg-type]
+
+
+def test_only_cuda_is_refused_for_a_cmake_tree(tiny: Repo, tmp_path: Path) -> None:
+    with pytest.raises(PatchctlError, match="--only cuda is for the llamafile backend"):
+        plan_build(tiny.path, BuildConfig(only="cuda", cuda=("sm_86",)), tmp_path)
+
+
+def test_llamafile_cuda_sh_with_a_fixed_nvcc_path_runs_a_copy_through_the_shim(
+    make_repo: Callable[..., Repo], tmp_path: Path, fake_nvcc: Path
+) -> None:
+    """llamafile's real cuda.sh runs /usr/local/cuda/bin/nvcc, whatever CUDA_PATH says."""
+    script = FAKE_CUDA_SH.replace(b'"$CUDA_PATH/bin/nvcc"', b"/usr/local/cuda/bin/nvcc")
+    repo = make_repo({**LLAMAFILE_TREE, "llamafile/cuda.sh": Exe(script)}, name="llamafile")
+    plan = plan_build(repo.path, BuildConfig(only="cuda", cuda=("sm_89",)), tmp_path / "b")
+    assert plan.layout.shim is not None and plan.layout.shim.rewrites == (
+        "/usr/local/cuda/bin/nvcc",
+    )
+    assert plan.steps[0].argv[0] == str(plan.source_dir / "llamafile" / ".patchctl-cuda.sh")
+    assert any("/usr/local/cuda/bin/nvcc replaced by" in line for line in plan.commands())
+    execute_plan(plan)
+    nvcc_args = (tmp_path / "nvcc-args").read_text().split("\n")
+    assert nvcc_args[:2] == ["-gencode", "arch=compute_89,code=sm_89"]
+    assert "arch=compute_75,code=sm_75" not in nvcc_args
+    assert (plan.source_dir / "llamafile" / "cuda.sh").read_bytes() == script  # as exported
+
+
+def test_llamafile_cuda_sh_that_bypasses_the_shim_fails(
+    make_repo: Callable[..., Repo], tmp_path: Path, fake_nvcc: Path
+) -> None:
+    """A script that reaches nvcc some way patchctl cannot redirect is not reported built."""
+    other = fake_tool(tmp_path / "elsewhere" / "nvcc", FAKE_NVCC)
+    script = FAKE_CUDA_SH.replace(b'"$CUDA_PATH/bin/nvcc"', b'"$MY_NVCC"')
+    repo = make_repo({**LLAMAFILE_TREE, "llamafile/cuda.sh": Exe(script)}, name="llamafile")
+    plan = plan_build(repo.path, BuildConfig(only="cuda", cuda=("sm_86",)), tmp_path / "b")
+    step = plan.steps[0]
+    step = dataclasses.replace(step, env=(*step.env, ("MY_NVCC", str(other))))
+    plan = dataclasses.replace(plan, layout=dataclasses.replace(plan.layout, steps=(step,)))
+    with pytest.raises(BuildFailed, match="ran no nvcc through patchctl's arch shim"):
+        execute_plan(plan)
+    manifest = read_manifest(plan.build_dir)
+    assert manifest["status"] == "wrong-archs" and manifest["artifacts"] == []
+    assert manifest["cuda_check"] == {"nvcc_calls": 0, "dso": None, "elf_archs": None}
+
+
+def test_llamafile_dso_with_other_archs_than_asked_fails(
+    make_repo: Callable[..., Repo],
+    tmp_path: Path,
+    fake_nvcc: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("FAKE_ELF_ARCHS", "sm_86 sm_90")
+    repo = make_repo(LLAMAFILE_TREE, name="llamafile")
+    plan = plan_build(repo.path, BuildConfig(only="cuda", cuda=("sm_86",)), tmp_path / "b")
+    with pytest.raises(BuildFailed, match="holds SASS for sm_86, sm_90, not exactly sm_86"):
+        execute_plan(plan)
+    assert read_manifest(plan.build_dir)["status"] == "wrong-archs"
+    listing = (plan.build_dir / "logs" / "cuobjdump.log").read_text()
+    assert listing.startswith("$ ") and "--list-elf" in listing.splitlines()[0]
+
+
+def test_llamafile_cuda_sh_linking_libcuda_needs_libcuda(
+    make_repo: Callable[..., Repo],
+    tmp_path: Path,
+    fake_nvcc: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """cuda.sh links -lcuda after a long compile: a host without libcuda.so fails first."""
+    script = FAKE_CUDA_SH.replace(b"-c x.cu", b"-c x.cu -lcuda")
+    repo = make_repo({**LLAMAFILE_TREE, "llamafile/cuda.sh": Exe(script)}, name="llamafile")
+    monkeypatch.setattr(toolchain, "find_libcuda", lambda nvcc, env=None: None)
+    with pytest.raises(ToolchainMissing, match="links the CUDA driver") as info:
+        plan_build(repo.path, BuildConfig(only="cuda", cuda=("sm_86",)), tmp_path / "b")
+    assert info.value.hint is not None and "LIBRARY_PATH" in info.value.hint
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -525,7 +650,32 @@ def test_cli_llamafile_toolchain_missing_exit_14(
     assert main(["build", "--workdir", str(repo.path), "--json"]) == 14
     captured = capsys.readouterr()
     assert json.loads(captured.out)["error"] == "ToolchainMissing"
-    assert "cosmocc toolchain not found" in captured.err
+    assert "cosmocc toolchain .cosmocc/4.0.2 not found" in captured.err
+
+
+def test_cli_only_cuda(
+    make_repo: Callable[..., Repo],
+    fake_nvcc: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("COSMOCC", raising=False)
+    repo = make_repo(LLAMAFILE_TREE, name="llamafile")
+    assert main(["build", "--workdir", str(repo.path), "--only", "cuda"]) == 1
+    assert "--only cuda builds ggml-cuda.so for the archs given with --cuda" in (
+        capsys.readouterr().err
+    )
+    args = ["build", "--workdir", str(repo.path), "--only", "cuda", "--cuda", "sm_86"]
+    assert main([*args, "--dry-run"]) == 0
+    shell = capsys.readouterr().out.splitlines()
+    commands = [line for line in shell if not line.startswith("#")]
+    assert len(commands) == 1 and "/src/llamafile/cuda.sh -j" in commands[0]  # no make
+    assert not any("COSMOCC=" in line for line in shell)
+    assert main([*args, "--json"]) == 0
+    manifest = json.loads(capsys.readouterr().out)
+    assert manifest["ok"] and manifest["settings"]["only"] == "cuda"
+    assert manifest["cuda_check"]["elf_archs"] == ["sm_86"]
+    assert main([*args, "--only", "make"]) == 2  # not a part
 
 
 def test_environment_is_inherited_for_steps(

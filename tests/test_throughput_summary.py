@@ -2,25 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from script_module import load_script
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "device" / "throughput_summary.py"
-
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("throughput_summary", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-ts = _load()
+ts = load_script("device/throughput_summary.py")
 
 
 def _row(n_prompt: int, n_gen: int, depth: int, dca: bool, avg: float) -> dict[str, object]:

@@ -157,3 +157,83 @@ def test_require_tool_says_how_to_install(tmp_path: Path) -> None:
         toolchain.require_tool("cmake", "apt install cmake", env={"PATH": str(tmp_path)})
     assert info.value.message == "`cmake` not found on PATH"
     assert info.value.hint == "apt install cmake"
+
+
+# llamafile 0.9's build/config.mk: every tool the Makefile runs is derived from $(COSMOCC).
+REAL_CONFIG_MK = (
+    b"PREFIX = /usr/local\nCOSMOCC = .cosmocc/3.9.7\nTOOLCHAIN = $(COSMOCC)/bin/cosmo\n\n"
+    b"CC = $(TOOLCHAIN)cc\nCXX = $(TOOLCHAIN)c++\nAR = $(COSMOCC)/bin/ar.ape\n"
+    b"ZIPOBJ = $(COSMOCC)/bin/zipobj\nMKDEPS = $(COSMOCC)/bin/mkdeps\nINSTALL = install\n"
+)
+
+
+def test_cosmocc_tools_are_read_from_config_mk(tmp_path: Path) -> None:
+    tree = llamafile_layout(tmp_path / "tree")
+    assert toolchain.cosmocc_tools(tree) == ("cosmocc", "cosmoc++")  # no tool variables
+    (tree / "build" / "config.mk").write_bytes(REAL_CONFIG_MK)
+    assert toolchain.cosmocc_tools(tree) == ("cosmocc", "cosmoc++", "ar.ape", "zipobj", "mkdeps")
+    (tree / "build" / "config.mk").write_bytes(b"COSMOCC = x\nAR = /usr/bin/ar\nCC = $(UNSET)\n")
+    assert toolchain.cosmocc_tools(tree) == ("cosmocc", "cosmoc++")  # not under $(COSMOCC)
+
+
+def test_cosmocc_with_only_the_compilers_is_incomplete_for_the_real_config(
+    tmp_path: Path,
+) -> None:
+    tree = llamafile_layout(tmp_path / "tree")
+    (tree / "build" / "config.mk").write_bytes(REAL_CONFIG_MK)
+    explicit = fake_cosmocc(tmp_path / "cc")
+    with pytest.raises(ToolchainMissing) as info:
+        toolchain.find_cosmocc(tree, explicit, env={})
+    assert "cosmocc toolchain .cosmocc/3.9.7 not found" in info.value.message
+    assert "lacks bin/ar.ape, bin/zipobj, bin/mkdeps" in info.value.message
+    full = fake_cosmocc(tmp_path / "full", ("cosmocc", "cosmoc++", "ar.ape", "zipobj", "mkdeps"))
+    assert toolchain.find_cosmocc(tree, full, env={}).root == full
+
+
+def test_cuda_script_fixed_nvcc_paths_and_libcuda(tmp_path: Path) -> None:
+    script = tmp_path / "cuda.sh"
+    script.write_bytes(
+        b"#!/bin/sh\n/usr/local/cuda/bin/nvcc --shared -o ~/x.so x.cu -lcuda\n"
+        b'"$CUDA_PATH/bin/nvcc" -c y.cu\n${CUDA_PATH}/bin/nvcc -c z.cu\n'
+        b"/opt/cuda-12.4/bin/nvcc -c w.cu -lcudart\n/usr/local/cuda/bin/nvcc -c v.cu\n"
+        b"/usr/local/cuda/bin/nvcc.real -c u.cu\n"
+    )
+    assert toolchain.cuda_script_nvcc_paths(script) == (
+        "/usr/local/cuda/bin/nvcc",
+        "/opt/cuda-12.4/bin/nvcc",
+    )
+    assert toolchain.cuda_script_links_libcuda(script)
+    script.write_bytes(b'"$CUDA_PATH/bin/nvcc" -lcudart -lcublas x.cu\n')
+    assert toolchain.cuda_script_nvcc_paths(script) == ()
+    assert not toolchain.cuda_script_links_libcuda(script)
+
+
+def test_libcuda_found_on_library_path_or_in_the_toolkit_stubs(tmp_path: Path) -> None:
+    nvcc = tmp_path / "cuda" / "bin" / "nvcc"
+    nvcc.parent.mkdir(parents=True)
+    nvcc.write_bytes(b"")
+    stubs = tmp_path / "cuda" / "targets" / "x86_64-linux" / "lib" / "stubs"
+    stubs.mkdir(parents=True)
+    (stubs / "libcuda.so").write_bytes(b"")
+    assert toolchain.find_libcuda(nvcc, env={}) == stubs / "libcuda.so"
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "libcuda.so").write_bytes(b"")
+    assert toolchain.find_libcuda(nvcc, env={"LIBRARY_PATH": f"{mine}"}) == mine / "libcuda.so"
+
+
+def test_elf_archs_and_cuobjdump_beside_nvcc(tmp_path: Path) -> None:
+    listing = (
+        "ELF file    1: ggml-cuda.1.sm_86.cubin\nELF file    2: ggml-cuda.2.sm_90a.cubin\n"
+        "ELF file    3: ggml-cuda.3.sm_86.cubin\n"
+    )
+    assert toolchain.elf_archs(listing) == ("sm_86", "sm_90a")
+    assert toolchain.elf_archs("cuobjdump info    : File 'x.so' does not contain device code") == ()
+    bin_dir = tmp_path / "cuda" / "bin"
+    bin_dir.mkdir(parents=True)
+    for name in ("nvcc", "cuobjdump"):
+        (bin_dir / name).write_bytes(b"#!/bin/sh\n")
+        (bin_dir / name).chmod(0o755)
+    assert toolchain.find_cuobjdump(bin_dir / "nvcc", env={"PATH": ""}) == bin_dir / "cuobjdump"
+    (bin_dir / "cuobjdump").unlink()
+    assert toolchain.find_cuobjdump(bin_dir / "nvcc", env={"PATH": ""}) is None

@@ -32,6 +32,13 @@ class Backend(StrEnum):
     llamafile = "llamafile"
 
 
+class Part(StrEnum):
+    """llamafile parts that build on their own (`--only`): cuda is ggml-cuda.so through
+    llamafile/cuda.sh, with no make and no cosmocc."""
+
+    cuda = "cuda"
+
+
 class Launcher(StrEnum):
     """Compiler launchers (`--launcher`): shared or distributed build caches."""
 
@@ -41,6 +48,7 @@ class Launcher(StrEnum):
 
 BACKENDS: tuple[str, ...] = tuple(b.value for b in Backend)
 LAUNCHERS: tuple[str, ...] = tuple(launcher.value for launcher in Launcher)
+PARTS: tuple[str, ...] = tuple(part.value for part in Part)
 DEFAULT_CMAKE_TARGETS = (
     "llama",
     "llama-completion",

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from patchctl import toolchain
-from patchctl.build import BACKENDS, LAUNCHERS
+from patchctl.build import BACKENDS, LAUNCHERS, PARTS
 from patchctl.errors import PatchctlError
 
 
@@ -23,6 +23,7 @@ class BuildConfig:
     launcher: str | None = None  # "ccache" | "sccache"
     cosmocc: Path | None = None  # llamafile: explicit toolchain dir
     defines: tuple[str, ...] = ()  # cmake: extra KEY=VALUE
+    only: str | None = None  # llamafile: build just this part ("cuda": ggml-cuda.so)
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -31,6 +32,13 @@ class BuildConfig:
             raise PatchctlError(f"unknown launcher {self.launcher!r}; use one of {LAUNCHERS}")
         if self.jobs is not None and self.jobs < 1:
             raise PatchctlError(f"--jobs must be at least 1, not {self.jobs}")
+        if self.only is not None and self.only not in PARTS:
+            raise PatchctlError(f"unknown part {self.only!r} for --only; use one of {PARTS}")
+        if self.only == "cuda" and not self.cuda:
+            raise PatchctlError(
+                "--only cuda builds ggml-cuda.so for the archs given with --cuda",
+                hint="add --cuda sm_XY, e.g. --only cuda --cuda sm_86",
+            )
         for arch in self.cuda:
             if not toolchain.CUDA_ARCH.fullmatch(arch):
                 toolchain.parse_cuda_archs(arch)  # raises with the usual message and hint

@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import subprocess
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -52,6 +53,7 @@ def write_manifest(
     status: str,
     wall: float,
     artifacts: tuple[Artifact, ...] = (),
+    checks: Mapping[str, object] | None = None,
 ) -> Path:
     """Write `<build dir>/patchctl-build.json` atomically and return its path."""
     data = {
@@ -73,6 +75,8 @@ def write_manifest(
         "tools": tool_versions(plan),
         "artifacts": [{"path": a.path, "sha256": a.sha256, "size": a.size} for a in artifacts],
     }
+    if checks is not None:
+        data["cuda_check"] = dict(checks)
     path = plan.build_dir / MANIFEST
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(data, indent=2) + "\n")
@@ -94,8 +98,8 @@ def tool_versions(plan: BuildPlan) -> dict[str, str]:
     """Versions of the tools this plan used: build tools, compilers, nvcc, launcher."""
     tools: dict[str, Path] = {}
     for step in plan.steps:
-        tools.setdefault(Path(step.argv[0]).name, Path(step.argv[0]))
-    tools.pop("cuda.sh", None)
+        if step.name != "cuda":  # a script: `cuda.sh --version` would start a build
+            tools.setdefault(Path(step.argv[0]).name, Path(step.argv[0]))
     tools.update(backend_ops(plan).tools(plan))
     if plan.config.cuda:
         tools["nvcc"] = toolchain.find_nvcc()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -39,10 +39,26 @@ class Step:
 
 @dataclass(frozen=True)
 class NvccShim:
-    """A CUDA_PATH whose bin/nvcc forces the requested archs (llamafile's cuda.sh)."""
+    """A CUDA_PATH whose bin/nvcc forces the requested archs (llamafile's cuda.sh).
+
+    A script that runs an absolute nvcc path (cuda.sh: /usr/local/cuda/bin/nvcc) is run as
+    `script_copy`: its bytes with each such path (`rewrites`) replaced by the shim.
+    """
 
     cuda_path: Path
     script: str
+    script_copy: Path | None = None
+    rewrites: tuple[str, ...] = ()
+
+    @property
+    def nvcc(self) -> Path:
+        """The shim's nvcc."""
+        return self.cuda_path / "bin" / "nvcc"
+
+    @property
+    def log(self) -> Path:
+        """One line per nvcc call that came through the shim."""
+        return self.cuda_path / "calls.log"
 
 
 @dataclass(frozen=True)
@@ -98,8 +114,14 @@ class BuildPlan:
             )
         shim = self.layout.shim
         if shim is not None:
-            lines.append(f"# write {shim.cuda_path / 'bin' / 'nvcc'}:")
+            lines.append(f"# write {shim.nvcc}:")
             lines += ["#   " + line for line in shim.script.splitlines()]
+            if shim.script_copy is not None:
+                lines.append(
+                    f"# write {shim.script_copy}: llamafile/cuda.sh with "
+                    + ", ".join(shim.rewrites)
+                    + f" replaced by {shim.nvcc}"
+                )
         return lines + [step.shell() for step in self.steps]
 
     def to_json(self) -> dict[str, object]:
@@ -172,11 +194,34 @@ class Planner(Protocol):
 
 
 @dataclass(frozen=True)
+class OutputCheck:
+    """A backend's check of what its steps produced: a record for the manifest, and the
+    problem (with the manifest status) when the outputs must not be reported built."""
+
+    record: Mapping[str, object]
+    problem: str | None = None
+    status: str = "ok"
+    hint: str | None = None
+
+
+def _nothing(plan: BuildPlan) -> None:
+    """No preparation beyond the export."""
+
+
+def _no_check(plan: BuildPlan) -> OutputCheck | None:
+    """Nothing to check beyond the artifacts."""
+    return None
+
+
+@dataclass(frozen=True)
 class BackendOps:
     """One backend (a module of this package): how it plans, where its outputs land, and the
-    tools the manifest records beyond those its steps run."""
+    tools the manifest records beyond those its steps run; optionally what it writes before
+    its steps run and how it checks their outputs."""
 
     planner: Callable[[Path, BuildConfig], Planner]
     output_dirs: Callable[[BuildPlan], tuple[Path, Path]]  # (bin dir, lib dir)
     artifact_candidates: Callable[[BuildPlan], list[Path]]
     tools: Callable[[BuildPlan], dict[str, Path]]
+    prepare: Callable[[BuildPlan], None] = _nothing
+    check: Callable[[BuildPlan], OutputCheck | None] = _no_check

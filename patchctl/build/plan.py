@@ -12,7 +12,7 @@ from patchctl import toolchain
 from patchctl.build import cmake, llamafile
 from patchctl.build.config import BuildConfig
 from patchctl.build.model import BackendOps, BuildPlan
-from patchctl.errors import NotFound
+from patchctl.errors import NotFound, PatchctlError
 from patchctl.git import Git
 
 SCHEMA = 1  # of the settings and the manifest; part of the config hash
@@ -51,6 +51,12 @@ def plan_build(
     tree = tree.absolute()
     tree_id, dirty = worktree_id(tree)
     backend = toolchain.detect_backend(tree) if config.backend == "auto" else config.backend
+    if config.only is not None and backend != "llamafile":
+        raise PatchctlError(
+            f"--only {config.only} is for the llamafile backend (its llamafile/cuda.sh); "
+            f"{tree} builds with {backend}",
+            hint="drop --only: the cmake backend builds CUDA with --cuda alone",
+        )
     planner = BACKEND_OPS[backend].planner(tree, config)
     settings = {"schema": SCHEMA, "backend": backend, **planner.settings()}
     digest = config_hash(settings)

@@ -11,7 +11,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +19,7 @@ from pathlib import Path
 from patchctl.build.config import BuildConfig
 from patchctl.build.manifest import collect_artifacts, output_dirs, write_manifest
 from patchctl.build.model import BuildPlan, BuildResult, Step, StepRun
-from patchctl.build.plan import plan_build, worktree_id
+from patchctl.build.plan import backend_ops, plan_build, worktree_id
 from patchctl.cleanroom import default_workdir
 from patchctl.errors import BuildFailed, BuildStepFailed, NotFound, ToolchainMissing
 from patchctl.git import Git, temp_index
@@ -60,7 +60,8 @@ def execute_plan(plan: BuildPlan, progress: Progress | None = None) -> BuildResu
                 write_manifest(plan, runs, "failed", time.monotonic() - started)
                 raise _step_failure(plan, run)
         _check_tree_unchanged(plan, runs, started)
-        return _finish(plan, tuple(runs), time.monotonic() - started)
+        checks = _check_outputs(plan, runs, started)
+        return _finish(plan, tuple(runs), time.monotonic() - started, checks)
 
 
 @contextmanager
@@ -74,13 +75,7 @@ def _locked(build_dir: Path) -> Iterator[None]:
 def _prepare(plan: BuildPlan) -> None:
     if plan.layout.export_source:
         _export_tree(plan)
-    shim = plan.layout.shim
-    if shim is not None:
-        nvcc = shim.cuda_path / "bin" / "nvcc"
-        nvcc.parent.mkdir(parents=True, exist_ok=True)
-        nvcc.write_text(shim.script)
-        nvcc.chmod(0o755)
-        (plan.build_dir / "cuda-home").mkdir(exist_ok=True)
+    backend_ops(plan).prepare(plan)
 
 
 def _export_tree(plan: BuildPlan) -> None:
@@ -223,16 +218,36 @@ def _check_tree_unchanged(plan: BuildPlan, runs: list[StepRun], started: float) 
         )
 
 
-def _finish(plan: BuildPlan, runs: tuple[StepRun, ...], wall: float) -> BuildResult:
+def _check_outputs(
+    plan: BuildPlan, runs: list[StepRun], started: float
+) -> Mapping[str, object] | None:
+    """The backend's check of its outputs (llamafile: the CUDA archs); its record goes into
+    the manifest, and a problem fails the build."""
+    check = backend_ops(plan).check(plan)
+    if check is None:
+        return None
+    if check.problem is not None:
+        wall = time.monotonic() - started
+        write_manifest(plan, runs, check.status, wall, checks=check.record)
+        raise BuildFailed(check.problem, hint=check.hint)
+    return check.record
+
+
+def _finish(
+    plan: BuildPlan,
+    runs: tuple[StepRun, ...],
+    wall: float,
+    checks: Mapping[str, object] | None = None,
+) -> BuildResult:
     bin_dir, lib_dir = output_dirs(plan)
     artifacts = collect_artifacts(plan)
     if not artifacts:
-        write_manifest(plan, list(runs), "no-artifacts", wall)
+        write_manifest(plan, list(runs), "no-artifacts", wall, checks=checks)
         raise BuildFailed(
             f"the build of {plan.tree_id[:12]} succeeded but produced no artifacts in {bin_dir}",
             hint=f"check --target and the logs in {plan.build_dir / 'logs'}",
         )
-    manifest = write_manifest(plan, list(runs), "ok", wall, artifacts)
+    manifest = write_manifest(plan, list(runs), "ok", wall, artifacts, checks)
     return BuildResult(plan, plan.build_dir, bin_dir, lib_dir, artifacts, manifest, wall, runs)
 
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from patchctl.build import DEFAULT_CMAKE_TARGETS, Backend, Launcher
+from patchctl.build import DEFAULT_CMAKE_TARGETS, Backend, Launcher, Part
 from patchctl.options import DEFAULT_SERIES, JsonOpt, SeriesOpt, WorkdirOpt
 
 if TYPE_CHECKING:
@@ -69,6 +69,14 @@ DefineOpt = Annotated[
     list[str] | None,
     typer.Option("--define", "-D", metavar="KEY=VALUE", help="cmake: an extra -D (repeatable)."),
 ]
+OnlyOpt = Annotated[
+    Part | None,
+    typer.Option(
+        "--only",
+        help="llamafile: build only this part. cuda: ggml-cuda.so through llamafile/cuda.sh "
+        "for the --cuda archs, without make and without cosmocc.",
+    ),
+]
 DryRunOpt = Annotated[
     bool, typer.Option("--dry-run", help="Print the exact commands; run nothing.")
 ]
@@ -90,6 +98,7 @@ def build_command(
     build_dir: BuildDirOpt = None,
     cosmocc: CosmoccOpt = None,
     define: DefineOpt = None,
+    only: OnlyOpt = None,
     dry_run: DryRunOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -108,6 +117,7 @@ def build_command(
         launcher=None if launcher is None else launcher.value,
         cosmocc=cosmocc,
         defines=tuple(define or ()),
+        only=None if only is None else only.value,
     )
     try:
         with RichProgress(enabled=False if as_json else None) as progress:

@@ -278,3 +278,28 @@ def compile_native(
             )
         shutil.move(str(tmp_out), str(out))
     return out
+
+
+# ------------------------------------------------------------------------ the model tests' tool
+
+
+@pytest.fixture(scope="session")
+def dca_tool(dca_build: LlamaBuild) -> Path:
+    """tests/native/dca_logits.cpp built against the DCA tree."""
+    from .model_runs import build_tool  # model_runs imports this module
+
+    return build_tool(dca_build)
+
+
+@pytest.fixture(scope="session")
+def upstream_tool(upstream_build: LlamaBuild) -> Path:
+    """tests/native/dca_logits.cpp built against the bare upstream."""
+    from .model_runs import build_tool
+
+    return build_tool(upstream_build)
+
+
+@pytest.fixture(scope="session")
+def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the tiny GGUF models of a session are written."""
+    return tmp_path_factory.mktemp("tiny-models")

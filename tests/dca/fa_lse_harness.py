@@ -350,14 +350,17 @@ OP_EXISTING = 0
 OP_LSE = 1
 """Probe op: ggml_flash_attn_ext_lse."""
 OP_LSE_MERGED_HALVES = 2
-"""Probe op: the LSE op on each half of the keys, merged by ggml_flash_attn_ext_lse_merge."""
+"""Probe op: the LSE op on each half of the keys, merged by ggml_flash_attn_ext_lse_merge (a sink
+set goes to the first half only)."""
+OP_LSE_MERGED_SINKS_TWICE = 3
+"""Probe op: as OP_LSE_MERGED_HALVES with the sinks on both halves, which the merge must refuse."""
 
 
 def decode_result(case: FaCase, data: bytes, op: int, n_sink_sets: int) -> FaResult:
     """Split the probe's output file into arrays."""
     flat = np.frombuffer(data, dtype="<f4")
     o_shape = (case.ne3, case.n_batch, case.n_head, case.dv)
-    with_lse = op in (OP_LSE, OP_LSE_MERGED_HALVES)
+    with_lse = op in (OP_LSE, OP_LSE_MERGED_HALVES, OP_LSE_MERGED_SINKS_TWICE)
     per_run = [math.prod(o_shape)] + ([math.prod(o_shape[:3])] if with_lse else [])
     n_kv_rows = case.ne3 * case.n_head_kv * case.n_kv
     sizes = per_run * (1 + n_sink_sets) + [n_kv_rows * case.dk, n_kv_rows * case.dv]

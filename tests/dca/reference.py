@@ -37,14 +37,29 @@ NEG_INF = -np.inf
 
 @dataclass(frozen=True)
 class DcaConfig:
-    """DCA parameters: ``chunk_size`` (cs, the largest query position) and ``local_window`` (w)."""
+    """DCA parameters: ``chunk_size`` (cs, the largest query position) and ``local_window`` (w);
+    ``mscale_orig`` > 0 turns on the attention scaling of dca-spec §5 for that original training
+    length (see ``mscale_factors``)."""
 
     chunk_size: int
     local_window: int
+    mscale_orig: int = 0
 
     @property
     def chunk_len(self) -> int:
         return self.chunk_size - self.local_window
+
+
+def mscale_factors(n: int, orig: int) -> F64:
+    """Per query position i, the factor its logits are multiplied by: vLLM's
+    ``m = max(1, 0.1 ln(L / orig) + 1)`` with L = i + 1 (the sequence length at that query),
+    applied to both q and k, i.e. m squared; all ones when ``orig`` is 0."""
+    if orig <= 0:
+        return np.ones(n)
+    length = np.arange(1, n + 1, dtype=np.float64)
+    m = np.maximum(1.0, 0.1 * np.log(length / orig) + 1.0)
+    out: F64 = m * m
+    return out
 
 
 @dataclass(frozen=True)
@@ -57,6 +72,7 @@ class Mutation:
     drop_succ: bool = False
     drop_inter: bool = False
     merge_f16: bool = False
+    mscale_once: bool = False  # the mscale factor m applied once instead of squared
 
 
 CORRECT = Mutation()
@@ -68,6 +84,7 @@ MUTATIONS: dict[str, Mutation] = {
     "inter_regime_dropped": Mutation(drop_inter=True),
     "merge_in_f16": Mutation(merge_f16=True),
 }
+MSCALE_MUTATIONS: dict[str, Mutation] = {"mscale_not_squared": Mutation(mscale_once=True)}
 
 
 @dataclass(frozen=True)
@@ -391,8 +408,12 @@ def dca_regime_scores(
     pos = np.arange(n, dtype=np.int64)
     k_pos = pos if mut.keys_unwrapped else pos % dca.chunk_len
     k = a.k_stored(rope(a.k, k_pos, a.base, a.neox))
+    factors = mscale_factors(n, dca.mscale_orig)
+    if mut.mscale_once:
+        factors = np.sqrt(factors)
+    # llama.cpp scales the roped query rows (never the cached keys)
     per_regime = [
-        _gqa_scores(a.q_for_dot(rope(a.q, qp, a.base, a.neox)), k, a.scale)
+        _gqa_scores(a.q_for_dot(rope(a.q, qp, a.base, a.neox) * factors[:, None, None]), k, a.scale)
         for qp in _dca_query_positions(n, dca, mut)
     ]
     regime = regime_matrix(n, dca.chunk_len)

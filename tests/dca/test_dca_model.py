@@ -25,28 +25,33 @@ Relative error = max |a - b| / max |b| over all logits of all sequences.
 
 from __future__ import annotations
 
-import hashlib
-import itertools
-import os
-import shlex
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 import pytest
 
 from . import reference as ref
-from .conftest import LlamaBuild, compile_native
-from .tiny_models import ARCHS, TinySpec, write_tiny_gguf
+from .model_runs import (
+    F32,
+    GPU_PLAIN_FACTOR,
+    GPU_PLAIN_MAX,
+    ON_GPU,
+    Dump,
+    Plan,
+    _on_gpu,
+    model_path,
+    random_tokens,
+    reference_logits,
+    rel_err_all,
+    run_tool,
+    single_plan,
+    tolerance,
+)
+from .tiny_models import ARCHS
 
-F32 = npt.NDArray[np.float32]
-
-N_VOCAB = 256
 CHUNK_SIZE, LOCAL_WINDOW = 64, 8  # chunk_len 56: 300 tokens span 6 chunks
 DCA = ref.DcaConfig(chunk_size=CHUNK_SIZE, local_window=LOCAL_WINDOW)
 DCA_ON = (
@@ -71,26 +76,6 @@ MODES: dict[str, tuple[str, ...]] = {
 MODE_KV_TYPE = {"exact": "f32", "flash": "f32", "flash-q8_0": "q8_0"}
 
 
-def _on_gpu(tool_args: str) -> bool:
-    """True when the dump tool runs layers on a GPU (-ngl / --n-gpu-layers N with N != 0)."""
-    args = shlex.split(tool_args)
-    for flag, value in itertools.pairwise(args):
-        if flag in ("-ngl", "--gpu-layers", "--n-gpu-layers") and value not in ("0", "0.0"):
-            return True
-    return False
-
-
-# On a GPU (PATCHCTL_DCA_TOOL_ARGS="-ngl 99", scripts/device/dca_cuda_tests.sh) plain attention
-# itself is far from the float64 reference on these sharp tiny models (measured on the H200:
-# 2.7e-3..2.6e-2 of the logit scale with f32 KV and FA off, ~2.8e-2 with q8_0 KV), so the CPU's
-# fixed tolerances do not apply there: every tolerance is GPU_PLAIN_FACTOR x the same build's
-# plain-attention error in the same configuration (the CPU exact mode uses the same factor), and
-# the reference sanity bound is GPU_PLAIN_MAX. The deliberate-mistake tests (the power of these
-# tolerances) are run on the CPU.
-TOOL_ARGS = os.environ.get("PATCHCTL_DCA_TOOL_ARGS", "")  # extra dca_logits flags, e.g. "-ngl 99"
-ON_GPU = _on_gpu(TOOL_ARGS)
-GPU_PLAIN_FACTOR = 3.0
-GPU_PLAIN_MAX = 5e-2
 SPEC_EXACT_TOL = 1e-3  # issue 6: f32 KV, FA off
 SPEC_EQUAL_TOL = 1e-4  # issue 6: chunk >= sequence vs plain attention
 MISTAKE_MARGIN = 10.0  # every deliberate mistake must be this many tolerances away
@@ -100,104 +85,6 @@ REFERENCE_ARCHS = ("llama", "qwen2", "qwen3", "gemma3")  # every mode
 # fixed margin to make a trustworthy FA tolerance.
 EXACT_REFERENCE_ARCHS = (*REFERENCE_ARCHS, "gemma4", "gemma4-shared")
 VARIANTS = (*ARCHS, "gemma4-shared")  # the six archs, plus gemma4 with shared-KV layers
-
-
-# ---------------------------------------------------------------------------------------------
-# the native dump tool
-
-
-def _header_digest(build: LlamaBuild) -> str:
-    """Hash of the llama/common headers: part of the compile cache key (the struct layouts of
-    llama_context_params and common_params are baked into the binary)."""
-    digest = hashlib.sha256()
-    for rel in ("include/llama.h", "common/common.h", "common/arg.h"):
-        digest.update((build.src / rel).read_bytes())
-    return digest.hexdigest()[:16]
-
-
-def build_tool(build: LlamaBuild) -> Path:
-    flags = (
-        f"-I{build.src / 'include'}",
-        f"-I{build.src / 'common'}",
-        f"-DDCA_LOGITS_HEADERS={_header_digest(build)}",
-    )
-    return compile_native("dca_logits.cpp", build, flags, link_flags=("-lllama-common", "-lllama"))
-
-
-@pytest.fixture(scope="session")
-def dca_tool(dca_build: LlamaBuild) -> Path:
-    return build_tool(dca_build)
-
-
-@pytest.fixture(scope="session")
-def upstream_tool(upstream_build: LlamaBuild) -> Path:
-    return build_tool(upstream_build)
-
-
-@pytest.fixture(scope="session")
-def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("tiny-models")
-
-
-def model_path(models_dir: Path, arch: str) -> Path:
-    return write_tiny_gguf(TinySpec(arch), models_dir)
-
-
-@dataclass(frozen=True)
-class Plan:
-    """Token sequences and the llama_decode calls that feed them (see dca_logits.cpp)."""
-
-    seqs: tuple[tuple[int, ...], ...]
-    steps: tuple[str, ...]
-
-    def render(self) -> str:
-        lines = ["seq " + " ".join(map(str, s)) for s in self.seqs]
-        return "\n".join([*lines, *self.steps]) + "\n"
-
-
-@dataclass(frozen=True)
-class Dump:
-    raw: bytes
-    tokens: tuple[tuple[int, ...], ...]
-
-    def logits(self) -> list[F32]:
-        """Per sequence: (n_positions, n_vocab) float32."""
-        flat = np.frombuffer(self.raw, dtype=np.float32).reshape(-1, N_VOCAB)
-        out: list[F32] = []
-        start = 0
-        for toks in self.tokens:
-            out.append(flat[start : start + len(toks)])
-            start += len(toks)
-        assert start == flat.shape[0], "logit rows do not match the token counts"
-        return out
-
-
-def run_tool(tool: Path, plan: Plan, model: Path, args: Sequence[str], work: Path) -> Dump:
-    work.mkdir(parents=True, exist_ok=True)
-    key = hashlib.sha256((plan.render() + str(model) + " ".join(args)).encode()).hexdigest()[:12]
-    plan_file, out = work / f"plan-{key}.txt", work / f"logits-{key}.bin"
-    plan_file.write_text(plan.render())
-    cmd = [str(tool), str(plan_file), str(out), "--", "-m", str(model), "-t", "2", *args]
-    cmd += shlex.split(TOOL_ARGS)
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=300)
-    if proc.returncode != 0:
-        pytest.fail(
-            f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}", pytrace=False
-        )
-    tokens = tuple(
-        tuple(int(t) for t in line.split())
-        for line in out.with_suffix(".bin.tokens").read_text().splitlines()
-    )
-    return Dump(raw=out.read_bytes(), tokens=tokens)
-
-
-def random_tokens(n: int, seed: int) -> tuple[int, ...]:
-    return tuple(int(t) for t in np.random.default_rng(seed).integers(0, N_VOCAB, n))
-
-
-def single_plan(n: int, n_gen: int = 0) -> Plan:
-    steps = (f"call 0:{n}",) + ((f"gen 0 {n_gen}",) if n_gen else ())
-    return Plan(seqs=(random_tokens(n, seed=1),), steps=steps)
 
 
 def multichunk_plan() -> Plan:
@@ -214,23 +101,6 @@ KV_LAYOUTS = {"split-kv": (), "unified-kv": ("-kvu",)}
 
 # ---------------------------------------------------------------------------------------------
 # reference side
-
-
-@cache
-def _reference_model(path: Path) -> ref.TinyModel:
-    return ref.load_model(path)
-
-
-@cache
-def reference_logits(
-    model: Path, tokens: tuple[tuple[int, ...], ...], run: ref.RunConfig
-) -> list[ref.F64]:
-    m = _reference_model(model)
-    return [ref.forward(m, toks, run) for toks in tokens]
-
-
-def rel_err_all(got: Sequence[npt.NDArray[Any]], want: Sequence[npt.NDArray[Any]]) -> float:
-    return ref.rel_err(np.concatenate(list(got)), np.concatenate(list(want)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -335,22 +205,6 @@ class MultiChunkResult:
 _RESULTS: dict[tuple[str, str, str], MultiChunkResult] = {}
 
 
-def _tolerance(mode: str, plain_err: float) -> float:
-    if ON_GPU:
-        # q8_0: the same discreteness floor as on the CPU (below)
-        return max(GPU_PLAIN_FACTOR * plain_err, 5e-3 if mode == "flash-q8_0" else 1e-5)
-    if mode == "exact":
-        # 3x the plain path's own f32 error, floored at 1e-5; never looser than the issue's 1e-3
-        return min(max(3.0 * plain_err, 1e-5), SPEC_EXACT_TOL)
-    if mode == "flash-q8_0":
-        # q8_0 round-off differences are discrete (a value rounds to the neighbouring step or
-        # not): the plain error can be ~0 by luck. Floor: 1.5x the largest seen over the archs.
-        return max(2.0 * plain_err, 5e-3)
-    # flash attention (CPU FA computes in f16): the same build's plain-attention error against
-    # the reference, with a 2x margin
-    return 2.0 * plain_err
-
-
 def multichunk_result(
     arch: str, mode: str, layout: str, tool: Path, models_dir: Path, work: Path
 ) -> MultiChunkResult:
@@ -369,7 +223,7 @@ def multichunk_result(
     plain_err = rel_err_all(plain.logits(), plain_ref)
     dca_ref = reference_logits(model, dca.tokens, ref.RunConfig(dca=DCA, kv_type=kv))
     dca_err = rel_err_all(got, dca_ref)
-    tol = _tolerance(mode, plain_err)
+    tol = tolerance(mode, plain_err)
     result = MultiChunkResult(model, got, dca.tokens, dca_err, plain_err, tol, kv)
     _RESULTS[key] = result
     return result

@@ -156,6 +156,38 @@ def test_merge_of_two_key_halves_equals_attention_over_all_keys(
     assert not problems, problems
 
 
+@pytest.mark.parametrize("case", CASES, ids=_ids)
+def test_merge_counts_sinks_once(
+    case: fa.FaCase, dca_build: LlamaBuild, measure: Callable[..., Measured]
+) -> None:
+    """Sinks added to one part of a merge (each part's LSE counts its own sinks) give the attention
+    over all keys with the sinks counted once, within the merge test's bounds."""
+    m = measure(case)
+    sinks = fa.median_sinks(m.ref)
+    probe = fa.probe_binary(dca_build, with_lse=True)
+    got = fa.run_probe(probe, case, fa.make_inputs(case), fa.OP_LSE_MERGED_HALVES, [sinks])
+    want = fa.with_sinks(m.ref, sinks)
+    live = fa.live_rows(m.ref)
+    max_o = float(np.abs(m.ref.o[live]).max()) if live.any() else 0.0
+    slack = fa.ROUNDOFF_ULPS * fa.F32_UNIT_ROUNDOFF
+    bounds = fa.Bounds(
+        o=m.bounds.o + (0.5 * m.bounds.lse + slack) * max(1.0, max_o), lse=m.bounds.lse + slack
+    )
+    problems = fa.new_op_problems(got.o_sinks[0], got.lse_sinks[0], want, bounds)
+    assert not problems, problems
+    twice = fa.with_sinks(want, sinks)  # what a merge counting the sink per part would give
+    assert fa.new_op_problems(got.o_sinks[0], got.lse_sinks[0], twice, bounds)
+
+
+def test_merge_refuses_sinks_on_both_parts(dca_build: LlamaBuild) -> None:
+    """ggml_flash_attn_ext_lse_merge aborts when both inputs carry sinks (counted twice)."""
+    case = CASES[0]
+    probe = fa.probe_binary(dca_build, with_lse=True)
+    sinks = np.zeros(case.n_head, dtype=np.float32)
+    with pytest.raises(RuntimeError, match="counted twice"):
+        fa.run_probe(probe, case, fa.make_inputs(case), fa.OP_LSE_MERGED_SINKS_TWICE, [sinks])
+
+
 def test_merge_comparator_catches_a_dropped_half(
     dca_build: LlamaBuild, measure: Callable[..., Measured]
 ) -> None:

@@ -3,6 +3,12 @@
 Adapted from shared/tools/make_tiny_gguf.py, with the ``llama`` arch added, a seeded generator
 per model, and the attention sharpness as a parameter.
 
+The same generator makes the random-weight models of the shape benchmark
+(scripts/dca_shapes.py): the per-layer shapes of real models (``n_embd``, heads, ``head_dim``,
+``n_ff``), fewer layers (``layers``), Gemma-3's local:global layer pattern (``swa_pattern``) and
+Q8_0 projection matrices (``weight_type``; drawn by tiling a small random block, since their
+values do not change the work a kernel does).
+
 Why sharp attention: with the default 0.02 weight scale, scores are ~0 and attention is almost
 uniform, so positions barely matter and a wrong DCA position would still "match". ``qk_scale``
 scales the Q/K projections (archs without Q/K norms); ``qk_norm_scale`` is the weight of the
@@ -20,6 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import gguf
 import numpy as np
@@ -47,6 +54,16 @@ class TinySpec:
     n_head_kv: int = 1
     head_dim: int = 64
     sliding_window: int = 48
+    # optional metadata (0 / None = absent): the GGUF DCA keys of patch 0078
+    # (<arch>.attention.dca.{chunk_size,local_size,original_max_position_embeddings}) and YaRN rope
+    # scaling (factor, rope.scaling.original_context_length); the weights do not depend on them
+    dca_chunk_size: int = 0
+    dca_local_size: int = 0
+    dca_orig: int = 0
+    yarn: tuple[float, int] | None = None
+    layers: int = 0  # 0: the tests' layer count (2; gemma4 5 or 6)
+    swa_pattern: int = 2  # gemma3: every swa_pattern-th layer is global, the others sliding-window
+    weight_type: str = "f32"  # "f32" or "q8_0" (the 2-D projection matrices)
 
     @property
     def arch(self) -> str:
@@ -58,6 +75,8 @@ class TinySpec:
 
     @property
     def n_layer(self) -> int:
+        if self.layers > 0:
+            return self.layers
         if self.arch == "gemma4":
             return 6 if self.n_shared_kv else 5
         return 2
@@ -78,24 +97,57 @@ class TinySpec:
         return self.qk_norm_scale
 
     def file_name(self) -> str:
+        meta = ""
+        if self.dca_chunk_size or self.dca_local_size or self.dca_orig:
+            meta += f"-dca{self.dca_chunk_size}.{self.dca_local_size}.{self.dca_orig}"
+        if self.yarn is not None:
+            meta += f"-yarn{self.yarn[0]:g}.{self.yarn[1]}"
+        shape = ""
+        dims = (self.n_embd, self.n_ff, self.n_head, self.n_head_kv, self.head_dim)
+        if (*dims, self.n_vocab, self.n_ctx_train) != (128, 192, 2, 1, 64, 256, 8192):
+            shape = (
+                f"-E{self.n_embd}-F{self.n_ff}-H{self.n_head}-K{self.n_head_kv}-D{self.head_dim}"
+                f"-V{self.n_vocab}-C{self.n_ctx_train}"
+            )
+        if (self.layers, self.swa_pattern, self.weight_type) != (0, 2, "f32"):
+            shape += f"-L{self.layers}-p{self.swa_pattern}-{self.weight_type}"
         return (
             f"tiny-{self.variant}-s{self.seed}-qk{self.qk_scale:g}-n{self.qk_norm_scale:g}"
-            f"-vo{self.vo_scale:g}-w{self.sliding_window}-e{self.embd_scale:g}-f3-g4.gguf"
+            f"-vo{self.vo_scale:g}-w{self.sliding_window}-e{self.embd_scale:g}{meta}-f3-g4{shape}.gguf"
         )
 
 
-Tensors = dict[str, npt.NDArray[np.float32]]
+Tensors = dict[str, npt.NDArray[Any]]
+"""name -> array: float32, or uint8 rows of Q8_0 blocks (see ``_Weights.matrix``)."""
+
+WEIGHT_TYPES: tuple[str, ...] = ("f32", "q8_0")
+_Q8_0_POOL_ROWS = 32  # random rows drawn per quantized matrix; the rest of its rows repeat them
 
 
 class _Weights:
     """Seeded random tensors, given in ggml ``ne`` order."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, weight_type: str = "f32") -> None:
+        if weight_type not in WEIGHT_TYPES:
+            raise ValueError(f"weight_type {weight_type!r}: use one of {', '.join(WEIGHT_TYPES)}")
         self._rng = np.random.default_rng(seed)
+        self._weight_type = weight_type
 
     def normal(self, *ne: int, scale: float = 0.02) -> npt.NDArray[np.float32]:
         shape = tuple(reversed(ne))
         return (self._rng.standard_normal(shape) * scale).astype(np.float32)
+
+    def matrix(self, *ne: int, scale: float = 0.02) -> npt.NDArray[Any]:
+        """A projection matrix (``ne[0]`` inputs): float32 as ``normal``, or Q8_0 bytes (one row of
+        ``ne[0] / 32`` blocks per output) tiled from a few random rows."""
+        if self._weight_type == "f32":
+            return self.normal(*ne, scale=scale)
+        qtype = gguf.GGMLQuantizationType.Q8_0
+        shape = tuple(reversed(ne))
+        n_rows = math.prod(shape[:-1])
+        pool = self.normal(ne[0], min(n_rows, _Q8_0_POOL_ROWS), scale=scale)
+        rows = gguf.quants.quantize(pool, qtype)
+        return np.resize(rows, (n_rows, rows.shape[-1])).reshape(*shape[:-1], rows.shape[-1])
 
 
 def _filled(n: int, value: float) -> npt.NDArray[np.float32]:
@@ -119,6 +171,20 @@ def _common_kv(wr: gguf.GGUFWriter, spec: TinySpec) -> None:
     wr.add_token_scores([0.0] * spec.n_vocab)
 
 
+def _meta_kv(wr: gguf.GGUFWriter, spec: TinySpec) -> None:
+    for key, value in (
+        ("chunk_size", spec.dca_chunk_size),
+        ("local_size", spec.dca_local_size),
+        ("original_max_position_embeddings", spec.dca_orig),
+    ):
+        if value:
+            wr.add_uint32(f"{spec.arch}.attention.dca.{key}", value)
+    if spec.yarn is not None:
+        wr.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        wr.add_rope_scaling_factor(spec.yarn[0])
+        wr.add_rope_scaling_orig_ctx_len(spec.yarn[1])
+
+
 def _arch_kv(wr: gguf.GGUFWriter, spec: TinySpec) -> None:
     if spec.arch == "qwen3moe":
         wr.add_expert_count(N_EXPERT)
@@ -126,7 +192,8 @@ def _arch_kv(wr: gguf.GGUFWriter, spec: TinySpec) -> None:
         wr.add_expert_feed_forward_length(spec.n_ff)
     if spec.arch == "gemma3":
         wr.add_sliding_window(spec.sliding_window)
-        wr.add_sliding_window_pattern(2)  # scalar: layer 0 SWA, layer 1 global (il % 2 < 1)
+        # scalar n: layer il is sliding-window iff il % n < n - 1 (2: layer 0 SWA, layer 1 global)
+        wr.add_sliding_window_pattern(spec.swa_pattern)
         wr.add_rope_freq_base_swa(10000.0)
     if spec.arch == "gemma4":
         # the last KV-owning layer before the shared ones must be global, the one before it SWA
@@ -150,15 +217,15 @@ def _attn_tensors(t: Tensors, rnd: _Weights, spec: TinySpec, il: int) -> None:
     qk_norm = spec.arch in QK_NORM_ARCHS
     proj_scale = 0.02 if qk_norm else spec.qk_scale
     has_kv = not (spec.n_shared_kv and il >= spec.n_layer - spec.n_shared_kv)
-    t[p + "attn_q.weight"] = rnd.normal(spec.n_embd, q_dim, scale=proj_scale)
+    t[p + "attn_q.weight"] = rnd.matrix(spec.n_embd, q_dim, scale=proj_scale)
     if has_kv:
-        t[p + "attn_k.weight"] = rnd.normal(spec.n_embd, kv_dim, scale=proj_scale)
-        t[p + "attn_v.weight"] = rnd.normal(spec.n_embd, kv_dim, scale=spec.vo_scale)
+        t[p + "attn_k.weight"] = rnd.matrix(spec.n_embd, kv_dim, scale=proj_scale)
+        t[p + "attn_v.weight"] = rnd.matrix(spec.n_embd, kv_dim, scale=spec.vo_scale)
     if spec.arch == "qwen2":
         t[p + "attn_q.bias"] = rnd.normal(q_dim)
         t[p + "attn_k.bias"] = rnd.normal(kv_dim)
         t[p + "attn_v.bias"] = rnd.normal(kv_dim)
-    t[p + "attn_output.weight"] = rnd.normal(q_dim, spec.n_embd, scale=spec.vo_scale)
+    t[p + "attn_output.weight"] = rnd.matrix(q_dim, spec.n_embd, scale=spec.vo_scale)
     if qk_norm:
         t[p + "attn_q_norm.weight"] = _filled(spec.head_dim, spec.qk_norm_weight)
         if has_kv:
@@ -170,18 +237,18 @@ def _ffn_tensors(t: Tensors, rnd: _Weights, spec: TinySpec, il: int) -> None:
     t[p + "ffn_norm.weight"] = _filled(spec.n_embd, 1.0)
     if spec.arch == "qwen3moe":
         t[p + "ffn_gate_inp.weight"] = rnd.normal(spec.n_embd, N_EXPERT)
-        t[p + "ffn_gate_exps.weight"] = rnd.normal(spec.n_embd, spec.n_ff, N_EXPERT)
-        t[p + "ffn_up_exps.weight"] = rnd.normal(spec.n_embd, spec.n_ff, N_EXPERT)
-        t[p + "ffn_down_exps.weight"] = rnd.normal(spec.n_ff, spec.n_embd, N_EXPERT)
+        t[p + "ffn_gate_exps.weight"] = rnd.matrix(spec.n_embd, spec.n_ff, N_EXPERT)
+        t[p + "ffn_up_exps.weight"] = rnd.matrix(spec.n_embd, spec.n_ff, N_EXPERT)
+        t[p + "ffn_down_exps.weight"] = rnd.matrix(spec.n_ff, spec.n_embd, N_EXPERT)
         return
-    t[p + "ffn_gate.weight"] = rnd.normal(spec.n_embd, spec.n_ff, scale=0.1)
-    t[p + "ffn_up.weight"] = rnd.normal(spec.n_embd, spec.n_ff, scale=0.1)
-    t[p + "ffn_down.weight"] = rnd.normal(spec.n_ff, spec.n_embd, scale=0.1)
+    t[p + "ffn_gate.weight"] = rnd.matrix(spec.n_embd, spec.n_ff, scale=0.1)
+    t[p + "ffn_up.weight"] = rnd.matrix(spec.n_embd, spec.n_ff, scale=0.1)
+    t[p + "ffn_down.weight"] = rnd.matrix(spec.n_ff, spec.n_embd, scale=0.1)
 
 
 def build_tensors(spec: TinySpec) -> Tensors:
     """All tensors of the model (name -> numpy array, numpy shape = reversed ggml ne)."""
-    rnd = _Weights(spec.seed)
+    rnd = _Weights(spec.seed, spec.weight_type)
     t: Tensors = {
         "token_embd.weight": rnd.normal(spec.n_embd, spec.n_vocab, scale=spec.embd_scale),
         "output_norm.weight": _filled(spec.n_embd, 1.0),
@@ -210,8 +277,10 @@ def write_tiny_gguf(spec: TinySpec, out_dir: Path) -> Path:
     wr = gguf.GGUFWriter(str(tmp), spec.arch)
     _common_kv(wr, spec)
     _arch_kv(wr, spec)
+    _meta_kv(wr, spec)
     for name, arr in build_tensors(spec).items():
-        wr.add_tensor(name, arr)
+        quantized = arr.dtype == np.uint8
+        wr.add_tensor(name, arr, raw_dtype=gguf.GGMLQuantizationType.Q8_0 if quantized else None)
     wr.write_header_to_file()
     wr.write_kv_data_to_file()
     wr.write_tensors_to_file()

@@ -15,6 +15,8 @@
 //   rm S P               llama_memory_seq_rm(S, P, -1): drop positions >= P of sequence S from the
 //                        cache (as llama-server does to reuse a cached prompt); the next tokens of S
 //                        are decoded at positions P, P+1, ...
+//   causal 0|1           llama_set_causal_attn: the following calls attend non-causally (0) or
+//                        causally (1), as mtmd does around an image chunk
 // Every prompt token must be consumed by the "call" lines before the end of the plan.
 //
 // OUT receives, for each sequence in order, one float32 row of n_vocab logits per token position
@@ -52,6 +54,7 @@ struct piece {
 struct plan_step {
     bool is_gen = false;
     bool is_rm  = false;        // rm: pieces[0] = (seq, first removed position)
+    int  causal = -1;           // causal: 0 or 1 (no pieces)
     std::vector<piece> pieces;  // call: pieces; gen: one piece (seq, count)
 };
 
@@ -93,6 +96,12 @@ plan read_plan(const char * path) {
             std::string word;
             while (ls >> word) {
                 step.pieces.push_back(parse_piece(word));
+            }
+            p.steps.push_back(step);
+        } else if (kind == "causal") {
+            plan_step step;
+            if (!(ls >> step.causal) || (step.causal != 0 && step.causal != 1)) {
+                throw std::runtime_error("causal takes 0 or 1");
             }
             p.steps.push_back(step);
         } else if (kind == "gen" || kind == "rm") {
@@ -264,7 +273,9 @@ int run(int argc, char ** argv) {
     int rc = 0;
     try {
         for (const plan_step & step : p.steps) {
-            if (step.is_gen) {
+            if (step.causal >= 0) {
+                llama_set_causal_attn(ctx, step.causal == 1);
+            } else if (step.is_gen) {
                 run_gen(ctx, step, seqs, n_vocab);
             } else if (step.is_rm) {
                 run_rm(ctx, step, seqs);

@@ -9,7 +9,9 @@
 // IN (little endian):
 //   char[8] "FALSEPB1"
 //   int32[16]: op (0 = ggml_flash_attn_ext, 1 = ggml_flash_attn_ext_lse, 2 = ggml_flash_attn_ext_lse over the
-//              keys [0, n_kv/2) and [n_kv/2, n_kv) merged by ggml_flash_attn_ext_lse_merge), n_threads, Dk, Dv, n_kv, n_batch,
+//              keys [0, n_kv/2) and [n_kv/2, n_kv) merged by ggml_flash_attn_ext_lse_merge, a sink set added to
+//              the first half only; 3 = op 2 with the sinks added to both halves, which the merge must refuse:
+//              an abort), n_threads, Dk, Dv, n_kv, n_batch,
 //              H, H_kv, ne3, kv_type (ggml_type: 0 F32, 1 F16, 8 Q8_0), has_mask, n_sink_sets, use_ref, 0, 0, 0
 //   float[4]:  scale, max_bias, logit_softcap, 0
 //   f32 q[ne3][H][n_batch][Dk], f32 k[ne3][H_kv][n_kv][Dk], f32 v[ne3][H_kv][n_kv][Dv]
@@ -18,8 +20,8 @@
 // OUT:
 //   f32 O[ne3][n_batch][H][Dv]                      (the op's result as is, no sinks)
 //   if op >= 1: f32 LSE[ne3][n_batch][H]
-//   for each sink set: f32 O[ne3][n_batch][H][Dv]   (same op with ggml_flash_attn_ext_add_sinks; not for op 2)
-//                      and if op == 1: f32 LSE[ne3][n_batch][H]
+//   for each sink set: f32 O[ne3][n_batch][H][Dv]   (same op with ggml_flash_attn_ext_add_sinks)
+//                      and if op >= 1: f32 LSE[ne3][n_batch][H]
 //   f32 k and v as the kernel saw them (after conversion to kv_type and back)
 //
 // Exit status: 0 ok, 2 usage / IO error, 3 bad input.
@@ -71,16 +73,16 @@ static struct probe_params read_params(FILE * f) {
         ints[0], ints[1], ints[2], ints[3], ints[4], ints[5], ints[6], ints[7], ints[8], ints[9], ints[10], ints[11], ints[12],
         floats[0], floats[1], floats[2],
     };
-    if (p.op < 0 || p.op > 2) {
-        die(3, "op must be 0, 1 or 2");
+    if (p.op < 0 || p.op > 3) {
+        die(3, "op must be 0, 1, 2 or 3");
     }
 #ifndef PROBE_LSE
     if (p.op != 0) {
         die(3, "op 1/2 (ggml_flash_attn_ext_lse[_merge]) requested but the probe was built without -DPROBE_LSE");
     }
 #endif
-    if (p.op == 2 && (p.n_sink_sets != 0 || ints[4] < 2)) {
-        die(3, "op 2 takes no sinks and needs n_kv >= 2");
+    if (p.op >= 2 && ints[4] < 2) {
+        die(3, "op 2/3 need n_kv >= 2");
     }
     if (p.n_threads < 1 || p.dk < 1 || p.dv < 1 || p.n_kv < 1 || p.n_batch < 1 || p.n_head < 1 || p.n_head_kv < 1 ||
         p.ne3 < 1 || p.n_head % p.n_head_kv != 0 || p.n_sink_sets < 0) {
@@ -196,10 +198,18 @@ static struct ggml_tensor * build_fa(struct ggml_context * ctx, const struct inp
         compute(ctx, res, p);
         return o;
     }
-    if (p->op == 2) {
+    if (p->op == 2 || p->op == 3) {
         const int64_t half = p->n_kv / 2;
-        struct ggml_tensor * res = ggml_flash_attn_ext_lse_merge(ctx, fa_lse_keys(ctx, in, p, 0, half),
-                                                                 fa_lse_keys(ctx, in, p, half, p->n_kv - half));
+        struct ggml_tensor * a = fa_lse_keys(ctx, in, p, 0, half);
+        struct ggml_tensor * b = fa_lse_keys(ctx, in, p, half, p->n_kv - half);
+        if (sinks) {
+            // the sinks belong to the softmax once: to one part of the merge (op 3: to both, refused)
+            ggml_flash_attn_ext_add_sinks(a, sinks);
+            if (p->op == 3) {
+                ggml_flash_attn_ext_add_sinks(b, sinks);
+            }
+        }
+        struct ggml_tensor * res = ggml_flash_attn_ext_lse_merge(ctx, a, b);
         *lse = ggml_flash_attn_ext_lse_view_lse(ctx, res);
         compute(ctx, res, p);
         return ggml_flash_attn_ext_lse_view_o(ctx, res);

@@ -1,0 +1,298 @@
+"""CI (CPU): the patched llama-server with Dual Chunk Attention, through its HTTP API on loopback
+(issue 14, points 5 and 6).
+
+- Slots: the default 4 slots (unified KV, cells of the slots interleaved) and 4 slots with one KV
+  stream each get 8 concurrent OpenAI-style ``/v1/completions`` requests whose prompts and
+  generations cross chunk boundaries (chunk_size 320, local_window 64: chunk_len 256). Every
+  request succeeds and its greedy text equals the same request run one at a time, both on the same
+  server afterwards (prompt cache reuse) and on a fresh one-slot server without a prompt cache.
+- ``/slots`` save/restore: a slot saved with DCA settings X restores on a server with X (and
+  then completes as the original slot did); a server with other settings or DCA off refuses it,
+  its log naming both settings, and keeps serving.
+- Speculative decoding: ``-md DRAFT --dca on`` starts when the draft model's own training context
+  is shorter than the target's --dca-chunk-size (the draft gets DCA off by default) and gives the
+  greedy text of the server without a draft; ``--spec-draft-dca on`` resolves the draft's chunk
+  parameters for the draft model; values the draft model cannot take fail at start, naming the
+  draft's flag.
+
+The exact attention path (f32 KV, flash attention off) is used where texts are compared, so that
+batching cannot move a greedy choice (its logits differ across batch layouts by ~1e-7 only).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from .conftest import LlamaBuild
+from .llama_server import LlamaServer, Reply, ServerFailed
+from .tiny_models import TinySpec, write_tiny_gguf
+
+DCA = ("--dca", "on", "--dca-chunk-size", "320", "--dca-local-window", "64")  # chunk_len 256
+EXACT = ("-ctk", "f32", "-ctv", "f32", "-fa", "off")
+COMMON = ("-t", "2", "-c", "4096", "-b", "256", "-ub", "128", "--no-warmup", "--no-webui")
+CONTEXT_LOG = ("-lv", "4")  # the log shows llama.cpp's context lines (each context's DCA settings)
+PROMPT_LENGTHS = (250, 500, 700, 96, 300, 610, 180, 420)  # 250/500 decode across 256/512
+N_PREDICT = 24
+LAYOUTS: dict[str, tuple[str, ...]] = {
+    "default-slots-unified-kv": (),  # llama-server's default: 4 slots, one unified KV stream
+    "4-slots-split-kv": ("-np", "4", "--no-kv-unified"),
+}
+
+
+@pytest.fixture(scope="session")
+def server_bin(dca_build: LlamaBuild) -> Path:
+    path = dca_build.bin / "llama-server"
+    if not path.is_file():
+        pytest.fail(
+            f"no llama-server in {dca_build.bin}: build the llama-server target "
+            "(tests/dca/trees.py TARGETS does when the tests build the tree)",
+            pytrace=False,
+        )
+    return path
+
+
+@pytest.fixture(scope="session")
+def server_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The target (trained context 8192) and a draft with the same weights and vocabulary but a
+    trained context of 256, shorter than the target's --dca-chunk-size 320."""
+    root = tmp_path_factory.mktemp("server-models")
+    return {
+        "target": write_tiny_gguf(TinySpec("qwen2"), root / "target"),
+        "draft": write_tiny_gguf(TinySpec("qwen2", n_ctx_train=256), root / "draft"),
+    }
+
+
+def prompt(n: int, seed: int) -> list[int]:
+    return [int(t) for t in np.random.default_rng(seed).integers(0, 256, n)]
+
+
+PROMPTS = [prompt(n, seed) for seed, n in enumerate(PROMPT_LENGTHS)]
+
+
+def completion(server: LlamaServer, tokens: Sequence[int], **extra: Any) -> Reply:
+    body = {
+        "prompt": list(tokens),
+        "max_tokens": N_PREDICT,
+        "temperature": 0.0,
+        "ignore_eos": True,
+        **extra,
+    }
+    return server.post("/v1/completions", body)
+
+
+def text_of(reply: Reply) -> str:
+    assert reply.status == 200, f"HTTP {reply.status}: {reply.body}"
+    text: str = reply.body["choices"][0]["text"]
+    assert text, f"empty completion: {reply.body}"
+    return text
+
+
+def run_all(server: LlamaServer, prompts: Sequence[Sequence[int]], concurrent: bool) -> list[str]:
+    if not concurrent:
+        return [text_of(completion(server, p)) for p in prompts]
+    with ThreadPoolExecutor(max_workers=len(prompts)) as pool:
+        replies = list(pool.map(lambda p: completion(server, p), prompts))
+    return [text_of(r) for r in replies]
+
+
+def dca_settings(log: str) -> list[tuple[int, int]]:
+    """(chunk_size, local_window) of every context the log shows created with DCA on, in order (a
+    context that logs its settings on more than one line counts once)."""
+    found: list[tuple[int, int]] = []
+    for line in log.splitlines():
+        if not re.search(r"\bdca\b", line, re.IGNORECASE):
+            continue
+        cs = re.search(r"chunk_size\s*=\s*(\d+)", line)
+        w = re.search(r"local_window\s*=\s*(\d+)", line)
+        if cs and w and (not found or found[-1] != (int(cs.group(1)), int(w.group(1)))):
+            found.append((int(cs.group(1)), int(w.group(1))))
+    return found
+
+
+class Servers:
+    """Starts llama-server processes under `work` and stops every one of them at the end."""
+
+    def __init__(self, binary: Path, work: Path) -> None:
+        self.binary, self.work = binary, work
+        self.started: list[LlamaServer] = []
+        self.count = itertools.count()
+
+    def start(self, *args: str) -> LlamaServer:
+        server = LlamaServer(self.binary, args, self.work / f"server-{next(self.count)}.log")
+        self.started.append(server)
+        return server.start()
+
+    def stop_all(self) -> None:
+        for server in self.started:
+            server.stop()
+
+
+@pytest.fixture
+def servers(server_bin: Path, tmp_path: Path) -> Iterator[Servers]:
+    s = Servers(server_bin, tmp_path)
+    yield s
+    s.stop_all()
+
+
+# ---------------------------------------------------------------------------------------------
+# slots: concurrent requests
+
+
+@pytest.fixture(scope="module")
+def one_at_a_time(
+    server_bin: Path, server_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> list[str]:
+    """The texts of PROMPTS run one at a time on a fresh one-slot server without prompt cache."""
+    s = Servers(server_bin, tmp_path_factory.mktemp("one-at-a-time"))
+    try:
+        args = ("-np", "1", "--cache-ram", "0")
+        alone = s.start("-m", str(server_models["target"]), *COMMON, *EXACT, *DCA, *args)
+        return [text_of(completion(alone, p, cache_prompt=False)) for p in PROMPTS]
+    finally:
+        s.stop_all()
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_concurrent_requests_equal_one_at_a_time_runs(
+    layout: str, servers: Servers, server_models: dict[str, Path], one_at_a_time: list[str]
+) -> None:
+    model = str(server_models["target"])
+    busy = servers.start("-m", model, *COMMON, *CONTEXT_LOG, *EXACT, *DCA, *LAYOUTS[layout])
+    assert dca_settings(busy.log_text()) == [(320, 64)], "the server context did not log dca = on"
+    slots = busy.get("/slots")
+    assert slots.status == 200 and len(slots.body.get("value", [])) == 4
+
+    concurrent = run_all(busy, PROMPTS, concurrent=True)
+    assert busy.alive()
+    again = run_all(busy, PROMPTS, concurrent=False)  # one at a time, with the prompt cache
+    reference = one_at_a_time
+
+    for i, n in enumerate(PROMPT_LENGTHS):
+        assert concurrent[i] == reference[i], (
+            f"prompt {i} ({n} tokens): concurrent != one at a time"
+        )
+        assert again[i] == reference[i], f"prompt {i} ({n} tokens): cached rerun != one at a time"
+
+
+def test_concurrent_requests_with_flash_attention_complete(
+    servers: Servers, server_models: dict[str, Path]
+) -> None:
+    """The default attention path (flash attention, f16 KV) under the same concurrent load: every
+    request completes and the server stays up (texts are compared on the exact path above)."""
+    server = servers.start("-m", str(server_models["target"]), *COMMON, "-fa", "on", *DCA)
+    texts = run_all(server, PROMPTS + PROMPTS[::-1], concurrent=True)
+    assert len(texts) == 2 * len(PROMPTS)
+    assert server.alive()
+
+
+# ---------------------------------------------------------------------------------------------
+# slots: save / restore
+
+
+def save_slot(server: LlamaServer, slot: int, name: str) -> Reply:
+    return server.post(f"/slots/{slot}?action=save", {"filename": name})
+
+
+def restore_slot(server: LlamaServer, slot: int, name: str) -> Reply:
+    return server.post(f"/slots/{slot}?action=restore", {"filename": name})
+
+
+def test_slot_save_restore_records_the_dca_settings(
+    servers: Servers, server_models: dict[str, Path], tmp_path: Path
+) -> None:
+    model = str(server_models["target"])
+    slots_dir = tmp_path / "slots"
+    slots_dir.mkdir()
+    base = ("-m", model, *COMMON, *EXACT, "--slot-save-path", str(slots_dir), "-np", "2")
+    p = PROMPTS[2]  # 700 tokens: three chunks
+
+    origin = servers.start(*base, *DCA)
+    first = text_of(completion(origin, p, id_slot=0))
+    saved = save_slot(origin, 0, "slot0.bin")
+    assert saved.status == 200, saved.body
+    restored = restore_slot(origin, 1, "slot0.bin")
+    assert restored.status == 200, restored.body
+    assert text_of(completion(origin, p, id_slot=1)) == first
+
+    refusals = {
+        "chunk_size 256": ("--dca", "on", "--dca-chunk-size", "256", "--dca-local-window", "32"),
+        "dca off": ("--dca", "off"),
+    }
+    for what, settings in refusals.items():
+        other = servers.start(*base, *settings)
+        reply = restore_slot(other, 0, "slot0.bin")
+        assert reply.status != 200, f"a slot saved with {' '.join(DCA)} restored with {what}"
+        assert "Unable to restore slot" in str(reply.body)
+        log = other.log_text()
+        assert "chunk_size = 320" in log and "local_window = 64" in log, (
+            f"{what}: the log does not name the saved DCA settings:\n{log[-3000:]}"
+        )
+        assert other.alive()
+        text_of(completion(other, PROMPTS[0]))  # still serving
+        other.stop()
+
+
+# ---------------------------------------------------------------------------------------------
+# speculative decoding with a draft model
+
+
+def test_draft_model_with_dca_target_gives_the_same_greedy_text(
+    servers: Servers, server_models: dict[str, Path]
+) -> None:
+    target, draft = str(server_models["target"]), str(server_models["draft"])
+    base = ("-m", target, *COMMON, *CONTEXT_LOG, *EXACT, *DCA, "-np", "1")
+    prompts = PROMPTS[:4]
+
+    plain = servers.start(*base)
+    want = [text_of(completion(plain, p)) for p in prompts]
+    plain.stop()
+
+    spec = servers.start(*base, "-md", draft, "--spec-type", "draft-simple")
+    log = spec.log_text()
+    assert dca_settings(log) == [(320, 64)], "the draft context must have DCA off by default"
+    replies = [completion(spec, p) for p in prompts]
+    assert [text_of(r) for r in replies] == want
+    drafted = sum(r.body.get("timings", {}).get("draft_n", 0) for r in replies)
+    accepted = sum(r.body.get("timings", {}).get("draft_n_accepted", 0) for r in replies)
+    assert drafted > 0 and accepted > 0, "the draft model was not used"
+
+
+def test_draft_dca_is_resolved_for_the_draft_model(
+    servers: Servers, server_models: dict[str, Path]
+) -> None:
+    target, draft = str(server_models["target"]), str(server_models["draft"])
+    spec = ("-md", draft, "--spec-type", "draft-simple")
+    base = ("-m", target, *COMMON, *CONTEXT_LOG, *EXACT, *DCA, "-np", "1", *spec)
+
+    own = servers.start(*base, "--spec-draft-dca", "on")
+    settings = dca_settings(own.log_text())
+    assert len(settings) == 2, f"expected DCA on in the target and in the draft context: {settings}"
+    assert settings[0] == (320, 64)
+    assert settings[1][0] <= 256, (
+        f"the draft's chunk_size {settings[1]} exceeds its training context 256"
+    )
+    text_of(completion(own, PROMPTS[1]))
+    own.stop()
+
+    explicit = servers.start(
+        *base,
+        "--spec-draft-dca",
+        "on",
+        "--spec-draft-dca-chunk-size",
+        "128",
+        "--spec-draft-dca-local-window",
+        "16",
+    )
+    assert dca_settings(explicit.log_text()) == [(320, 64), (128, 16)]
+    explicit.stop()
+
+    with pytest.raises(ServerFailed, match="--spec-draft-dca"):
+        servers.start(*base, "--spec-draft-dca", "on", "--spec-draft-dca-chunk-size", "320")

@@ -1,0 +1,62 @@
+"""tests/dca/tiny_models.py: the shape options of the shape benchmark (scripts/dca_shapes.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+
+from .tiny_models import TinySpec, build_tensors, write_tiny_gguf
+
+
+def _field(reader: gguf.GGUFReader, key: str) -> object:
+    field = reader.get_field(key)
+    assert field is not None, key
+    return field.contents()
+
+
+def test_the_tests_models_keep_their_file_names() -> None:
+    # cached models are found by name: the new options must not rename the tests' defaults
+    assert TinySpec("qwen2").file_name() == "tiny-qwen2-s0-qk0.25-n2.5-vo0.05-w48-e0.5-f3-g4.gguf"
+    assert TinySpec("qwen2", n_embd=896).file_name() != TinySpec("qwen2").file_name()
+    assert TinySpec("qwen2", layers=4).file_name() != TinySpec("qwen2", layers=3).file_name()
+    assert TinySpec("qwen2", weight_type="q8_0").file_name() != TinySpec("qwen2").file_name()
+
+
+def test_q8_0_projections_with_real_shapes(tmp_path: Path) -> None:
+    spec = TinySpec("qwen2", n_embd=896, n_ff=4864, n_head=14, n_head_kv=2, head_dim=64,
+                    n_ctx_train=32768, layers=3, weight_type="q8_0")
+    reader = gguf.GGUFReader(str(write_tiny_gguf(spec, tmp_path)))
+    tensors = {t.name: t for t in reader.tensors}
+    assert _field(reader, "qwen2.block_count") == 3
+    assert _field(reader, "qwen2.context_length") == 32768
+    assert {f"blk.{i}.attn_q.weight" for i in range(3)} <= set(tensors)
+    q8 = gguf.GGMLQuantizationType.Q8_0
+    for name, ne in (("attn_q", [896, 896]), ("attn_k", [896, 128]), ("ffn_down", [4864, 896])):
+        t = tensors[f"blk.2.{name}.weight"]
+        assert t.tensor_type == q8 and list(t.shape) == ne
+    assert tensors["blk.0.attn_norm.weight"].tensor_type == gguf.GGMLQuantizationType.F32
+    assert tensors["blk.0.attn_q.bias"].tensor_type == gguf.GGMLQuantizationType.F32
+
+
+def test_q8_0_rows_are_random_not_constant() -> None:
+    t = build_tensors(TinySpec("llama", n_embd=256, n_ff=512, layers=1, weight_type="q8_0"))
+    rows = t["blk.0.ffn_up.weight"]
+    assert rows.dtype == np.uint8 and rows.shape == (512, 256 // 32 * 34)
+    # the 32 drawn rows differ, later rows repeat them
+    assert len({bytes(r) for r in rows[:32]}) == 32
+    assert bytes(rows[32]) == bytes(rows[0])
+
+
+def test_gemma3_layer_pattern(tmp_path: Path) -> None:
+    spec = TinySpec("gemma3", layers=6, swa_pattern=6, sliding_window=512)
+    reader = gguf.GGUFReader(str(write_tiny_gguf(spec, tmp_path)))
+    assert _field(reader, "gemma3.attention.sliding_window_pattern") == 6
+    assert _field(reader, "gemma3.attention.sliding_window") == 512
+
+
+def test_unknown_weight_type_is_rejected() -> None:
+    with pytest.raises(ValueError, match="weight_type 'q4_k'"):
+        build_tensors(TinySpec("qwen2", weight_type="q4_k"))
