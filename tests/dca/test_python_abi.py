@@ -17,7 +17,7 @@ import pytest
 from .abi import AbiMismatch, _field_names, c_structs, check
 from .wheel import Wheel
 
-DCA_FIELDS = ("dca", "dca_chunk_size", "dca_local_window")
+DCA_FIELDS = ("dca", "dca_chunk_size", "dca_local_window", "dca_mscale")
 
 
 @pytest.fixture(scope="session")
@@ -43,7 +43,7 @@ def test_every_mirrored_struct_matches_the_patched_headers(
     assert report.unmatched == ()  # every ctypes struct has a C struct of that name
     assert {"llama_context_params", "llama_model_params", "llama_opt_params"} <= set(report.checked)
     context = [name for name, _offset, _size in report.checked["llama_context_params"].fields]
-    assert tuple(context[-3:]) == DCA_FIELDS  # appended, in the C order
+    assert tuple(context[-4:]) == DCA_FIELDS  # appended, in the C order
     assert report.checked["llama_context_params"].size == 176  # 160 upstream + DCA's 16
 
 
@@ -57,10 +57,16 @@ def _copy(python_site: Path, target: Path) -> Path:
 
 FIELD = '        ("{name}", ctypes.{ctype}),\n'
 MUTATIONS: dict[str, tuple[tuple[str, str], str]] = {
-    # a dropped field at the end of llama_context_params: the struct is short
+    # the last field dropped (a mirror that missed 0078's appended dca_mscale): it sat in what is
+    # now the struct's tail padding, so sizes and all other offsets agree; the names see it
+    "dropped-appended": (
+        (FIELD.format(name="dca_mscale", ctype="c_int32"), ""),
+        "llama_context_params: C fields (",
+    ),
+    # a dropped field before the end: the fields after it move
     "dropped": (
         (FIELD.format(name="dca_local_window", ctype="c_int32"), ""),
-        "llama_context_params: ctypes.sizeof 168 != C sizeof 176",
+        "llama_context_params.dca_mscale: ctypes offset 168 size 4 != C offset 172 size 4",
     ),
     # two fields in the wrong order: same size, the offsets by name differ
     "reordered": (
@@ -105,19 +111,21 @@ def test_the_check_fails_on_a_mirror_mistake(
 def test_a_c_field_without_its_mirror_fails(
     python_site: Path, patched_headers: list[Path], tmp_path: Path
 ) -> None:
-    """The next change of 0078's C fields (e.g. `int32_t dca_mscale;` appended) fails here until
-    the bindings patch mirrors it."""
+    """The next change of 0078's C fields (as `int32_t dca_mscale;` was, appended after
+    dca_local_window) fails here until the bindings patch mirrors it: a field appended to the
+    headers, the mirror unchanged."""
     headers = tmp_path / "include"
     shutil.copytree(patched_headers[0], headers)
     llama_h = headers / "llama.h"
-    old = "int32_t dca_local_window;"
+    old = "int32_t dca_mscale;"
     text = llama_h.read_text()
     assert text.count(old) == 1
-    llama_h.write_text(text.replace(old, old + " int32_t dca_mscale;"))
+    llama_h.write_text(text.replace(old, old + " int32_t dca_next;"))
     package = python_site / "llama_cpp"
     with pytest.raises(AbiMismatch) as info:
         check(package, package / "lib", [headers, patched_headers[1]], tmp_path / "c")
-    assert "'dca_local_window', 'dca_mscale')" in str(info.value)
+    assert "llama_context_params: ctypes.sizeof 176 != C sizeof 184" in str(info.value)
+    assert "'dca_mscale', 'dca_next')" in str(info.value)
 
 
 def test_the_header_parser_reads_what_llama_h_declares(tmp_path: Path) -> None:

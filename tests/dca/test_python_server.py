@@ -1,10 +1,11 @@
 """Issue 18: `python -m llama_cpp.server` from the patched wheel answers an OpenAI-style request
 with DCA on, configured by its command line or by its config file, over loopback only.
 
-The server log must show llama.cpp's own line for a DCA context with the requested sizes: the
-settings reached the C struct (a setting the server dropped would leave DCA off, and the request
-would still succeed). The prompt spans several DCA chunks. Each server is bounded in time and
-stopped by the test.
+The server log must show llama.cpp's own line for a DCA context with the requested sizes and
+mscale forced on (the tiny model names no original length, so auto would say "off (auto: ...)"):
+the settings reached the C struct (a setting the server dropped would leave DCA or mscale at its
+default, and the request would still succeed). The prompt spans several DCA chunks. Each
+server is bounded in time and stopped by the test.
 """
 
 from __future__ import annotations
@@ -24,13 +25,16 @@ from pathlib import Path
 
 import pytest
 
-from .test_dca_model import DCA, model_path
+from .model_runs import model_path
+from .test_dca_model import DCA
 
 HOST = "127.0.0.1"
 READY_S = 120.0
 PROMPT = " ".join(f"word{i}" for i in range(120))  # ~170 test-tokenizer tokens: 3+ chunks of 56
-DCA_LOG = re.compile(
-    rf"dca\s+= on \(chunk_size = {DCA.chunk_size}, local_window = {DCA.local_window}, "
+DCA_LOG = re.compile(  # llama-dca.cpp's llama_dca_resolve: the values and where they came from
+    rf"dca = on: chunk_size = {DCA.chunk_size} \[--dca-chunk-size\], "
+    rf"local_window = {DCA.local_window} \[--dca-local-window\], .*, mscale = on$",
+    re.MULTILINE,
 )
 
 
@@ -98,6 +102,7 @@ def _settings(model: Path) -> dict[str, object]:
         "dca": True,
         "dca_chunk_size": DCA.chunk_size,
         "dca_local_window": DCA.local_window,
+        "dca_mscale": True,
         "verbose": True,
     }
 

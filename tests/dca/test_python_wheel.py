@@ -9,7 +9,10 @@ For each model: the multi-chunk prompt (300 tokens, chunk 64 / window 8: 6 chunk
   noise of two builds of the same source;
 - the float64 numpy reference (tests/dca/reference.py) with and without DCA.
 DCA on must also differ from DCA off by far more than the tolerance: the flag reached the C
-struct. Bad values are refused by Python (ValueError) or by the C side (context creation fails).
+struct. `dca_mscale` (None = auto, True, False) reaches it too: on a model whose GGUF names an
+original training length shorter than the prompt, auto and True scale the logits as the
+reference does and False does not. Bad values are refused by Python (ValueError) or by the C side
+(context creation fails).
 """
 
 from __future__ import annotations
@@ -30,17 +33,9 @@ from patchctl.stack import load_stack
 
 from . import reference as ref
 from .conftest import LlamaBuild, series_dir
-from .test_dca_model import (
-    DCA,
-    DCA_ON,
-    EXACT,
-    SPEC_EXACT_TOL,
-    Plan,
-    model_path,
-    random_tokens,
-    reference_logits,
-    run_tool,
-)
+from .model_runs import Plan, build_tool, model_path, random_tokens, reference_logits, run_tool
+from .test_dca_config import MSCALE_DCA, MSCALE_ORIG, tiny
+from .test_dca_model import DCA, DCA_ON, EXACT, SPEC_EXACT_TOL
 from .wheel import Wheel, python_series
 
 ARCHS = ("qwen2", "gemma3")  # every layer DCA; DCA on the global layers of an iSWA model
@@ -106,8 +101,6 @@ def same_tree(dca_build: LlamaBuild) -> LlamaBuild:
 
 @pytest.fixture(scope="session")
 def native_tool(same_tree: LlamaBuild) -> Path:
-    from .test_dca_model import build_tool
-
     return build_tool(same_tree)
 
 
@@ -135,10 +128,44 @@ def test_llama_dca_matches_llama_cpp_and_the_reference(
     (want_on,) = reference_logits(model, (tokens,), ref.RunConfig(dca=DCA, kv_type="f32"))
     (want_off,) = reference_logits(model, (tokens,), ref.RunConfig(kv_type="f32"))
     plain_err = ref.rel_err(off, want_off)
-    tolerance = min(max(3.0 * plain_err, 1e-5), SPEC_EXACT_TOL)  # as test_dca_model's exact mode
+    tolerance = exact_tolerance(plain_err)
     assert plain_err <= 1e-4
     assert ref.rel_err(on, want_on) <= tolerance
     assert ref.rel_err(on, off) >= 100 * tolerance, "dca=True did not change the computation"
+
+
+def exact_tolerance(plain_err: float) -> float:
+    """test_dca_model's exact-mode bound: 3x the same build's plain-attention error, floored."""
+    return min(max(3.0 * plain_err, 1e-5), SPEC_EXACT_TOL)
+
+
+def test_llama_dca_mscale_reaches_llama_cpp(
+    python_site: Path, models_dir: Path, tmp_path: Path
+) -> None:
+    """The GGUF names the original length 128 (auto = on); the 300-token prompt runs past it."""
+    model = tiny(models_dir, "qwen2", dca_orig=MSCALE_ORIG)
+    tokens = random_tokens(N_TOKENS, seed=1)
+    base: dict[str, object] = {**CONTEXT, **PYTHON_EXACT}
+    plain = llama_logits(python_site, model, tokens, base, tmp_path / "plain.npy")
+    scaled = {
+        mscale: llama_logits(
+            python_site,
+            model,
+            tokens,
+            {**base, **DCA_KWARGS, "dca_mscale": mscale},
+            tmp_path / f"{mscale}.npy",
+        )
+        for mscale in (None, True, False)
+    }
+    (want_plain,) = reference_logits(model, (tokens,), ref.RunConfig(kv_type="f32"))
+    tolerance = exact_tolerance(ref.rel_err(plain, want_plain))
+    (want_on,) = reference_logits(model, (tokens,), ref.RunConfig(dca=MSCALE_DCA, kv_type="f32"))
+    no_mscale = ref.DcaConfig(MSCALE_DCA.chunk_size, MSCALE_DCA.local_window)
+    (want_off,) = reference_logits(model, (tokens,), ref.RunConfig(dca=no_mscale, kv_type="f32"))
+    assert np.array_equal(scaled[None], scaled[True]), "auto is on for this GGUF"
+    assert ref.rel_err(scaled[True], want_on) <= tolerance
+    assert ref.rel_err(scaled[False], want_off) <= tolerance
+    assert ref.rel_err(scaled[True], scaled[False]) >= 100 * tolerance, "dca_mscale was dropped"
 
 
 BAD = (
@@ -147,16 +174,19 @@ BAD = (
         {"dca": True, "dca_local_window": -8},
         "ValueError: dca_local_window must be a positive integer",
     ),
+    ({"dca": True, "dca_mscale": 1}, "ValueError: dca_mscale must be True, False or None"),
     # valid for Python, refused by llama.cpp: the window must be below chunk_len
     (
         {"dca": True, "dca_chunk_size": 64, "dca_local_window": 40},
-        "--dca-local-window (40) must be <",
+        "--dca-local-window (40) must be smaller than chunk_len",
     ),
 )
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "message"), BAD, ids=["chunk-0", "window-negative", "window-too-wide"]
+    ("kwargs", "message"),
+    BAD,
+    ids=["chunk-0", "window-negative", "mscale-int", "window-too-wide"],
 )
 def test_bad_dca_values_are_refused(
     kwargs: dict[str, object], message: str, python_site: Path, models_dir: Path, tmp_path: Path

@@ -45,9 +45,9 @@ from patchctl.stack import load_stack
 
 TARGETS = ("ggml", "llama", "llama-common", "llama-bench", "llama-server")
 """What the DCA tests link or run: libggml{,-base,-cpu}.so (probes), libllama and libllama-common
-(tests/native/dca_logits.cpp, dca_state.cpp), llama-bench (test_dca_bench.py, its output columns) and
-llama-server (test_dca_server.py).
-test-backend-ops and the other tools are not needed."""
+(tests/native/dca_logits.cpp, dca_state.cpp), llama-bench (test_dca_bench.py, its output
+columns) and llama-server (test_dca_server.py). test-backend-ops and the other tools are not
+needed."""
 
 TEST_SUFFIX = "-test"
 UPSTREAM_SUFFIX = "-upstream"
