@@ -43,11 +43,11 @@ from patchctl.errors import DirtyTree
 from patchctl.series import Series
 from patchctl.stack import load_stack
 
-TARGETS = ("ggml", "llama", "llama-common", "llama-bench", "llama-server")
+TARGETS = ("ggml", "llama", "llama-common", "llama-bench", "llama-server", "llama-completion")
 """What the DCA tests link or run: libggml{,-base,-cpu}.so (probes), libllama and libllama-common
 (tests/native/dca_logits.cpp, dca_state.cpp), llama-bench (test_dca_bench.py, its output
-columns) and llama-server (test_dca_server.py). test-backend-ops and the other tools are not
-needed."""
+columns), llama-server (test_dca_server.py) and llama-completion (test_python_wheel.py: the
+Python bindings' greedy text against it). test-backend-ops and the other tools are not needed."""
 
 TEST_SUFFIX = "-test"
 UPSTREAM_SUFFIX = "-upstream"
