@@ -24,10 +24,11 @@ run: venv
 test: venv
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-## lint: ruff and mypy --strict
+## lint: ruff and mypy --strict (patchctl and the long-context harness)
 lint: venv
-	$(BIN)/python -m ruff check patchctl tests
+	$(BIN)/python -m ruff check patchctl tests scripts/longctx
 	$(BIN)/python -m mypy --strict patchctl tests
+	$(BIN)/python -m mypy --strict scripts/longctx  # apart: tests/longctx is also a top-level "longctx"
 
 clean-venv:
 	rm -rf $(VENV)

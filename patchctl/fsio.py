@@ -1,15 +1,19 @@
 """File-system primitives: atomic writes (a reader sees the old bytes or the new ones, never a
-partial file) and directory locks (two patchctl runs never change the same thing at once)."""
+partial file), directory locks (two patchctl runs never change the same thing at once) and the
+sha256 of a file read in blocks."""
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from patchctl.errors import PatchctlError
+
+BLOCK = 1 << 20
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -48,3 +52,12 @@ def locked_dir(directory: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # closing releases the lock
+
+
+def sha256_file(path: Path) -> str:
+    """The hex sha256 of a file's bytes, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        for block in iter(lambda: stream.read(BLOCK), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -24,7 +24,7 @@ from urllib.parse import urljoin
 from patchctl.archive import extract_archive, is_archive
 from patchctl.cache import cache_dir
 from patchctl.errors import ChecksumMismatch, ConfigError, GitFailed, NotFound, PatchctlError
-from patchctl.fsio import write_atomic
+from patchctl.fsio import sha256_file, write_atomic
 from patchctl.git import Git
 from patchctl.progress import Progress, or_null
 from patchctl.series import Series, Upstream
@@ -37,15 +37,6 @@ CHUNK = 1 << 20
 def pypi_url() -> str:
     """The PyPI root (`$PATCHCTL_PYPI_URL` overrides it, e.g. a mirror or a file:// tree)."""
     return os.environ.get("PATCHCTL_PYPI_URL", PYPI_URL).rstrip("/")
-
-
-def sha256_file(path: Path) -> str:
-    """The hex sha256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with path.open("rb") as stream:
-        for block in iter(lambda: stream.read(CHUNK), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def cached_path(sha256: str, filename: str, cache: Path | None = None) -> Path:

@@ -17,8 +17,9 @@ import pytest
 
 from patchctl.apply import cleanroom_apply
 from patchctl.cleanroom import load_cleanroom
+from patchctl.fsio import sha256_file
 from patchctl.series import Patch, load_series, save_series
-from patchctl.upstream import find_cached, sha256_file, store
+from patchctl.upstream import find_cached, store
 
 pytestmark = pytest.mark.integration
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Device: join the carried sdist into patchctl's cache, create the clean room of the shipped series
 # (`patchctl cleanroom apply`) and start `patchctl build --cuda $ARCHS` (default sm_90, the H200; set
-# ARCHS=sm_86,sm_90 for the issue-4 build) of the targets the device scripts use, in the background:
+# ARCHS=sm_86,sm_90 for the issue-4 build) of the targets the device scripts use (llama-server for
+# longctx_run.sh), in the background:
 # it outlives this call (setsid) and logs to $W/build.log; wait_build.sh waits for it.
 set -euo pipefail
 source scripts/device/common.sh
@@ -14,6 +15,6 @@ python3 -m patchctl cleanroom apply --series patches/llamafile --workdir "$CR" -
 cp -r "$PWD" "$W/repo"          # keep the scripts/tests beside the build for later calls
 setsid nohup bash -c "cd '$W/repo' && export PYTHONPATH='$PYTHONPATH' PATCHCTL_CACHE_DIR='$PATCHCTL_CACHE_DIR'; \
   python3 -m patchctl build --series patches/llamafile --workdir '$CR' --cuda ${ARCHS:-sm_90} --jobs 16 --build-dir '$W/build' \
-    -t llama -t llama-completion -t llama-bench -t test-backend-ops --json \
+    -t llama -t llama-completion -t llama-bench -t test-backend-ops -t llama-server --json \
   > '$W/build.json' 2> '$W/build.log'; echo \$? > '$W/build.rc'" > /dev/null 2>&1 < /dev/null &
 sleep 20; tail -3 "$W/build.log"

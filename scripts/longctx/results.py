@@ -1,0 +1,128 @@
+"""The results document: every trial, every server job, and the cells computed from the trials.
+
+A document (schema ``patchctl-longctx/1``) is written after every finished haystack, atomically,
+so a run stopped from outside still leaves all finished trials. ``validate`` checks a document
+read from disk before anything uses it; ``combine`` merges documents of one model and device
+(several calls of one plan, ``--resume``) into one list of trials and jobs.
+
+Trial fields (see docs/dca.md for their meaning): task, method, length, multiple, depth, depths,
+seed, haystack, question, group, slot, expected, got, answer, correct, recall, distractors,
+tokens, cached_tokens, prompt_ms, gen_ms, wall_s, peak_device_mib, peak_host_mib.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from patchctl.fsio import write_atomic
+
+from . import SCHEMA
+from .errors import BadInput
+from .stats import cells
+
+NUM = (int, float)
+TOP: dict[str, tuple[type, ...]] = {
+    "schema": (str,), "label": (str,), "device": (dict,), "model": (dict,), "server": (dict,),
+    "corpus": (dict,), "params": (dict,), "plan": (dict,), "seed": (int,), "command": (list,),
+    "methods": (dict,), "jobs": (list,), "trials": (list,), "cells": (list,),
+}  # fmt: skip
+MODEL: dict[str, tuple[type, ...]] = {
+    "name": (str,), "sha256": (str,), "n_ctx_train": (int,), "arch": (str,), "file": (str,)
+}
+JOB: dict[str, tuple[type, ...]] = {
+    "method": (str,), "lengths": (list,), "haystacks": (int,), "slots": (int,),
+    "status": (str,), "memory": (dict,), "wall_s": NUM,
+}  # fmt: skip
+TRIAL: dict[str, tuple[type, ...]] = {
+    "task": (str,), "method": (str,), "length": (int,), "multiple": NUM, "depth": NUM,
+    "depths": (list,), "seed": (int,), "haystack": (int,), "question": (int,), "group": (str,),
+    "expected": (list,), "got": (str,), "answer": (str,), "correct": (bool,), "recall": NUM,
+    "distractors": (int,), "tokens": (int,), "cached_tokens": (int,), "prompt_ms": NUM,
+    "gen_ms": NUM, "wall_s": NUM, "peak_device_mib": (*NUM, type(None)),
+    "peak_host_mib": (*NUM, type(None)),
+}  # fmt: skip
+JOB_STATUS = ("ok", "partial", "budget", "unsupported", "failed", "probe")
+
+
+def _check(obj: Any, spec: Mapping[str, tuple[type, ...]], where: str) -> None:
+    if not isinstance(obj, dict):
+        raise BadInput(f"{where} is not an object")
+    for key, types in spec.items():
+        if key not in obj:
+            raise BadInput(f"{where} lacks {key!r}")
+        value = obj[key]
+        if isinstance(value, bool) and bool not in types:
+            raise BadInput(f"{where}.{key} is a boolean, expected {types[0].__name__}")
+        if not isinstance(value, types):
+            raise BadInput(f"{where}.{key} is {type(value).__name__}, expected {types[0].__name__}")
+
+
+def validate(doc: Any, source: str = "document") -> dict[str, Any]:
+    """`doc` itself when it is a well-formed results document; BadInput naming the first flaw."""
+    _check(doc, TOP, source)
+    if doc["schema"] != SCHEMA:
+        raise BadInput(f"{source}: schema {doc['schema']!r}, expected {SCHEMA!r}")
+    _check(doc["model"], MODEL, f"{source}: model")
+    if doc["model"]["n_ctx_train"] < 1:
+        raise BadInput(f"{source}: model.n_ctx_train must be >= 1")
+    for i, job in enumerate(doc["jobs"]):
+        _check(job, JOB, f"{source}: jobs[{i}]")
+        if job["status"] not in JOB_STATUS:
+            raise BadInput(f"{source}: jobs[{i}].status {job['status']!r} not in {JOB_STATUS}")
+    for i, trial in enumerate(doc["trials"]):
+        _check(trial, TRIAL, f"{source}: trials[{i}]")
+        if not 0.0 <= trial["depth"] <= 1.0 or not 0.0 <= trial["recall"] <= 1.0:
+            raise BadInput(f"{source}: trials[{i}] depth and recall must lie in [0, 1]")
+        if trial["length"] < 1 or trial["tokens"] > trial["length"] or trial["tokens"] < 1:
+            raise BadInput(f"{source}: trials[{i}] tokens must lie in [1, length]")
+    checked: dict[str, Any] = doc
+    return checked
+
+
+def load(path: Path) -> dict[str, Any]:
+    """A results document from disk, validated."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadInput(f"cannot read results {path}: {exc}") from None
+    return validate(doc, str(path))
+
+
+def write(doc: Mapping[str, Any], path: Path) -> None:
+    """Write `doc` (cells recomputed from its trials) atomically as indented JSON."""
+    out = dict(doc)
+    out["cells"] = cells(out["trials"], int(out["model"]["n_ctx_train"]))
+    write_atomic(path, (json.dumps(out, indent=1, ensure_ascii=False) + "\n").encode("utf-8"))
+
+
+def trial_key(t: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What makes a trial unique within one model and device."""
+    return (t["method"], t["length"], t["group"], t["seed"], t["haystack"], t["question"])
+
+
+def combine(docs: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Documents grouped by (model name, label): the first document's header, every job, and
+    the trials of all of them (a trial seen twice kept once), cells recomputed."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    seen: dict[tuple[str, str], set[tuple[Any, ...]]] = {}
+    for doc in docs:
+        key = (str(doc["model"]["name"]), str(doc["label"]))
+        merged = out.setdefault(key, {**doc, "jobs": [], "trials": []})
+        if merged["model"]["sha256"] != doc["model"]["sha256"]:
+            raise BadInput(f"two files label {key} with different model files")
+        merged["jobs"] = [*merged["jobs"], *doc["jobs"]]
+        keys = seen.setdefault(key, set())
+        fresh = [t for t in doc["trials"] if trial_key(t) not in keys]
+        keys.update(trial_key(t) for t in fresh)
+        merged["trials"] = [*merged["trials"], *fresh]
+    for merged in out.values():
+        merged["cells"] = cells(merged["trials"], int(merged["model"]["n_ctx_train"]))
+    return out
+
+
+def done_units(trials: Iterable[Mapping[str, Any]]) -> set[tuple[Any, ...]]:
+    """(method, length, group, seed, haystack) of haystacks with trials (for --resume)."""
+    return {trial_key(t)[:5] for t in trials}

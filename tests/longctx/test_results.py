@@ -1,0 +1,75 @@
+"""scripts/longctx/results.py: the document's schema, writing and combining."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scripts.longctx import results
+from scripts.longctx.errors import BadInput
+
+from .fakes import document, trial
+
+
+def test_write_then_load_computes_cells(tmp_path: Path) -> None:
+    doc = document([trial(correct=True), trial(correct=False, question=1)])
+    path = tmp_path / "r.json"
+    results.write(doc, path)
+    back = results.load(path)
+    assert back["trials"] == doc["trials"]
+    assert [(c["n"], c["correct"]) for c in back["cells"]] == [(2, 1)]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: d.pop("trials"), "lacks 'trials'"),
+        (lambda d: d.update(schema="other/1"), "schema"),
+        (lambda d: d["model"].update(n_ctx_train="8k"), "n_ctx_train is str"),
+        (lambda d: d["trials"][0].update(correct=1), "correct is int"),
+        (lambda d: d["trials"][0].update(tokens=True), "tokens is a boolean"),
+        (lambda d: d["trials"][0].update(tokens=4096), r"tokens must lie in \[1, length\]"),
+        (lambda d: d["trials"][0].update(depth=1.5), "depth and recall"),
+        (lambda d: d["jobs"][0].update(status="great"), "status"),
+        (lambda d: d["jobs"][0].pop("memory"), "lacks 'memory'"),
+    ],
+)
+def test_validate_names_the_first_flaw(mutate: Any, message: str) -> None:
+    doc = copy.deepcopy(document([trial()]))
+    mutate(doc)
+    with pytest.raises(BadInput, match=message):
+        results.validate(doc, "x.json")
+
+
+def test_load_refuses_broken_json(tmp_path: Path) -> None:
+    path = tmp_path / "r.json"
+    path.write_text("{")
+    with pytest.raises(BadInput, match="cannot read"):
+        results.load(path)
+    path.write_text(json.dumps([1]))
+    with pytest.raises(BadInput, match="not an object"):
+        results.load(path)
+
+
+def test_combine_merges_calls_and_drops_repeated_trials() -> None:
+    a = document([trial(question=0), trial(question=1)])
+    b = document([trial(question=1), trial(question=2, correct=False)])
+    other = document([trial()], label="h200")
+    merged = results.combine([a, b, other])
+    assert sorted(merged) == [("tiny", "cpu"), ("tiny", "h200")]
+    cpu = merged[("tiny", "cpu")]
+    assert [t["question"] for t in cpu["trials"]] == [0, 1, 2]
+    assert cpu["cells"][0]["n"] == 3 and len(cpu["jobs"]) == 2
+    bad = document([trial()])
+    bad["model"] = {**bad["model"], "sha256": "cd" * 32}  # type: ignore[dict-item]
+    with pytest.raises(BadInput, match="different model"):
+        results.combine([a, bad])
+
+
+def test_done_units_are_per_haystack() -> None:
+    done = results.done_units([trial(haystack=3, question=q) for q in range(4)])
+    assert done == {("dca", 2048, "combined", 99, 3)}

@@ -1,0 +1,131 @@
+"""scripts/longctx/runner.py against a stand-in server (fake_server.py): the whole run loop."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scripts.longctx import results
+from scripts.longctx.haystack import load_token_cache
+from scripts.longctx.methods import BUILTIN, Method
+from scripts.longctx.plan import COSTS, Job, Plan, assign_lanes, grid_jobs, lengths_of
+from scripts.longctx.runner import ModelRef, RunConfig, run, unit_seed
+from scripts.longctx.tasks import TaskParams
+
+from .fakes import corpus
+
+N = 4096  # the stand-in counts characters: a combined haystack needs ~1.4k
+PARAMS = TaskParams()
+QUESTIONS = 1 + PARAMS.mk_keys + PARAMS.mv_keys + PARAMS.vt_chains
+
+
+@pytest.fixture
+def fake_bin(tmp_path: Path) -> Path:
+    script = Path(__file__).with_name("fake_server.py")
+    exe = tmp_path / "bin" / "llama-server"
+    exe.parent.mkdir()
+    exe.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{script}" "$@"\n')
+    exe.chmod(0o755)
+    return exe
+
+
+def _config(tmp_path: Path, binary: Path, methods: list[Method], plan: Plan,
+            **kw: Any) -> RunConfig:  # fmt: skip
+    model = tmp_path / "tiny.gguf"
+    model.write_bytes(b"GGUF")
+    ref = ModelRef("tiny", model, "ab" * 32, "llama", N)
+    return RunConfig(
+        binary=binary, model=ref, corpus=corpus(), plan=plan,
+        methods={m.name: m for m in methods}, params=PARAMS, cost=COSTS["h200-0.5b"],
+        out=tmp_path / "out" / "r.json", work=tmp_path / "logs", label="test",
+        say=lambda line: None, **kw,
+    )  # fmt: skip
+
+
+def _grid(methods: list[Method], mults: tuple[float, ...], haystacks: int, slots: int = 2,
+          lanes: int = 2, budget: float | None = None) -> Plan:  # fmt: skip
+    jobs = grid_jobs(methods, lengths_of(mults, N), N, haystacks, slots)
+    base = Plan("grid", ((),), budget_s=budget)
+    return Plan("grid", assign_lanes(jobs, lanes, N, COSTS["h200-0.5b"], base, PARAMS),
+                budget_s=budget)  # fmt: skip
+
+
+def test_a_grid_run_end_to_end(tmp_path: Path, fake_bin: Path) -> None:
+    methods = [BUILTIN[m] for m in ("naive", "linear", "dca", "dca-mscale")]
+    cfg = _config(tmp_path, fake_bin, methods, _grid(methods, (0.5, 1, 2), 2),
+                  token_cache=tmp_path / "tokens.json.xz")  # fmt: skip
+    doc = run(cfg)
+    assert results.load(cfg.out)["trials"] == doc["trials"]  # written, and valid
+    status = {(j["method"], tuple(j["lengths"])): j["status"] for j in doc["jobs"]}
+    assert status[("dca-mscale", (N // 2, N, 2 * N))] == "unsupported"
+    assert status[("linear", (2 * N,))] == "ok" and ("linear", (N,)) not in status
+    counts = Counter((t["method"], t["length"]) for t in doc["trials"])
+    want = {(m, n): 2 * QUESTIONS for m in ("naive", "dca") for n in (N // 2, N, 2 * N)}
+    assert counts == {**want, ("linear", 2 * N): 2 * QUESTIONS}
+    # exact scoring: the stand-in reads perfectly, except with --rope-scaling
+    assert all(t["correct"] for t in doc["trials"] if t["method"] != "linear")
+    assert not any(t["correct"] for t in doc["trials"] if t["method"] == "linear")
+    # token-exact prompts: the longest question of every haystack is exactly the length
+    longest: dict[tuple[Any, ...], int] = {}
+    for t in doc["trials"]:
+        key = (t["method"], t["length"], t["haystack"])
+        longest[key] = max(longest.get(key, 0), t["tokens"])
+    assert all(v == k[1] for k, v in longest.items())
+    # a haystack's later questions reuse its shared context from the slot's cache
+    later = [t for t in doc["trials"] if t["question"] > 0]
+    assert all(t["cached_tokens"] >= t["tokens"] - 300 for t in later)  # questions < 300 chars
+    assert all(t["cached_tokens"] < t["length"] // 2 for t in doc["trials"] if t["question"] == 0)
+    # every method sees the same haystacks: same seeds and expected answers
+    answers = {m: sorted((t["length"], t["haystack"], t["question"], tuple(t["expected"]))
+                         for t in doc["trials"] if t["method"] == m)
+               for m in ("naive", "dca")}  # fmt: skip
+    assert answers["naive"] == answers["dca"]
+    assert {t["seed"] for t in doc["trials"]} == {
+        unit_seed(1234, "combined", n, h) for n in (N // 2, N, 2 * N) for h in range(2)
+    }
+    ok = [j for j in doc["jobs"] if j["status"] == "ok"]
+    dca = {j["method"]: j["dca"] for j in ok}
+    assert dca["naive"] is None
+    assert dca["dca"] == {"chunk_size": 3072, "local_window": 512, "chunk_len": 2560}
+    assert all(j["memory"]["buffers"]["CPU"]["compute"] == 8.0 for j in ok)
+    assert all(j["memory"]["host_mib"] > 0 for j in ok)
+    assert len(load_token_cache(tmp_path / "tokens.json.xz", "ab" * 32, cfg.corpus.sha256)) > 10
+
+
+def test_resume_runs_only_the_missing_haystacks(tmp_path: Path, fake_bin: Path) -> None:
+    methods = [BUILTIN["naive"]]
+    first = run(_config(tmp_path, fake_bin, methods, _grid(methods, (1,), 1, lanes=1)))
+    second = run(_config(tmp_path, fake_bin, methods, _grid(methods, (1,), 3, lanes=1),
+                         resume=(first,)))  # fmt: skip
+    assert len(first["trials"]) == QUESTIONS
+    assert len(second["trials"]) == 3 * QUESTIONS, [j["reason"] for j in second["jobs"]]
+    assert sorted({t["haystack"] for t in second["trials"]}) == [0, 1, 2]
+    assert second["jobs"][-1]["units_planned"] == 2
+
+
+def test_budget_skips_jobs_that_cannot_fit(tmp_path: Path, fake_bin: Path) -> None:
+    methods = [BUILTIN["naive"]]
+    plan = Plan("p", ((Job("naive", (N,), 1), Job("naive", (64 * N,), 1)),), budget_s=30)
+    doc = run(_config(tmp_path, fake_bin, methods, plan))
+    assert [j["status"] for j in doc["jobs"]] == ["ok", "budget"]  # 256k is ~41 s on the H200
+    assert {t["length"] for t in doc["trials"]} == {N}
+
+
+def test_a_server_that_dies_fails_its_job_only(tmp_path: Path, fake_bin: Path) -> None:
+    methods = [Method("crash", ("--crash",)), BUILTIN["dca"]]
+    plan = Plan("p", ((Job("crash", (N,), 1), Job("dca", (N,), 1)),))
+    doc = run(_config(tmp_path, fake_bin, methods, plan))
+    jobs = {j["method"]: j for j in doc["jobs"]}
+    assert jobs["crash"]["status"] == "failed" and "exited with code 1" in jobs["crash"]["reason"]
+    assert jobs["dca"]["status"] == "ok" and len(doc["trials"]) == QUESTIONS
+
+
+def test_a_memory_probe_runs_no_haystack(tmp_path: Path, fake_bin: Path) -> None:
+    methods = [BUILTIN["dca"]]
+    doc = run(_config(tmp_path, fake_bin, methods, Plan("p", ((Job("dca", (16 * N,), 0),),))))
+    assert doc["trials"] == [] and doc["jobs"][0]["status"] == "probe"
+    assert doc["jobs"][0]["memory"]["buffers"]["CPU"]["KV"] > 64
