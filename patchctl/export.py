@@ -18,6 +18,7 @@ from pathlib import Path
 
 from patchctl.cleanroom import open_cleanroom, project_root
 from patchctl.errors import ConfigError, NotFound, PatchctlError, SdistError, VerifyFailed
+from patchctl.fsio import sha256_file
 from patchctl.git import Git, TreeEntry, scratch_repo, temp_index
 from patchctl.patchapply import apply_to_index, conflict, drift_error
 from patchctl.progress import Progress, or_null
@@ -35,7 +36,7 @@ from patchctl.sdist import (
 )
 from patchctl.series import Series, load_series
 from patchctl.stack import Stack, check_base_tree, load_stack
-from patchctl.upstream import fetch_sdist, local_archive, sha256_file
+from patchctl.upstream import fetch_sdist, local_archive
 
 DIST_DIR = "dist"
 SDIST_KINDS = ("pypi-sdist", "archive")

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from patchctl.export import export_sdist
+from patchctl.fsio import sha256_file
 from patchctl.series import load_series
 from patchctl.stack import load_stack
 
@@ -83,14 +84,6 @@ def export(cache: Path, say: Say) -> tuple[Path, str]:
     return result.path, result.version
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as stream:
-        for block in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def build_command(src: Path, out: Path, build_dir: Path) -> list[str]:
     return [
         sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
@@ -126,7 +119,7 @@ def _children_cpu() -> float:
 
 def build(sdist: Path, cache: Path, say: Say) -> tuple[Path, dict[str, object]]:
     """The wheel of `sdist` from the cache, else built (see the module docstring)."""
-    sha = sha256_of(sdist)
+    sha = sha256_file(sdist)
     folder = cache / "wheels" / sha
     record = folder / "build.json"
     wheels = sorted(folder.glob("*.whl")) if folder.is_dir() else []
@@ -171,7 +164,7 @@ def wheel(say: Say) -> Wheel:
     cache = test_cache()
     sdist, version = export(cache, say)
     path, info = build(sdist, cache, say)
-    return Wheel(sdist, sha256_of(sdist), version, path, info)
+    return Wheel(sdist, sha256_file(sdist), version, path, info)
 
 
 def install(built: Wheel, target: Path) -> Path:
