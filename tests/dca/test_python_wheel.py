@@ -19,10 +19,13 @@ reference does and False does not. Bad values are refused by Python (ValueError)
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
 import sys
+import tarfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +37,7 @@ from patchctl.series import load_series
 from patchctl.stack import load_stack
 
 from . import reference as ref
+from . import wheel as wheel_build
 from .conftest import LlamaBuild, series_dir
 from .model_runs import Plan, build_tool, model_path, random_tokens, reference_logits, run_tool
 from .test_dca_config import MSCALE_DCA, MSCALE_ORIG, tiny
@@ -264,3 +268,32 @@ def test_the_installed_package_is_the_marked_patched_version(
     assert proc.stdout.strip() == python_wheel.version
     assert python_wheel.version.startswith("0.3.36+patchctl.")
     assert python_wheel.path.name.startswith(f"llama_cpp_python-{python_wheel.version}-")
+
+
+def _sdist(path: Path, files: dict[str, bytes]) -> Path:
+    """A tarball whose members all carry one fixed mtime, as an exported sdist's do."""
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(f"pkg-1.0/{name}")
+            info.size, info.mtime = len(data), 1_000_000
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_a_changed_file_is_stamped_newer_than_the_last_build(tmp_path: Path) -> None:
+    """The wheel build dir is reused; ninja and cmake compare mtimes, so a file the new sdist
+    changed must look newer than anything built from the old one, and an unchanged file not."""
+    files = {"a.cpp": b"int a;\n", "CMakeLists.txt": b"project(x)\n", "b.cpp": b"int b;\n"}
+    started = time.time()
+    top = wheel_build._extract(_sdist(tmp_path / "1.tar.gz", files), tmp_path / "src")
+    first = {p.name: p.stat().st_mtime for p in top.iterdir()}
+    assert all(stamp >= started for stamp in first.values())  # no earlier build to compare with
+    time.sleep(0.05)
+    built = time.time()  # the objects of the first build are this new
+    changed = {**files, "CMakeLists.txt": b"project(x)\nadd_library(y)\n", "c.cpp": b"int c;\n"}
+    top = wheel_build._extract(_sdist(tmp_path / "2.tar.gz", changed), tmp_path / "src")
+    stamps = {p.name: p.stat().st_mtime for p in top.iterdir()}
+    assert (stamps["a.cpp"], stamps["b.cpp"]) == (first["a.cpp"], first["b.cpp"]) < (built, built)
+    assert stamps["CMakeLists.txt"] >= built and stamps["c.cpp"] >= built
+    assert (top / "CMakeLists.txt").read_bytes() == changed["CMakeLists.txt"]
+    assert sorted(p.name for p in (tmp_path).iterdir()) == ["1.tar.gz", "2.tar.gz", "src"]

@@ -7,8 +7,9 @@
 2. build: `pip wheel` of that sdist, CPU, with no build isolation (scikit-build-core comes from
    the test extras), the sdist extracted into a STABLE directory and scikit-build-core's
    `build-dir` kept there too, the compilers wrapped in ccache with that directory as
-   `CCACHE_BASEDIR`: a rebuild after a series change recompiles only what changed, from the
-   cache. `-DLLAVA_BUILD=OFF`: the multimodal library is not under test. `nice`, 2 jobs.
+   `CCACHE_BASEDIR`: a rebuild after a series change recompiles only what changed (the
+   extraction stamps changed files with the current time, see `_extract`), from the cache.
+   `-DLLAVA_BUILD=OFF`: the multimodal library is not under test. `nice`, 2 jobs.
 3. cache: the wheel is kept under `<test cache>/wheels/<sdist sha256>/` with `build.json` (the
    command, its wall time), so a rerun with the same sdist installs it in seconds.
 4. install: `pip install --no-deps --target` a temporary directory; the tests run the test
@@ -18,6 +19,7 @@
 
 from __future__ import annotations
 
+import filecmp
 import hashlib
 import json
 import os
@@ -104,12 +106,31 @@ def build_env(work: Path) -> dict[str, str]:
 
 
 def _extract(sdist: Path, target: Path) -> Path:
-    shutil.rmtree(target, ignore_errors=True)
-    target.mkdir(parents=True)
+    """The sdist extracted into `target` (replacing it): its top directory.
+
+    Every member of an exported sdist has the same fixed mtime (reproducible bytes), but ninja
+    and cmake decide what to rebuild by mtime: a changed source or CMakeLists.txt stamped with
+    that old time would be taken as up to date and the wheel linked from stale objects. So a
+    file whose bytes equal the previous extraction's keeps that file's mtime, and any other file
+    gets the current time: exactly what changed since the last build is rebuilt.
+    """
+    fresh = target.with_name(target.name + ".new")
+    shutil.rmtree(fresh, ignore_errors=True)
+    fresh.mkdir(parents=True)
     with tarfile.open(sdist) as tar:
-        tar.extractall(target, filter="data")
-    (top,) = list(target.iterdir())
-    return top
+        tar.extractall(fresh, filter="data")
+    (top,) = list(fresh.iterdir())
+    now = time.time()
+    for path in top.rglob("*"):
+        if path.is_symlink() or not path.is_file():
+            continue
+        before = target / top.name / path.relative_to(top)
+        same = before.is_file() and filecmp.cmp(before, path, shallow=False)
+        stamp = before.stat().st_mtime if same else now
+        os.utime(path, (stamp, stamp))
+    shutil.rmtree(target, ignore_errors=True)
+    fresh.rename(target)
+    return target / top.name
 
 
 def _children_cpu() -> float:
