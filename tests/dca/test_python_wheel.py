@@ -40,7 +40,7 @@ from . import reference as ref
 from . import wheel as wheel_build
 from .conftest import LlamaBuild, series_dir
 from .model_runs import Plan, build_tool, model_path, random_tokens, reference_logits, run_tool
-from .test_dca_config import MSCALE_DCA, MSCALE_ORIG, tiny
+from .test_dca_config import LOG_INFO, MSCALE_DCA, MSCALE_ORIG, tiny
 from .test_dca_model import DCA, DCA_ON, EXACT, SPEC_EXACT_TOL
 from .wheel import Wheel, python_series
 
@@ -179,6 +179,7 @@ def test_llama_greedy_generation_matches_llama_completion(
     cmd = [
         str(same_tree.bin / "llama-completion"), "-m", str(model), "-p", GREEDY_PROMPT,
         "-n", str(N_PREDICT), "--temp", "0", "-no-cnv", "--no-display-prompt", "-t", "2",
+        *LOG_INFO,  # llama.cpp's INFO lines: the DCA values the context resolved
         *NATIVE_ARGS, *DCA_ON,
     ]  # fmt: skip
     native = subprocess.run(
