@@ -9,6 +9,7 @@ format (rich_markup_mode=None): rich is imported only when a command renders out
 from __future__ import annotations
 
 import importlib
+import io
 import pkgutil
 import sys
 import traceback
@@ -20,7 +21,7 @@ from typing import Any
 import typer
 
 import patchctl.commands
-from patchctl import __version__
+from patchctl import __version__, progress
 from patchctl.completion import Command, Param
 from patchctl.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, PatchctlError
 from patchctl.options import RunFlags
@@ -80,21 +81,72 @@ def register_commands(target: typer.Typer) -> None:
 register_commands(app)
 
 
-def _internal_error(exc: BaseException, debug: bool) -> int:
-    if debug:
+def _internal_error(exc: BaseException, flags: RunFlags) -> int:
+    from patchctl.values import printable
+
+    if flags.debug:
         traceback.print_exception(exc)
+    what = printable(f"{type(exc).__name__}: {exc}")
+    if flags.json:
+        from patchctl.console import print_json
+
+        print_json(
+            {"ok": False, "error": "InternalError", "exit_code": EXIT_INTERNAL, "message": what}
+        )
     sys.stderr.write(
-        f"internal error (a bug in patchctl): {type(exc).__name__}: {exc}"
-        + ("" if debug else " (rerun with --debug for a traceback)")
+        f"internal error (a bug in patchctl): {what}"
+        + ("" if flags.debug else " (rerun with --debug for a traceback)")
         + "\n"
     )
     return EXIT_INTERNAL
+
+
+def _usage_error(exc: Exception, json_out: bool) -> int:
+    from patchctl.values import printable
+
+    code = int(getattr(exc, "exit_code", EXIT_USAGE)) or EXIT_USAGE
+    shown = io.StringIO()
+    exc.show(file=shown)  # type: ignore[attr-defined]
+    if json_out:
+        from patchctl.console import print_json
+
+        message = printable(" ".join(exc.format_message().split()))  # type: ignore[attr-defined]
+        print_json({"ok": False, "error": "UsageError", "exit_code": code, "message": message})
+    sys.stderr.write(printable(shown.getvalue(), keep="\n"))
+    return code
+
+
+def _json_in(args: Sequence[str]) -> bool:
+    """`--json` among the options of a command line that did not parse (so no callback ran)."""
+    return "--json" in (args[: args.index("--")] if "--" in args else args)
+
+
+def _user_error(exc: PatchctlError, flags: RunFlags) -> int:
+    from patchctl.console import print_error, print_json
+
+    if flags.json:
+        print_json({"ok": False, **exc.to_json()})
+    print_error(exc)
+    if flags.debug:
+        traceback.print_exception(exc)
+    return exc.exit_code
+
+
+def _os_error(exc: OSError) -> PatchctlError:
+    """An operating-system error (a path too long, under a file, not readable): the user's to
+    fix, reported like any other error (exit 1) rather than as a bug."""
+    where = f" {exc.filename}" if exc.filename is not None else ""
+    return PatchctlError(
+        f"cannot use{where}: {exc.strerror or exc}",
+        hint="check the path and its permissions",
+    )
 
 
 def run(args: Sequence[str]) -> int:
     """Run the CLI on `args`; return the exit status (the one place errors become exit codes)."""
     flags = RunFlags()  # filled in while the command line is parsed
     command = typer.main.get_command(app)
+    progress.notice_sink = _print_notice
     try:
         result = command.main(
             args=list(args), prog_name="patchctl", standalone_mode=False, obj=flags
@@ -102,29 +154,32 @@ def run(args: Sequence[str]) -> int:
     except typer.Exit as exc:
         return int(exc.exit_code)
     except ClickException as exc:
-        exc.show()  # type: ignore[attr-defined]
-        code = int(getattr(exc, "exit_code", EXIT_USAGE))
-        return code if code else EXIT_USAGE
-    except (typer.Abort, KeyboardInterrupt):
+        return _usage_error(exc, flags.json or _json_in(args))
+    except (typer.Abort, KeyboardInterrupt) as exc:
+        if isinstance(exc.__cause__, EOFError):  # click turns any EOFError into Abort
+            return _internal_error(exc.__cause__, flags)
         sys.stderr.write("interrupted\n")
         return EXIT_INTERRUPTED
     except PatchctlError as exc:
-        from patchctl.console import print_error, print_json
-
-        if flags.json:
-            print_json({"ok": False, **exc.to_json()})
-        print_error(exc)
-        if flags.debug:
-            traceback.print_exception(exc)
-        return exc.exit_code
+        return _user_error(exc, flags)
+    except OSError as exc:
+        return _user_error(_os_error(exc), flags)
     except Exception as exc:
-        return _internal_error(exc, flags.debug)
+        return _internal_error(exc, flags)
     # standalone_mode=False returns typer.Exit's code (or the command's int) instead of raising;
     # this typer returns 130 for Ctrl-C instead of raising Abort.
     code = result if isinstance(result, int) else 0
     if code == EXIT_INTERRUPTED:
         sys.stderr.write("interrupted\n")
     return code
+
+
+def _print_notice(text: str) -> None:
+    """A core note (progress.notice) as one line on stderr, control characters escaped."""
+    from patchctl.values import printable
+
+    sys.stderr.write(printable(text) + "\n")
+    sys.stderr.flush()
 
 
 # ----------------------------------------------------------------------------- the index

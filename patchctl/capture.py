@@ -12,13 +12,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from patchctl import values
 from patchctl.cleanroom import Cleanroom
+from patchctl.docs import render_docs
 from patchctl.errors import ConfigError, DirtyTree, NothingToCapture, PatchctlError
-from patchctl.fsio import write_if_changed
+from patchctl.fsio import check_writable, refuse_overwrite, write_if_changed
 from patchctl.git import Git, scratch_repo
 from patchctl.patchapply import commit_message, patch_sha256
 from patchctl.patchfile import export_patch
-from patchctl.series import PATCH_ID, Patch, Series
+from patchctl.series import Patch, Series, check_savable
 from patchctl.session import series_session
 from patchctl.stack import load_stack
 
@@ -73,17 +75,24 @@ def new_patch(
     origin: str = "patchctl",
     markers: tuple[str, ...] = (),
 ) -> tuple[Series, Patch]:
-    """`patchctl new`: a series entry for `patch_id` at the top of the stack (not saved)."""
+    """`patchctl new`: a series entry for `patch_id` at the top of the stack (not saved).
+
+    Every value is checked by the rules series.yaml is loaded with, and the entry's file must
+    not exist yet (a capture would overwrite it; DirtyTree, exit 8). The id must be unique
+    across the stack (an extended series' ids are taken too).
+    """
     if patch_id in load_stack(series).ids():
         raise ConfigError(f"patch {patch_id!r} already exists", path=series.path, key="id")
-    if not PATCH_ID.fullmatch(patch_id):
+    problem = values.patch_id_problem(patch_id)
+    if problem is not None:
         raise ConfigError(
-            f"{patch_id!r} is not NNNN-slug", path=series.path, key="id", hint="e.g. 0079-my-fix"
+            f"{values.shown(patch_id)} {problem}", path=series.path, key="id", hint="e.g. 0079-fix"
         )
-    if "\n" in title or not title.strip():
-        raise ConfigError("the title must be one non-empty line", path=series.path, key="title")
-    if any("\n" in m or not m.strip() for m in markers):
-        raise ConfigError("each marker must be one non-empty line", path=series.path, key="markers")
+    _check_text(series, "title", title.strip(), values.text_problem, required=True)
+    _check_text(series, "upstream_status", upstream_status, values.text_problem)
+    _check_text(series, "origin", origin, values.text_problem)
+    for marker in markers:
+        _check_text(series, "markers", marker, values.marker_problem)
     entry = Patch(
         id=patch_id,
         file=f"{patch_id}.patch",
@@ -92,7 +101,30 @@ def new_patch(
         origin=origin,
         markers=markers,
     )
-    return series.with_patch(entry), entry
+    target = series.patch_path(entry)
+    if target.exists() or target.is_symlink():
+        raise refuse_overwrite(target)
+    updated = series.with_patch(entry)
+    check_savable(updated)
+    return updated, entry
+
+
+def _check_text(
+    series: Series,
+    key: str,
+    text: str,
+    rule: Callable[[str], str | None],
+    *,
+    required: bool = False,
+) -> None:
+    problem = "is empty" if required and not text else rule(text)
+    if problem is not None:
+        raise ConfigError(
+            f"{values.shown(text)} {problem}",
+            path=series.path,
+            key=key,
+            hint="give one line of plain text (no control characters)",
+        )
 
 
 def stack_position(room: Cleanroom, series: Series, patch_id: str) -> tuple[str, bool]:
@@ -116,15 +148,26 @@ def stack_position(room: Cleanroom, series: Series, patch_id: str) -> tuple[str,
     )
 
 
-def commit_capture(room: Cleanroom, patch: Patch, data: bytes, parent: str) -> str:
-    """Commit the captured tree as the patch's commit (same message as `cleanroom apply`)."""
+MoveRef = Callable[[Git, str, str, str], None]  # (git, ref, new commit, reason)
+
+
+def move_head(git: Git, ref: str, new: str, reason: str) -> None:
+    """Move `ref` at once; the index follows (stat data kept where blobs match), the work
+    tree is untouched. A session stages the move instead (SeriesSession.move_ref)."""
+    git.update_ref(ref, new, reason)
+    git.read_tree("HEAD", reset=True)
+    git.refresh_index()
+
+
+def commit_capture(
+    room: Cleanroom, patch: Patch, data: bytes, parent: str, move: MoveRef = move_head
+) -> str:
+    """Commit the captured tree as the patch's commit (same message as `cleanroom apply`)
+    and move HEAD to it through `move`."""
     assert patch.post_tree is not None
     message = commit_message(patch, patch_sha256(data))
     commit = room.git.commit_tree(patch.post_tree, message, (parent,))
-    room.git.update_ref("HEAD", commit, f"patchctl capture {patch.id}")
-    # The index follows the new commit (stat data kept where blobs match); worktree untouched.
-    room.git.read_tree("HEAD", reset=True)
-    room.git.refresh_index()
+    move(room.git, "HEAD", commit, f"patchctl capture {patch.id}")
     return commit
 
 
@@ -133,9 +176,14 @@ def capture_patch(
     room: Cleanroom,
     patch_id: str,
     write: Callable[[Path, bytes], bool] = write_if_changed,
+    move: MoveRef = move_head,
 ) -> tuple[Series, Captured]:
-    """Write the patch file (through `write`), commit it in the clean room, record its trees.
+    """Write the patch file (through `write`), commit it in the clean room (HEAD moves
+    through `move`), record its trees.
 
+    Everything the capture and the save after it produce is checked before the first write:
+    the updated series loads back, the docs render from the new bytes, every target is
+    writable. A failure there leaves patch, series.yaml and clean room as they were.
     Only the series' own patches are captured here; one of an extended series is refused
     (stack.own_entry): it records trees of its own upstream and is captured in its own series.
     """
@@ -144,10 +192,14 @@ def capture_patch(
     pre = room.git.tree_of(parent)
     post = room.git.snapshot_worktree()
     data = capture_trees(room.git, patch, pre, post, series.root)
-    written = write(series.patch_path(patch), data)
     recorded = replace(patch, pre_tree=pre, post_tree=post, imported=False)
-    commit_capture(room, recorded, data, parent)
-    return series.with_patch(recorded), Captured(recorded, data, pre, post, written)
+    updated = series.with_patch(recorded)
+    check_savable(updated)
+    docs = render_docs(updated, {patch.id: data})
+    check_writable([series.patch_path(patch), series.path, *docs])
+    written = write(series.patch_path(patch), data)
+    commit_capture(room, recorded, data, parent, move)
+    return updated, Captured(recorded, data, pre, post, written)
 
 
 # ----------------------------------------------------------------------------- the commands
@@ -163,7 +215,7 @@ def add_patch(
     markers: tuple[str, ...] = (),
 ) -> tuple[Series, Patch]:
     """`patchctl new`: add the entry to series.yaml (under the series lock); no patch file yet."""
-    with series_session(series_path, check_files=False) as session:
+    with series_session(series_path, check_files=False, op="new") as session:
         updated, entry = new_patch(
             session.series,
             patch_id,
@@ -187,8 +239,10 @@ class CaptureResult:
 
 def capture(series_path: Path, patch_id: str, workdir: Path | None = None) -> CaptureResult:
     """`patchctl capture ID`: the clean room's edits become patch ID (series and room locked)."""
-    with series_session(series_path, check_files=False) as session:
+    with series_session(series_path, check_files=False, op="capture") as session:
         room = session.cleanroom(workdir)
-        updated, captured = capture_patch(session.series, room, patch_id, session.write_patch)
+        updated, captured = capture_patch(
+            session.series, room, patch_id, session.write_patch, session.move_ref
+        )
         changed = session.save(updated)
     return CaptureResult(updated.patch_path(captured.patch), captured, tuple(changed))

@@ -22,8 +22,10 @@ from patchctl import __version__
 from patchctl.errors import DirtyTree, NotFound, PatchctlError
 from patchctl.fsio import locked_dir
 from patchctl.git import Git
+from patchctl.journal import RoomJournal
 from patchctl.patchapply import ID_TRAILER, SHA_TRAILER
 from patchctl.progress import Progress
+from patchctl.project import project_root
 from patchctl.series import Series, series_to_dict
 from patchctl.upstream import Materialized, materialize
 
@@ -150,9 +152,17 @@ class Cleanroom:
         """
         if self.git.rev_parse(backup.ref) != backup.commit:
             raise PatchctlError(f"backup {backup.ref} is missing; not discarding anything")
+        self.discard_paths(backup.paths)
+
+    def discard_paths(self, paths: tuple[str, ...] | list[str]) -> None:
+        """Tracked files back to HEAD; those of `paths` that HEAD does not track removed.
+
+        Only for changes that are saved (`discard_saved`) or that patchctl itself made
+        (recovery.py decides which).
+        """
         self.git.reset_hard_to_head()
         tracked = self.git.tracked_paths()
-        for rel in backup.paths:
+        for rel in paths:
             target = self.path / rel
             if os.fsencode(rel) not in tracked and (target.is_symlink() or target.is_file()):
                 target.unlink()
@@ -163,12 +173,6 @@ class Cleanroom:
 
 
 # ----------------------------------------------------------------------------- locating
-
-
-def project_root(series_dir: Path) -> Path:
-    """The project a series belongs to: the parent of `patches/` (or the series' parent)."""
-    parent = series_dir.resolve().parent
-    return parent.parent if parent.name == "patches" else parent
 
 
 def default_workdir(series_dir: Path) -> Path:
@@ -221,28 +225,58 @@ def same_pin(room: Cleanroom, series: Series) -> bool:
 # ----------------------------------------------------------------------------- creating
 
 
-def create_cleanroom(series: Series, workdir: Path, progress: Progress | None = None) -> Cleanroom:
+def partial_path(workdir: Path) -> Path:
+    """Where this process builds a new clean room for `workdir` (a hidden sibling)."""
+    return workdir.with_name(f".{workdir.name}.partial-{os.getpid()}")
+
+
+def create_cleanroom(
+    series: Series,
+    workdir: Path,
+    progress: Progress | None = None,
+    journal: RoomJournal | None = None,
+) -> Cleanroom:
     """Materialize the upstream into a new clean room at `workdir` (missing or empty).
 
     Built in a sibling temporary directory and renamed into place, so a failure (checksum,
-    unsafe archive, tree mismatch) leaves nothing behind.
+    unsafe archive, tree mismatch) leaves nothing behind; `journal` records each step, so
+    a kill leaves nothing the next run does not clean up (recovery.py).
     """
     if workdir.exists() and (not workdir.is_dir() or any(workdir.iterdir())):
         raise DirtyTree(
             f"{workdir} exists and is not a patchctl clean room; refusing to touch it",
             hint="pass --workdir with a new or empty directory",
         )
-    workdir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = workdir.with_name(f".{workdir.name}.partial-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
+    tmp = build_partial(series, workdir, progress, journal)
     try:
-        _build(series, tmp, progress)
+        if journal is not None:
+            journal.record(stage="swapping")
         if workdir.exists():
             workdir.rmdir()
         os.replace(tmp, workdir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    if journal is not None:
+        journal.record(stage=None, partial=None)
     return load_cleanroom(workdir)
+
+
+def build_partial(
+    series: Series, workdir: Path, progress: Progress | None, journal: RoomJournal | None
+) -> Path:
+    """Build a new clean room for `workdir` at `partial_path(workdir)`; that path. A failure
+    removes it."""
+    workdir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = partial_path(workdir)
+    shutil.rmtree(tmp, ignore_errors=True)
+    if journal is not None:
+        journal.record(stage="building", partial=tmp)
+    try:
+        _build(series, tmp, progress)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return tmp
 
 
 def _build(series: Series, tmp: Path, progress: Progress | None) -> None:

@@ -1,19 +1,39 @@
-"""Rendering helpers for the CLI: consoles, JSON output and a rich Progress adapter."""
+"""Rendering helpers for the CLI: consoles, JSON output and a rich Progress adapter.
+
+Everything printed may contain user text (titles, paths, ids, mail subjects, messages that
+quote them): the consoles never interpret rich markup or emoji codes (`[/]` in a subject is
+text), and control characters are shown as escapes (`\x1b`), never sent to the terminal.
+"""
 
 from __future__ import annotations
 
 import json
 import sys
 from types import TracebackType
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from patchctl.errors import PatchctlError
+from patchctl.values import printable
+
+
+class PlainConsole(Console):
+    """A rich Console for user text: no markup, no emoji, unsafe characters escaped."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(markup=False, emoji=False, highlight=False, soft_wrap=True, **kwargs)
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        kwargs.update(markup=False, emoji=False)
+        safe = [printable(o, keep="\n") if isinstance(o, str) else o for o in objects]
+        super().print(*safe, **kwargs)
+
 
 # soft_wrap: never insert line breaks, so one-line messages stay one line in logs.
-out = Console(soft_wrap=True, highlight=False)
-err = Console(stderr=True, soft_wrap=True, highlight=False)
+out = PlainConsole()
+err = PlainConsole(stderr=True)
 
 
 def print_json(data: object) -> None:
@@ -23,8 +43,8 @@ def print_json(data: object) -> None:
 
 
 def error_line(exc: PatchctlError) -> str:
-    """The one-line `error: ...` text for an error."""
-    return f"error: {exc.one_line()}"
+    """The one-line `error: ...` text for an error (control characters escaped)."""
+    return f"error: {printable(exc.one_line())}"
 
 
 def print_error(exc: PatchctlError) -> None:

@@ -16,12 +16,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchctl.cleanroom import open_cleanroom, project_root
+from patchctl.cleanroom import open_cleanroom
 from patchctl.errors import ConfigError, NotFound, PatchctlError, SdistError, VerifyFailed
 from patchctl.fsio import sha256_file
 from patchctl.git import Git, TreeEntry, scratch_repo, temp_index
 from patchctl.patchapply import apply_to_index, conflict, drift_error
 from patchctl.progress import Progress, or_null
+from patchctl.project import project_root
 from patchctl.sdist import (
     PKG_INFO,
     Layout,

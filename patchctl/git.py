@@ -8,7 +8,9 @@ writes (docs/architecture.md, "The git layer").
 The vocabulary the features use lives here too: `Index` (an index file patchctl owns:
 read-tree, add-all, apply, write-tree, checkout), `temp_index`, `Git.snapshot_worktree` (the
 one work-tree snapshot), `Git.status_paths` and `scratch_repo` (a throwaway bare repository
-borrowing objects through alternates). Every method separates options from values: a value
+borrowing objects through alternates), and two long-lived processes for work that touches many
+objects: `ObjectReader` (`cat-file --batch-command`) and `TreeWriter` (`mktree --batch`).
+Every method separates options from values: a value
 (URL, ref, path, object id) follows `--end-of-options` where the subcommand supports it, or is
 checked to be an object id where it does not, and pathspecs follow `--`. So no value from a
 series file or the command line can ever be read by git as an option.
@@ -17,18 +19,21 @@ series file or the command line can ever be read by git as an option.
 from __future__ import annotations
 
 import atexit
+import hashlib
 import os
 import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from patchctl.errors import GitFailed, NotFound
+from patchctl import killpoint
+from patchctl.errors import GitFailed, NotFound, PatchctlError
+from patchctl.values import GIT_SCHEMES
 
 IDENTITY_NAME = "patchctl"
 IDENTITY_EMAIL = "patchctl@invalid"
@@ -67,6 +72,8 @@ PINNED_CONFIG: tuple[tuple[str, str, str], ...] = (
     ("apply.whitespace", "nowarn", "apply never rewrites whitespace (fix would change bytes)"),
     ("apply.ignoreWhitespace", "no", "whitespace differences are conflicts"),
     ("gc.auto", "0", "no background gc while patchctl holds the repo"),
+    ("fetch.unpackLimit", "1", "a fetch keeps its pack, which appears whole: a killed fetch"),
+    ("transfer.unpackLimit", "1", "never leaves some loose objects of a commit and not others"),
     ("maintenance.auto", "false", "no background maintenance either"),
     ("commit.gpgSign", "false", "commits are reproducible and need no key"),
     ("tag.gpgSign", "false", "as above, for tags"),
@@ -74,7 +81,12 @@ PINNED_CONFIG: tuple[tuple[str, str, str], ...] = (
     ("init.defaultBranch", "main", "a stable branch name without advice"),
     ("advice.detachedHead", "false", "no advice chatter on stderr"),
     ("status.showUntrackedFiles", "all", "dirty checks see every untracked file"),
+    ("protocol.allow", "never", "transports not named below (ext::, fd::, helpers) never run"),
     ("protocol.file.allow", "always", "local paths are valid upstream urls"),
+    ("protocol.https.allow", "always", "the upstream url forms values.GIT_SCHEMES allows"),
+    ("protocol.http.allow", "always", "as above"),
+    ("protocol.ssh.allow", "always", "as above"),
+    ("protocol.git.allow", "always", "as above"),
     ("user.useConfigOnly", "false", "identity comes from the environment below"),
 )
 # diff.external is deliberately NOT pinned: `-c diff.external=` makes git try to run "".
@@ -90,10 +102,41 @@ def pinned_flags() -> tuple[str, ...]:
     return tuple(flags)
 
 
+TEMP_NAME = re.compile(r"patchctl-(?:home|index|scratch|apply)-(\d+)-[^/]*")
+
+
+def temp_prefix(kind: str) -> str:
+    """The name prefix of this process's temporary directories: `patchctl-<kind>-<pid>-`."""
+    return f"patchctl-{kind}-{os.getpid()}-"
+
+
+def sweep_temp_dirs() -> list[Path]:
+    """Remove the temporary directories of patchctl processes that are gone (a SIGKILL
+    skips their clean-up); a directory whose process still runs is left alone."""
+    root = Path(tempfile.gettempdir())
+    removed = []
+    for path in root.glob("patchctl-*-*-*"):
+        found = TEMP_NAME.fullmatch(path.name)
+        if found and path.is_dir() and not path.is_symlink() and not _alive(int(found[1])):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
+
+
 @cache
 def empty_home() -> Path:
     """An empty directory used as HOME/XDG_CONFIG_HOME for git (removed at exit)."""
-    home = Path(tempfile.mkdtemp(prefix="patchctl-home-"))
+    home = Path(tempfile.mkdtemp(prefix=temp_prefix("home")))
     atexit.register(shutil.rmtree, home, True)
     return home
 
@@ -113,6 +156,8 @@ def hermetic_env(repo: Path, extra: Mapping[str, str] | None = None) -> dict[str
             "GIT_ATTR_NOSYSTEM": "1",
             "GIT_CEILING_DIRECTORIES": str(repo.resolve().parent),
             "GIT_TERMINAL_PROMPT": "0",
+            # Only these transports, whatever a url, a redirect or a submodule asks for.
+            "GIT_ALLOW_PROTOCOL": ":".join(GIT_SCHEMES),
             "GIT_AUTHOR_NAME": IDENTITY_NAME,
             "GIT_AUTHOR_EMAIL": IDENTITY_EMAIL,
             "GIT_COMMITTER_NAME": IDENTITY_NAME,
@@ -182,6 +227,8 @@ class Git:
         env: Mapping[str, str] | None = None,
     ) -> tuple[int, bytes, bytes]:
         """Run git; return (returncode, stdout, stderr) without judging the status."""
+        if killpoint.armed():  # the kill test: this git call may be where the process dies
+            return self._run_killable(args, stdin, env)
         proc = subprocess.run(
             self.command(*args),
             input=stdin if stdin is not None else b"",
@@ -190,6 +237,16 @@ class Git:
             check=False,
         )
         return proc.returncode, proc.stdout, proc.stderr
+
+    def _run_killable(
+        self, args: Sequence[str], stdin: bytes | None, env: Mapping[str, str] | None
+    ) -> tuple[int, bytes, bytes]:
+        pipe, command = subprocess.PIPE, self.command(*args)
+        env = hermetic_env(self.repo, env)
+        with subprocess.Popen(command, stdin=pipe, stdout=pipe, stderr=pipe, env=env) as child:
+            killpoint.running(f"git {args[0] if args else ''}", child)
+            out, err = child.communicate(stdin if stdin is not None else b"")
+        return child.returncode, out, err
 
     def run(
         self,
@@ -219,9 +276,37 @@ class Git:
         code, out, _ = self.run_full("rev-parse", "--verify", "-q", "--end-of-options", rev)
         return out.decode("utf-8").strip() if code == 0 else None
 
+    def has_complete_commit(self, commit: str) -> bool:
+        """True when commit `commit` and every object of its tree are in the repository
+        (a fetch that was killed may have left the commit without all of its tree)."""
+        args = ("rev-list", "--objects", "--no-walk", "--missing=error", "--end-of-options")
+        code, _out, _err = self.run_full(*args, commit)
+        return code == 0
+
     def tree_of(self, rev: str) -> str:
         """The tree id of a commit-ish."""
         return self.rev_parse(f"{rev}^{{tree}}")
+
+    def trees_of(self, commits: Sequence[str]) -> list[str]:
+        """The tree ids of many commits (full ids) in one process."""
+        if not commits:
+            return []
+        query = "".join(f"{object_id(c)}^{{tree}}\n" for c in commits).encode("ascii")
+        out = self.run("cat-file", "--batch-check=%(objectname) %(objecttype)", stdin=query)
+        trees = [line.split(" ") for line in out.decode("ascii").splitlines()]
+        if len(trees) != len(commits) or any(kind != "tree" for _oid, kind in trees):
+            raise GitFailed(["git", "cat-file", "--batch-check"], 128, out)
+        return [oid for oid, _kind in trees]
+
+    def tree_objects(self, tree: str) -> list[str]:
+        """The ids of `tree` and of every tree and blob below it (gitlinks left out)."""
+        out = self.run("ls-tree", "-r", "-t", "-z", "--full-tree", "--end-of-options", tree)
+        found = [object_id(tree)]
+        for record in out.split(b"\0"):
+            info = record.partition(b"\t")[0].split(b" ")
+            if len(info) == 3 and info[1] in (b"tree", b"blob"):
+                found.append(info[2].decode("ascii"))
+        return found
 
     def has_tree(self, oid: str | None) -> bool:
         """True when `oid` names a tree (or a commit's tree) this repository can read."""
@@ -283,11 +368,14 @@ class Git:
             args += ["-p", parent]
         return self.run(*args, "--end-of-options", tree, stdin=message).decode("utf-8").strip()
 
-    def update_ref(self, ref: str, new: str, reason: str = "patchctl") -> None:
-        """Point `ref` (HEAD or a name under refs/) at `new`."""
+    def update_ref(
+        self, ref: str, new: str, reason: str = "patchctl", *, old: str | None = None
+    ) -> None:
+        """Point `ref` (HEAD or a name under refs/) at `new` (with `old`: only if it is there
+        now, a compare-and-swap; GitFailed otherwise)."""
         if ref != "HEAD" and not ref.startswith("refs/"):
             raise ValueError(f"not a ref patchctl writes: {ref!r}")
-        self.run("update-ref", "-m", reason, "--end-of-options", ref, new)
+        self.run("update-ref", "-m", reason, "--end-of-options", ref, new, *([old] if old else []))
 
     def set_head(self, branch: str) -> None:
         """Make HEAD the symbolic ref `branch` (e.g. refs/heads/main)."""
@@ -303,6 +391,17 @@ class Git:
             "log", "--reverse", "-z", f"--format={fmt}", "--end-of-options", revisions, "--"
         )
         return raw.decode("utf-8").split("\0")
+
+    def tree_entries(self, tree: str) -> dict[str, str]:
+        """Every file of `tree` (recursively): path -> "mode object-id"."""
+        out = self.run("ls-tree", "-r", "-z", "--full-tree", "--end-of-options", tree)
+        entries = {}
+        for record in out.split(b"\0"):
+            if record:
+                meta, _tab, name = record.partition(b"\t")
+                mode, _kind, oid = meta.decode("ascii").split(" ")
+                entries[os.fsdecode(name)] = f"{mode} {oid}"
+        return entries
 
     def changed_paths(self, pre: str, post: str) -> list[str]:
         """The paths whose entry differs between trees `pre` and `post` (no rename pairing)."""
@@ -339,14 +438,6 @@ class Git:
         flags = [*(["--reset"] if reset else []), *(["-u"] if update else [])]
         self.run("read-tree", *flags, "--end-of-options", tree)
 
-    def apply(self, data: bytes, flags: Sequence[str]) -> tuple[int, bytes]:
-        """`git apply --index <flags>` of patch bytes on stdin: (exit status, stderr).
-
-        The index and the work tree move together; `--check` in `flags` writes nothing.
-        """
-        code, _out, err = self.run_full("apply", "--index", *flags, stdin=data)
-        return code, err
-
     def refresh_index(self) -> None:
         """Refresh the index's stat data so later status/diff calls hash only changed files."""
         self.run("update-index", "-q", "--refresh", ok=(0, 1))
@@ -362,6 +453,21 @@ class Git:
     def tracked_paths(self) -> set[bytes]:
         """The paths in the index, as bytes."""
         return set(self.run("ls-files", "-z").split(b"\0")) - {b""}
+
+    def ignored_paths(self) -> list[str]:
+        """Ignored files and directories (a directory once, with a trailing slash)."""
+        raw = self.run("status", "--porcelain=v1", "-z", "--ignored", "--untracked-files=normal")
+        entries = [os.fsdecode(e) for e in raw.split(b"\0") if e]
+        return sorted(e[3:] for e in entries if e.startswith("!! "))
+
+    def remove_stale_locks(self) -> list[Path]:
+        """Remove the lock files a killed git left (`index.lock`, `HEAD.lock`, a ref's
+        `.lock`); the removed paths. Only for a repository patchctl owns, holding its lock."""
+        git_dir = self.git_dir()
+        found = [*git_dir.glob("*.lock"), *(git_dir / "refs").rglob("*.lock")]
+        for path in found:
+            path.unlink(missing_ok=True)
+        return sorted(found)
 
     def status_paths(self) -> list[str]:
         """Paths with unsaved work: modified, staged, deleted or untracked (not ignored)."""
@@ -442,6 +548,30 @@ class Index:
         """Write the index as a tree object and return its id."""
         return self.run("write-tree").decode("ascii").strip()
 
+    def add_entries(self, entries: Mapping[bytes, tuple[str, str]]) -> None:
+        """Add (or replace) entries `path -> (mode, object id)` without touching any file.
+
+        Paths are raw bytes, fed NUL-terminated on stdin (`update-index -z --index-info`), so
+        no path is ever read as an option or unquoted.
+        """
+        lines = b"".join(
+            f"{mode} {oid}\t".encode("ascii") + path + b"\0"
+            for path, (mode, oid) in entries.items()
+        )
+        self.run("update-index", "-z", "--index-info", stdin=lines)
+
+    def entries(self) -> dict[bytes, tuple[str, str]]:
+        """The index's entries as `path -> (mode, object id)` (stage 0 only; raw path bytes)."""
+        found: dict[bytes, tuple[str, str]] = {}
+        for record in self.run("ls-files", "-s", "-z").split(b"\0"):
+            if not record:
+                continue
+            info, _tab, path = record.partition(b"\t")
+            mode, oid, stage = info.decode("ascii").split(" ")
+            if stage == "0":
+                found[path] = (mode, oid)
+        return found
+
     def checkout(self, prefix: Path) -> None:
         """Write every entry of the index as files under directory `prefix`."""
         self.run("checkout-index", "-a", "-f", f"--prefix={prefix}/")
@@ -450,7 +580,7 @@ class Index:
 @contextmanager
 def temp_index(git: Git, seed: Path | None = None) -> Iterator[Index]:
     """A throwaway index for `git` (a `copy2` of `seed` when given), removed afterwards."""
-    with tempfile.TemporaryDirectory(prefix="patchctl-index-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=temp_prefix("index")) as tmp:
         path = Path(tmp) / "index"
         if seed is not None:
             shutil.copy2(seed, path)  # stat data AND mtime kept: racy-git checks stay valid
@@ -468,6 +598,54 @@ def objects_dir(source: Path) -> Path:
     raise NotFound(f"{source} is not a git repository", hint="run patchctl cleanroom apply first")
 
 
+def share_objects(
+    source: Git, target: Git, oids: Iterable[str] | None = None, *, replace: bool = False
+) -> set[str]:
+    """Give `target` the loose objects of `source` (`oids`, or all of them) as hard links.
+
+    A loose object is an immutable file named by its id: git writes a new object to a
+    temporary file and renames it into place, and never writes to an existing one, so two
+    repositories can share the file (removing it from one, as gc does, unlinks only that
+    name). Where a link cannot be made (another file system) the file is copied to a
+    temporary name and renamed, so a concurrent reader never sees half an object. Objects
+    `target` already has as loose files are skipped, unless `replace` (the caller trusts
+    `source`'s copies over `target`'s: a damaged object in `target` is mended). Returns the
+    ids asked for that `source` does not hold as loose files (packed ones: the caller
+    fetches those instead).
+    """
+    src, dst = objects_dir(source.git_dir()), objects_dir(target.git_dir())
+    wanted = _loose_ids(src) if oids is None else {object_id(o) for o in oids}
+    missing: set[str] = set()
+    for oid in wanted:
+        name = Path(oid[:2]) / oid[2:]
+        if not replace and (dst / name).is_file():
+            continue
+        if not (src / name).is_file():
+            missing.add(oid)
+            continue
+        (dst / name).parent.mkdir(exist_ok=True)
+        _link_or_copy(src / name, dst / name)
+    return missing
+
+
+def _loose_ids(objects: Path) -> set[str]:
+    found: set[str] = set()
+    for fan in objects.iterdir():
+        if len(fan.name) == 2 and fan.is_dir():
+            found.update(fan.name + f.name for f in fan.iterdir())
+    return {oid for oid in found if OBJECT_ID.fullmatch(oid)}
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(source, tmp)
+    except OSError:
+        shutil.copyfile(source, tmp)
+    os.replace(tmp, target)
+
+
 @contextmanager
 def scratch_repo(sources: Sequence[Path]) -> Iterator[Git]:
     """A temporary bare repository that reads objects from `sources` (via alternates).
@@ -476,13 +654,159 @@ def scratch_repo(sources: Sequence[Path]) -> Iterator[Git]:
     re-export alike) never depend on a work tree's `diff=`/`-diff`/`binary` attributes.
     Its own index files (`Index(git, git.repo / "<name>.index")`) die with it.
     """
-    with tempfile.TemporaryDirectory(prefix="patchctl-scratch-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=temp_prefix("scratch")) as tmp:
         git = Git.init(Path(tmp) / "scratch.git", bare=True)
         # A throwaway repository: nothing in it needs to survive a crash, so no fsync.
         with (git.repo / "config").open("a", encoding="utf-8") as config:
             # index v4 (prefix-compressed paths) makes each apply/write-tree read less.
             config.write("[core]\n\tfsync = none\n[index]\n\tversion = 4\n")
-        alternates = "".join(f"{objects_dir(s)}\n" for s in sources)
+        found = [objects_dir(s) for s in sources]
+        if any("\n" in str(f) or "\r" in str(f) for f in found):
+            raise PatchctlError("an object directory path contains a line break; not using it")
+        alternates = "".join(f"{f}\n" for f in found)
         (git.repo / "objects" / "info").mkdir(parents=True, exist_ok=True)
         (git.repo / "objects" / "info" / "alternates").write_text(alternates)
         yield git
+
+
+# ----------------------------------------------------------------------------- long-lived processes
+
+
+class Pipe:
+    """One long-lived git process spoken to over stdin/stdout, for work that touches many
+    objects (one process instead of one per object). stderr goes to a temporary file, so a
+    chatty process can never block on a full pipe; it is quoted when the process fails."""
+
+    def __init__(self, git: Git, *args: str) -> None:
+        self.args = ("git", *args)
+        self._errors = tempfile.TemporaryFile()  # noqa: SIM115 (closed in close())
+        self._proc = subprocess.Popen(
+            git.command(*args),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._errors,
+            env=hermetic_env(git.repo),
+        )
+
+    def ask(self, request: bytes) -> None:
+        """Send `request` (complete records) and flush it."""
+        assert self._proc.stdin is not None
+        try:
+            self._proc.stdin.write(request)
+            self._proc.stdin.flush()
+        except BrokenPipeError:
+            raise self._failure() from None
+
+    def line(self) -> bytes:
+        """One line of the answer, without its newline."""
+        assert self._proc.stdout is not None
+        raw = self._proc.stdout.readline()
+        if not raw.endswith(b"\n"):
+            raise self._failure()
+        return raw[:-1]
+
+    def exactly(self, size: int) -> bytes:
+        """`size` bytes of the answer."""
+        assert self._proc.stdout is not None
+        data = self._proc.stdout.read(size)
+        if len(data) != size:
+            raise self._failure()
+        return data
+
+    def _failure(self) -> GitFailed:
+        code = self._proc.poll()
+        self._errors.seek(0)
+        return GitFailed(self.args, -1 if code is None else code, self._errors.read())
+
+    def close(self) -> None:
+        """End the process (its stdin closed; killed if it does not exit)."""
+        if self._proc.stdin is not None:
+            with suppress(BrokenPipeError):
+                self._proc.stdin.close()
+        try:
+            self._proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        if self._proc.stdout is not None:
+            self._proc.stdout.close()
+        self._errors.close()
+
+
+def unsound_objects(git: Git, oids: Sequence[str], chunk: int = 256) -> list[str]:
+    """The ids among `oids` that `git` lacks, or whose bytes do not hash to the id.
+
+    Every object is read (`cat-file --batch`, `chunk` ids at a time, so neither pipe can
+    fill while the other waits) and hashed as git names it: `<type> <size>\\0<bytes>`.
+    """
+    pipe = Pipe(git, "cat-file", "--batch")
+    bad = []
+    try:
+        for start in range(0, len(oids), chunk):
+            batch = [object_id(o) for o in oids[start : start + chunk]]
+            pipe.ask("".join(f"{o}\n" for o in batch).encode("ascii"))
+            for oid in batch:
+                header = pipe.line().split(b" ")
+                if len(header) != 3:
+                    bad.append(oid)  # "<oid> missing"
+                    continue
+                data = pipe.exactly(int(header[2]) + 1)[:-1]
+                digest = hashlib.sha1 if len(oid) == 40 else hashlib.sha256
+                named = digest(header[1] + b" %d\0" % len(data) + data).hexdigest()
+                if named != oid:
+                    bad.append(oid)
+    finally:
+        pipe.close()
+    return bad
+
+
+class ObjectReader:
+    """Reads objects by id through one `git cat-file --batch-command` process."""
+
+    def __init__(self, git: Git) -> None:
+        self._pipe = Pipe(git, "cat-file", "--batch-command")
+
+    def read(self, oid: str) -> tuple[str, bytes] | None:
+        """(type, raw bytes) of object `oid`, or None when it is missing."""
+        self._pipe.ask(f"contents {object_id(oid)}\n".encode("ascii"))
+        header = self._pipe.line().split(b" ")
+        if len(header) != 3:
+            return None  # "<oid> missing"
+        data = self._pipe.exactly(int(header[2]) + 1)[:-1]
+        return header[1].decode("ascii"), data
+
+    def close(self) -> None:
+        """End the process."""
+        self._pipe.close()
+
+
+# The object type a tree entry's mode stands for (any other mode is a blob).
+TREE_TYPES = {"40000": "tree", "160000": "commit"}
+
+
+class TreeWriter:
+    """Writes tree objects through one `git mktree -z --batch` process.
+
+    Entries come from trees and indexes git itself wrote, so their objects exist; `--missing`
+    skips mktree's per-entry lookup of each object, which for a directory of a thousand
+    files would otherwise cost a thousand object reads per tree written.
+    """
+
+    def __init__(self, git: Git) -> None:
+        self._pipe = Pipe(git, "mktree", "-z", "--batch", "--missing")
+
+    def write(self, entries: Mapping[bytes, tuple[str, str]]) -> str:
+        """The id of the tree holding `entries` (`name -> (mode, object id)`; names without
+        a slash). mktree sorts the entries as git orders them in a tree."""
+        records = b"".join(
+            f"{mode} {TREE_TYPES.get(mode, 'blob')} {object_id(oid)}\t".encode("ascii")
+            + name
+            + b"\0"
+            for name, (mode, oid) in entries.items()
+        )
+        self._pipe.ask(records + b"\0")
+        return object_id(self._pipe.line().decode("ascii"))
+
+    def close(self) -> None:
+        """End the process."""
+        self._pipe.close()

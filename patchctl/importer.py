@@ -1,11 +1,13 @@
 """Import an existing series without rewriting its bytes.
 
 Sources: a quilt `series` file (or a directory holding one, e.g. debian/patches) with its
-patches, a `git format-patch` directory (*.patch in name order), or an mbox (split per message;
-each message's bytes kept, `From ` line included). Each patch file is copied verbatim into the
-series directory and recorded with `imported: true`; its pre/post trees come from applying it,
-in order, onto the materialized upstream tree through a temporary index (strict: no fuzz, no
-whitespace fixing). Headers (DEP-3, gbp-pq, mail) are only read, to fill title and provenance.
+patches, a `git format-patch` directory (*.patch in name order), or an mbox (split per message
+by the mboxrd rules, see `split_mbox`). Each patch file is copied verbatim into the series
+directory and recorded with `imported: true`; its pre/post trees come from applying it, in
+order, onto the materialized upstream tree (patchapply.TreePatcher: strict, no fuzz, no
+whitespace fixing). Headers (DEP-3, gbp-pq, mail) are only read, to fill title and provenance
+(decoded, control characters removed). Everything is checked before the first write, and an
+existing file is never overwritten (exit 8).
 """
 
 from __future__ import annotations
@@ -13,24 +15,39 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from email.errors import HeaderParseError
 from email.header import decode_header, make_header
 from itertools import pairwise
 from pathlib import Path
 
+from patchctl import values
+from patchctl.docs import render_docs
 from patchctl.errors import ConfigError, NotFound, PatchctlError
-from patchctl.fsio import write_if_changed
-from patchctl.git import Git, temp_index
-from patchctl.patchapply import apply_to_index, conflict, drift_summary, patch_sha256
+from patchctl.fsio import check_writable, refuse_overwrite, write_new
+from patchctl.git import Git
+from patchctl.limits import PATCH_BYTES, human
+from patchctl.patchapply import TreePatcher, conflict, drift_summary, patch_sha256
 from patchctl.progress import Progress, or_null
-from patchctl.series import PATCH_ID, Patch, Series
+from patchctl.series import Patch, Series, check_savable
 from patchctl.session import series_session
 from patchctl.stack import compose, load_stack
+from patchctl.values import PATCH_ID
 
 QUILT_SERIES = "series"
-# An mbox message starts at a `From ` line that looks like git's / mboxo's separator.
-MBOX_FROM = re.compile(rb"^From \S+ .*\d{4}$")
+# An mbox separator ("From_ line"): `From <sender> <asctime date>`, e.g. git's
+# `From <sha> Mon Sep 17 00:00:00 2001`. split_mbox also wants it at the start or after a
+# blank line, and followed by a header field, so a body line that starts with "From " does
+# not split a message (an mboxrd writer quotes such a line as `>From `).
+MBOX_FROM = re.compile(
+    rb"^From \S+ +(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct"
+    rb"|Nov|Dec) +\d{1,2} \d{1,2}:\d{2}(?::\d{2})?(?: [A-Z]{1,5}| [+-]\d{4})? \d{4}"
+    rb"(?: [+-]\d{4})?\r?$"
+)
+HEADER_FIELD = re.compile(rb"^[\x21-\x39\x3b-\x7e]+:")
+QUOTED_FROM = re.compile(rb"^>+From ")
 NUMBER = re.compile(r"^([0-9]{4})-")
 HEADER_END = re.compile(rb"^(---|diff |Index: |\+\+\+ |--- )")
+MAX_SUFFIX = 999  # ids tried per import entry before giving up (`<id>-2` ... `<id>-999`)
 
 
 @dataclass(frozen=True)
@@ -54,28 +71,61 @@ def read_source(source: Path) -> tuple[str, list[Incoming]]:
         raise NotFound(f"nothing to import at {source}")
     if source.name == QUILT_SERIES:
         return "quilt", read_quilt(source)
-    return "mbox", split_mbox(source.read_bytes(), source.name)
+    return "mbox", split_mbox(_read_bounded(source), source.name)
+
+
+def _read_bounded(path: Path) -> bytes:
+    """A file's bytes, refused beyond the patch size limit."""
+    limit = PATCH_BYTES.value()
+    with path.open("rb") as stream:
+        data = stream.read(limit + 1)
+    if len(data) > limit:
+        raise ConfigError(f"{path} is larger than {human(limit)}", hint=PATCH_BYTES.hint())
+    return data
 
 
 def read_quilt(series_file: Path) -> list[Incoming]:
     """The patches a quilt series file lists, in order (only -p1, the quilt default)."""
     found = []
-    for n, raw in enumerate(series_file.read_bytes().splitlines(), 1):
+    folder = series_file.parent.resolve()
+    for n, raw in enumerate(_read_bounded(series_file).splitlines(), 1):
         words = raw.split(b"#", 1)[0].split()
         if not words:
             continue
         if any(w != b"-p1" for w in words[1:]):
             raise ConfigError(
-                f"line {n}: unsupported patch options {b' '.join(words[1:])!r}",
+                f"line {n}: unsupported patch options {values.shown(b' '.join(words[1:]))}",
                 path=series_file,
                 hint="only -p1 patches can be imported; refresh the patch with -p ab",
             )
-        name = words[0].decode("utf-8")
+        name = _quilt_name(series_file, n, words[0])
         path = series_file.parent / name
+        if not path.resolve().is_relative_to(folder):
+            raise ConfigError(
+                f"line {n}: {values.shown(name)} lies outside {folder}",
+                path=series_file,
+                hint="a quilt series names patches inside its own directory",
+            )
         if not path.is_file():
             raise NotFound(f"{series_file}: line {n}: {path} does not exist")
-        found.append(Incoming(name, path.read_bytes()))
+        found.append(Incoming(name, _read_bounded(path)))
     return found
+
+
+def _quilt_name(series_file: Path, n: int, word: bytes) -> str:
+    try:
+        name = word.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(
+            f"line {n}: the patch name is not UTF-8", path=series_file, hint="rename the patch"
+        ) from None
+    if name.startswith("/") or ".." in name.split("/") or values.unsafe_chars(name):
+        raise ConfigError(
+            f"line {n}: {values.shown(name)} is not a relative name inside the series directory",
+            path=series_file,
+            hint="name patches relative to the quilt series file, without '..'",
+        )
+    return name
 
 
 def read_patch_dir(directory: Path) -> list[Incoming]:
@@ -83,18 +133,47 @@ def read_patch_dir(directory: Path) -> list[Incoming]:
     files = sorted(p for p in directory.iterdir() if p.suffix == ".patch" and p.is_file())
     if not files:
         raise NotFound(f"no series file and no *.patch files in {directory}")
-    return [Incoming(p.name, p.read_bytes()) for p in files]
+    folder = directory.resolve()
+    for path in files:
+        if not path.resolve().is_relative_to(folder):
+            raise ConfigError(
+                f"{values.shown(path.name)} is a symlink to {path.resolve()}, outside {folder}",
+                hint="import only patches that live in the directory",
+            )
+    return [Incoming(p.name, _read_bounded(p)) for p in files]
 
 
 def split_mbox(data: bytes, name: str) -> list[Incoming]:
-    """Split an mbox into messages at `From ` separator lines; bytes kept exactly."""
+    """Split an mbox into messages by the mboxrd rules.
+
+    A message starts at a From_ line (MBOX_FROM) that opens the file or follows a blank line,
+    and is followed by a header field. Each message keeps its bytes (its From_ line included)
+    with one change, mboxrd's unquoting: a line `>From `, `>>From `, ... loses one `>`. That
+    line was quoted by whoever wrote the mbox; a diff never contains one (hunk lines start
+    with ' ', '+', '-' or '\\'), so the bytes `git apply` reads are never changed. A file
+    that does not start with a From_ line is one plain patch, kept byte for byte.
+    """
     lines = data.splitlines(keepends=True)
-    starts = [i for i, line in enumerate(lines) if MBOX_FROM.match(line.rstrip(b"\r\n"))]
+    starts = [i for i in range(len(lines)) if _is_separator(lines, i)]
     if not starts or starts[0] != 0:
         return [Incoming(name, data)]  # a single plain patch
     bounds = [*starts, len(lines)]
-    messages = [b"".join(lines[a:b]) for a, b in pairwise(bounds)]
+    messages = [_unquote_from(lines[a:b]) for a, b in pairwise(bounds)]
     return [Incoming(_subject_name(m) or f"{name}-{i}", m) for i, m in enumerate(messages, 1)]
+
+
+def _is_separator(lines: list[bytes], i: int) -> bool:
+    if not MBOX_FROM.match(lines[i].rstrip(b"\r\n")):
+        return False
+    after_blank = i == 0 or lines[i - 1].strip(b"\r\n") == b""
+    header_next = i + 1 < len(lines) and bool(HEADER_FIELD.match(lines[i + 1]))
+    return after_blank and header_next
+
+
+def _unquote_from(lines: list[bytes]) -> bytes:
+    return b"".join(
+        line[1:] if n > 0 and QUOTED_FROM.match(line) else line for n, line in enumerate(lines)
+    )
 
 
 # ----------------------------------------------------------------------------- metadata
@@ -127,8 +206,16 @@ def _subject(fields: dict[str, str]) -> str | None:
     raw = fields.get("subject") or fields.get("description:first-line")
     if not raw:
         return None
-    text = str(make_header(decode_header(raw)))
-    return re.sub(r"^\[[^\]]*\]\s*", "", text).strip() or None
+    text = values.one_line(_decode_words(raw), limit=1 << 16)
+    return values.one_line(re.sub(r"^\[[^\]]*\]\s*", "", text)) or None
+
+
+def _decode_words(raw: str) -> str:
+    """RFC 2047 encoded words decoded (`=?UTF-8?q?Caf=C3=A9?=`); the raw text if malformed."""
+    try:
+        return str(make_header(decode_header(raw)))
+    except (HeaderParseError, LookupError, UnicodeError, ValueError):
+        return raw
 
 
 def _subject_name(message: bytes) -> str | None:
@@ -156,23 +243,49 @@ def _status(fields: dict[str, str]) -> str | None:
     return f"Submitted [{forwarded}]"
 
 
+def unique_id(base: str, taken: set[str]) -> str:
+    """`base`, else `base-2`, `base-3`, ... (cut to fit NNNN-slug): the first id not in `taken`
+    (compared case-insensitively, as the file names they become). Gives up after MAX_SUFFIX."""
+    folded = {t.casefold() for t in taken}
+    if base.casefold() not in folded:
+        return base
+    for n in range(2, MAX_SUFFIX + 1):
+        suffix = f"-{n}"
+        candidate = base[: 68 - len(suffix)] + suffix  # NNNN- plus at most 63
+        if candidate.casefold() not in folded:
+            return candidate
+    raise ConfigError(
+        f"no free id for {base!r}: {base}-2 ... {base}-{MAX_SUFFIX} are all taken",
+        hint="rename the patches to import",
+    )
+
+
 def make_entry(incoming: Incoming, number: int, origin: str, taken: set[str]) -> Patch:
-    """The series entry for one imported patch (id NNNN-slug, file <id>.patch)."""
+    """The series entry for one imported patch (id NNNN-slug, file <id>.patch).
+
+    NNNN is the number a top-level name starts with (`0007-fix.patch`: a format-patch
+    directory, a flat quilt series) when that is not below the patch's place in the stack
+    (`number`), else that place: a second numbered series imported on top continues the
+    numbering instead of restarting it. A number inside a nested name
+    (`features/all/lockdown/0001-x.patch`: numbered within its own folder) is dropped, so ids
+    never nest numbers (`0121-x`, not `0121-0001-x`).
+    """
     match = NUMBER.match(incoming.name)
-    num = int(match.group(1)) if match else number
-    rest = incoming.name[match.end() :] if match else incoming.name
-    pid = f"{num:04d}-{slug(rest)}"
-    while pid in taken:
-        pid = f"{pid[:60]}-{len(taken)}"
+    num = int(match.group(1)) if match and int(match.group(1)) >= number else number
+    rest = NUMBER.sub("", incoming.name.rsplit("/", 1)[-1], count=1)
+    pid = unique_id(f"{num:04d}-{slug(rest)}", taken)
     if not PATCH_ID.fullmatch(pid):
-        raise ConfigError(f"cannot derive a valid id from {incoming.name!r} (got {pid!r})")
+        raise ConfigError(
+            f"cannot derive a valid id from {values.shown(incoming.name)} (got {pid!r})",
+            hint="the series holds at most 9999 patches; renumber the patches to import",
+        )
     fields = header_fields(incoming.data)
     return Patch(
         id=pid,
         file=f"{pid}.patch",
         title=_subject(fields) or slug(rest),
-        upstream_status=_status(fields),
-        origin=fields.get("origin") or f"{origin}/{incoming.name}",
+        upstream_status=values.one_line(_status(fields) or "") or None,
+        origin=values.one_line(fields.get("origin") or f"{origin}/{incoming.name}"),
         imported=True,
         sha256=patch_sha256(incoming.data),
     )
@@ -183,7 +296,7 @@ def make_entry(incoming: Incoming, number: int, origin: str, taken: set[str]) ->
 
 @dataclass(frozen=True)
 class Applied:
-    """One imported patch applied in the temporary index: its trees and any offset hunks."""
+    """One imported patch applied to the tree before it: its trees and any offset hunks."""
 
     pre: str
     post: str
@@ -195,23 +308,21 @@ def apply_chain(
 ) -> list[Applied]:
     """Apply each patch in order onto tree `base` in `git`; its trees and offset notes."""
     results = []
-    with temp_index(git) as index:
-        index.read_tree(base)
+    with TreePatcher(git) as patcher:
         current = base
         for patch, data in patches:
-            outcome = apply_to_index(index, data, root)
-            if not outcome.ok:
+            result = patcher.apply(current, data, root)
+            if not result.outcome.ok or result.tree is None:
                 raise conflict(
                     patch.id,
                     data,
-                    outcome.stderr,
+                    result.outcome.stderr,
                     root,
                     onto=f" to the tree before it ({current})",
                     hint="nothing was written; fix the patch or import onto the upstream it needs",
                 )
-            post = index.write_tree()
-            results.append(Applied(current, post, drift_summary(outcome.drift())))
-            current = post
+            results.append(Applied(current, result.tree, drift_summary(result.outcome.drift())))
+            current = result.tree
     return results
 
 
@@ -246,15 +357,21 @@ def _stack_base(series: Series, git: Git, upstream: str) -> str:
     return composed
 
 
+def _create(path: Path, data: bytes) -> bool:
+    write_new(path, data)
+    return True
+
+
 def import_patches(
     series: Series,
     source: Path,
     git: Git,
     base: str,
     progress: Progress | None = None,
-    write: Callable[[Path, bytes], bool] = write_if_changed,
+    write: Callable[[Path, bytes], bool] = _create,
 ) -> ImportResult:
-    """Copy the patches of `source` into the series (on top of the stack); nothing is saved."""
+    """Copy the patches of `source` into the series (on top of the stack) through `write`,
+    which never replaces a file; series.yaml is not saved."""
     kind, incoming = read_source(source)
     origin = f"{kind}:{source.name}"
     taken = set(load_stack(series).ids())
@@ -267,14 +384,30 @@ def import_patches(
     prog = or_null(progress)
     prog.start("import", len(entries))
     applied = apply_chain(git, _last_tree(series, base), entries, series.root)
-    done = []
-    for (entry, data), result in zip(entries, applied, strict=True):
+    done = [
+        replace(entry, pre_tree=result.pre, post_tree=result.post)
+        for (entry, _), result in zip(entries, applied, strict=True)
+    ]
+    updated = series.with_patches((*series.patches, *done))
+    _check_before_writing(updated, entries)
+    for entry, data in entries:
         write(series.dir / entry.file, data)
-        done.append(replace(entry, pre_tree=result.pre, post_tree=result.post))
         prog.advance("import")
     prog.done("import")
     drift = {e.id: r.drift for (e, _), r in zip(entries, applied, strict=True) if r.drift}
-    return ImportResult(series.with_patches((*series.patches, *done)), tuple(done), drift)
+    return ImportResult(updated, tuple(done), drift)
+
+
+def _check_before_writing(updated: Series, entries: list[tuple[Patch, bytes]]) -> None:
+    """Everything an import writes, checked before its first write: no file is overwritten,
+    each entry is a valid series entry, the docs render, every target is writable."""
+    check_savable(updated)
+    for entry, _ in entries:
+        target = updated.dir / entry.file
+        if target.exists() or target.is_symlink():
+            raise refuse_overwrite(target)
+    docs = render_docs(updated, {entry.id: data for entry, data in entries})
+    check_writable([updated.path, *(updated.dir / e.file for e, _ in entries), *docs])
 
 
 def import_series(
@@ -282,11 +415,11 @@ def import_series(
 ) -> ImportResult:
     """`patchctl import SOURCE`: the patches of `source` on top of the stack, under the series
     and clean-room locks; series.yaml and the docs saved."""
-    with series_session(series_path) as session:
+    with series_session(series_path, op="import") as session:
         room = session.cleanroom(workdir)
         base = _stack_base(session.series, room.git, room.base_tree())
         result = import_patches(
-            session.series, source, room.git, base, progress, session.write_patch
+            session.series, source, room.git, base, progress, session.write_new_patch
         )
         changed = session.save(result.series)
     return replace(result, changed=tuple(changed))

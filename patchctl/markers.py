@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from patchctl import patchparse
 from patchctl.git import Git, object_id
 
 # `git grep` options: fixed strings, each match printed alone (-o; -h drops the file name),
@@ -70,7 +71,8 @@ def read_blobs(git: Git, names: Sequence[str]) -> dict[str, bytes | None]:
     usable = [n for n in dict.fromkeys(names) if "\n" not in n]
     if not usable:
         return {}
-    out = git.run("cat-file", "--batch", stdin="".join(f"{n}\n" for n in usable).encode())
+    query = "".join(f"{n}\n" for n in usable).encode("utf-8", "surrogateescape")
+    out = git.run("cat-file", "--batch", stdin=query)
     blobs: dict[str, bytes | None] = {}
     pos = 0
     for name in usable:
@@ -116,57 +118,27 @@ def touched_paths(patch_bytes: bytes) -> list[str]:
     Only text hunks can add or remove a marker line, and every text hunk has these lines.
     """
     found: list[str] = []
-    for line in patch_bytes.splitlines():
-        if line.startswith((b"--- ", b"+++ ")):
-            name = line[4:].split(b"\t", 1)[0]
-            if name != b"/dev/null":
-                path = _strip_prefix(_unquote(name))
-                if path not in found:
-                    found.append(path)
+    for diff in patchparse.parse(patch_bytes):
+        if diff.has_names:
+            for path in diff.paths():
+                name = path.decode("utf-8", "surrogateescape")
+                if name not in found:
+                    found.append(name)
     return found
 
 
 def added_by(patch_bytes: bytes, markers: Sequence[str]) -> frozenset[str]:
     """The markers that occur in lines `patch_bytes` adds."""
-    added = [line for line in patch_bytes.splitlines() if _is_added(line)]
+    added = [line for diff in patchparse.parse(patch_bytes) for line in diff.added]
     return frozenset(m for m in markers if any(m.encode("utf-8") in line for line in added))
 
 
 def files_adding(patch_bytes: bytes, marker: str) -> tuple[str, ...]:
-    """The paths (b/ side) whose added lines contain `marker`, in patch order, unique."""
+    """The paths (new side, for display) whose added lines contain `marker`, in patch order."""
     needle = marker.encode("utf-8")
     found: list[str] = []
-    current: str | None = None
-    for line in patch_bytes.splitlines():
-        current = _next_path(line, current)
-        if _is_added(line) and needle in line and current is not None and current not in found:
-            found.append(current)
+    for diff in patchparse.parse(patch_bytes):
+        name = patchparse.display(diff.path)
+        if any(needle in line for line in diff.added) and name not in found:
+            found.append(name)
     return tuple(found)
-
-
-def _is_added(line: bytes) -> bool:
-    return line.startswith(b"+") and not line.startswith(b"+++ ")
-
-
-def _next_path(line: bytes, current: str | None) -> str | None:
-    if line.startswith(b"+++ "):
-        name = line[4:].split(b"\t", 1)[0]
-        if name == b"/dev/null":
-            return current
-        return _strip_prefix(_unquote(name))
-    if line.startswith(b"diff --git "):
-        return None
-    return current
-
-
-def _strip_prefix(name: bytes) -> str:
-    text = name.decode("utf-8", "surrogateescape")
-    return text.split("/", 1)[1] if "/" in text else text
-
-
-def _unquote(name: bytes) -> bytes:
-    """Undo git's C-style quoting of a path ("b/caf\\303\\251") for display."""
-    if not (name.startswith(b'"') and name.endswith(b'"')):
-        return name
-    body = name[1:-1].decode("ascii", "surrogateescape")
-    return body.encode("latin-1", "surrogateescape").decode("unicode_escape").encode("latin-1")

@@ -1,23 +1,29 @@
 """Applying patch bytes with `git apply`: the one home of its flags, the series-root rule,
 the drift / conflict / fuzz diagnostics and a patch's identity (sha256, commit message).
 
-Three callers, two targets: `cleanroom apply` applies to the clean room's index and work tree
-(`Git.apply`), `verify` and `import` to an index of their own (`Index.apply`). All of them pass
-the same flags, read git's verbose output with the same parsers, and name a failure the same
-way: a conflict (PatchDoesNotApply, exit 3) says the file, hunk and reason; a hunk that would
-land at an offset or need fuzz is drift (PatchDrift, exit 10); a patch whose reverse applies
-is already applied (AlreadyApplied, exit 11). Fuzz is only ever diagnosed, never applied.
+Three callers, one target: `cleanroom apply`, `verify` and `import` apply patches to tree
+objects (`TreePatcher`: `git apply --cached` on a small index holding only the entries a patch
+can touch, then the tree edited in place; its docstring says why the result equals a
+whole-index apply). All of them pass the same flags, read git's verbose output with the same
+parsers, and name a failure the same way: a conflict (PatchDoesNotApply, exit 3) says the file,
+hunk and reason; a hunk that would land at an offset or need fuzz is drift (PatchDrift, exit
+10); a patch whose reverse applies is already applied (AlreadyApplied, exit 11). Fuzz is only
+ever diagnosed, never applied.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+import shutil
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
-from patchctl.errors import AlreadyApplied, GitFailed, PatchDoesNotApply, PatchDrift
-from patchctl.git import Git, Index
+from patchctl.errors import AlreadyApplied, PatchDoesNotApply, PatchDrift
+from patchctl.git import Git, Index, temp_prefix
 from patchctl.series import Patch
+from patchctl.trees import TREE_MODE, Entry, TreeStore
 
 # (flag, why): every `git apply` patchctl runs has these.
 APPLY_FLAGS: tuple[tuple[str, str], ...] = (
@@ -25,8 +31,8 @@ APPLY_FLAGS: tuple[tuple[str, str], ...] = (
     ("-p1", "patches carry a/ and b/ prefixes (capture pins them whatever diff.noprefix says)"),
     ("-v", "git reports offsets and reduced context, which find_drift turns into drift"),
 )
-# The clean room's index and work tree move together (`--index`, in Git.apply); verify and
-# import apply to an index of their own (`--cached`, in Index.apply).
+# Every apply is `--cached` on an index patchctl owns (Index.apply); the clean room's own
+# index and work tree follow the resulting commit in one `reset --keep` (apply.py).
 
 ID_TRAILER = "Patchctl-Id"
 SHA_TRAILER = "Patchctl-Patch-Sha256"
@@ -101,25 +107,8 @@ class Outcome:
 
 
 def apply_to_index(index: Index, data: bytes, root: str, *, reverse: bool = False) -> Outcome:
-    """Apply patch bytes to an index of patchctl's own (verify, import)."""
+    """Apply patch bytes to a whole index of patchctl's own."""
     return Outcome(*index.apply(data, apply_flags(root, reverse=reverse)))
-
-
-def check_in_tree(
-    git: Git, data: bytes, root: str, *, reverse: bool = False, context: int | None = None
-) -> Outcome:
-    """Would the patch apply to the repository's index and work tree? Nothing is written."""
-    return Outcome(
-        *git.apply(data, apply_flags(root, reverse=reverse, check=True, context=context))
-    )
-
-
-def apply_in_tree(git: Git, data: bytes, root: str) -> None:
-    """Apply the patch to the repository's index and work tree (after `check_patch`)."""
-    flags = apply_flags(root)
-    code, err = git.apply(data, flags)
-    if code != 0:
-        raise GitFailed(["git", "apply", "--index", *flags], code, err)
 
 
 # ----------------------------------------------------------------------------- diagnostics
@@ -252,40 +241,296 @@ def already_applied(patch: Patch, how: str) -> AlreadyApplied:
     )
 
 
+# ----------------------------------------------------------------------------- named paths
+
+DIFF_GIT = b"diff --git "
+NAME_LINES = (b"--- ", b"+++ ")
+BARE_NAME_LINES = (b"rename from ", b"rename to ", b"copy from ", b"copy to ")
+C_ESCAPES = {b"a": 7, b"b": 8, b"f": 12, b"n": 10, b"r": 13, b"t": 9, b"v": 11}
+OCTAL = re.compile(rb"[0-7]{3}")
+
+
+def named_paths(data: bytes, root: str = ".") -> set[bytes]:
+    """The tree paths a patch may name, read generously from its headers (a superset).
+
+    A guess that names no entry costs nothing, and a path it misses is found by TreePatcher
+    from git's own answer; so this only has to be right often, never always: `diff --git`
+    lines split at every space, `---`/`+++` names with and without what follows a tab or a
+    space (a timestamp), the rename and copy lines; `-p1` and the series root as `git apply`
+    uses them.
+    """
+    found: set[bytes] = set()
+    for line in data.splitlines():
+        if line.startswith(DIFF_GIT):
+            found.update(_strip1(name) for name in _split_diff_git(line[len(DIFF_GIT) :]))
+        elif line.startswith(NAME_LINES):
+            name = line[4:]
+            for candidate in (name.split(b"\t", 1)[0], name.split(b" ", 1)[0], name.rstrip()):
+                found.add(_strip1(_c_unquote(candidate)))
+        elif line.startswith(BARE_NAME_LINES):
+            found.add(_c_unquote(line.split(b" ", 2)[2]))
+    found.discard(b"")
+    found.discard(b"dev/null")
+    prefix = b"" if root in (".", "") else root.strip("/").encode("utf-8") + b"/"
+    return {prefix + name for name in found}
+
+
+def _split_diff_git(rest: bytes) -> list[bytes]:
+    if rest.startswith(b'"'):
+        end = _quoted_end(rest)
+        return [_c_unquote(rest[:end]), _c_unquote(rest[end:].strip())]
+    names = []
+    for i, char in enumerate(rest):
+        if char == 0x20:
+            names += [rest[:i], _c_unquote(rest[i + 1 :])]
+    return names
+
+
+def _quoted_end(text: bytes) -> int:
+    i = 1
+    while i < len(text):
+        if text[i] == 0x5C:  # backslash: skip the escaped character
+            i += 2
+        elif text[i] == 0x22:  # the closing quote
+            return i + 1
+        else:
+            i += 1
+    return len(text)
+
+
+def _c_unquote(name: bytes) -> bytes:
+    """git's C-style quoting undone (`"a/caf\\303\\251"` is a/café); other names unchanged."""
+    if len(name) < 2 or name[0] != 0x22 or name[-1] != 0x22:
+        return name
+    body, out, i = name[1:-1], bytearray(), 0
+    while i < len(body):
+        if body[i] != 0x5C or i + 1 >= len(body):
+            out.append(body[i])
+            i += 1
+        elif OCTAL.fullmatch(body[i + 1 : i + 4]):
+            out.append(int(body[i + 1 : i + 4], 8) & 0xFF)
+            i += 4
+        else:
+            nxt = body[i + 1 : i + 2]
+            out.append(C_ESCAPES.get(nxt, nxt[0]))
+            i += 2
+    return bytes(out)
+
+
+def _strip1(name: bytes) -> bytes:
+    return name.split(b"/", 1)[1] if b"/" in name else b""
+
+
+# ----------------------------------------------------------------------------- tree apply
+
+# How many times the small index is rebuilt with the paths git showed it lacked, before the
+# patch goes to a whole index instead (a patch naming paths that no header line shows).
+SMALL_INDEX_ROUNDS = 4
+MISSING = re.compile(rb"^error: (.*): does not exist in index$")
+
+
+@dataclass(frozen=True)
+class TreeOutcome:
+    """How applying a patch to a tree went: git's verdict and, when it applied, the tree."""
+
+    outcome: Outcome
+    tree: str | None
+
+
+@dataclass(frozen=True)
+class _Held:
+    """What the small index file holds: entries of `tree`, left by applying `data`."""
+
+    tree: str
+    data: bytes
+    entries: dict[bytes, Entry]
+
+
+class TreePatcher:
+    """Applies patch bytes to tree objects; each patch costs the paths it touches, not the tree.
+
+    `git apply --cached` reads the index entries of the paths the patch names (to check and
+    patch them) and of the entries a new path displaces (a file where the new path needs a
+    directory, the files of a directory the new path replaces), and no others. So instead of
+    a whole index of the tree (tens of thousands of entries read, hashed and written for each
+    patch), it runs on a small index holding those entries, and the new tree is the old tree
+    with the small index's changes edited in (`TreeStore.edit`). The small index is checked
+    against git's own answer: a path git says "does not exist in index" that the tree holds,
+    a path the patch created that the tree already held, or a displaced entry the small index
+    lacked each put that path in and apply again. The tree is therefore the one a whole-index
+    `apply --cached` + `write-tree` writes, and git's messages are the same.
+    """
+
+    def __init__(self, git: Git, store: TreeStore | None = None) -> None:
+        self.git = git
+        self.store = store if store is not None else TreeStore(git)
+        self._owns_store = store is None
+        self._dir = Path(tempfile.mkdtemp(prefix=temp_prefix("apply")))  # swept after a kill
+        self._index = Index(git, self._dir / "index")
+        self._held: _Held | None = None
+
+    def __enter__(self) -> TreePatcher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Remove the small index (and end the store's processes when this patcher made it)."""
+        if self._owns_store:
+            self.store.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    def apply(
+        self,
+        tree: str,
+        data: bytes,
+        root: str = ".",
+        *,
+        reverse: bool = False,
+        context: int | None = None,
+        build: bool = True,
+    ) -> TreeOutcome:
+        """Apply `data` to `tree` (`build`: and write the resulting tree)."""
+        flags = apply_flags(root, reverse=reverse, context=context)
+        wanted, expand = named_paths(data, root), set[bytes]()
+        for _round in range(SMALL_INDEX_ROUNDS):
+            before = self._load(tree, data, wanted, expand)
+            outcome = Outcome(*self._index.apply(data, flags))
+            self._held = None
+            if not outcome.ok:
+                missed = self._missing_in_index(tree, outcome.stderr, before)
+                if not missed:
+                    return TreeOutcome(outcome, None)
+                wanted |= missed
+                continue
+            after = self._index.entries()
+            missed, displaced = self._displaced(tree, before, after)
+            if missed or displaced:
+                wanted |= missed
+                expand |= displaced
+                continue
+            if not build:
+                return TreeOutcome(outcome, None)
+            changes: dict[bytes, Entry | None] = {
+                p: e for p, e in after.items() if before.get(p) != e
+            }
+            changes.update({p: None for p in before if p not in after})
+            new = self.store.edit(tree, changes)
+            self._held = _Held(new, data, after)
+            return TreeOutcome(outcome, new)
+        return self._whole_index(tree, data, flags, build)
+
+    def _load(
+        self, tree: str, data: bytes, wanted: set[bytes], expand: set[bytes]
+    ) -> dict[bytes, Entry]:
+        """Fill the small index with the entries of `tree` the patch can touch."""
+        held = self._held
+        if held is not None and held.tree == tree and held.data == data and not expand:
+            return held.entries  # the reverse of the patch just applied: the same paths
+        chosen: dict[bytes, Entry] = {}
+        for path in wanted | expand:
+            found = self.store.find(tree, path)
+            if found.blocker is not None:
+                chosen[found.blocker[0]] = found.blocker[1]
+            if found.entry is None:
+                continue
+            if found.entry[0] != TREE_MODE:
+                chosen[path] = found.entry
+            elif path in expand:
+                chosen.update(self.store.walk(found.entry[1], path + b"/"))
+        self._index.path.unlink(missing_ok=True)
+        if chosen:
+            self._index.add_entries(chosen)
+        return chosen
+
+    def _missing_in_index(self, tree: str, stderr: bytes, before: dict[bytes, Entry]) -> set[bytes]:
+        """Paths git wanted in the index that the tree holds but the small index lacked."""
+        missed = set()
+        for line in stderr.splitlines():
+            if (m := MISSING.match(line)) and m.group(1) not in before:
+                found = self.store.find(tree, m.group(1))
+                if found.entry is not None or found.blocker is not None:
+                    missed.add(m.group(1))
+        return missed
+
+    def _displaced(
+        self, tree: str, before: dict[bytes, Entry], after: dict[bytes, Entry]
+    ) -> tuple[set[bytes], set[bytes]]:
+        """For each path the patch created: an entry of the tree there, or a file in its way,
+        that the small index lacked (a whole index would have refused or replaced it)."""
+        missed: set[bytes] = set()
+        displaced: set[bytes] = set()
+        for path in after.keys() - before.keys():
+            found = self.store.find(tree, path)
+            if found.entry is not None and found.entry[0] != TREE_MODE:
+                missed.add(path)
+            elif found.entry is not None and not any(p.startswith(path + b"/") for p in before):
+                displaced.add(path)
+            if found.blocker is not None and found.blocker[0] not in before:
+                missed.add(found.blocker[0])
+        return missed, displaced
+
+    def _whole_index(
+        self, tree: str, data: bytes, flags: tuple[str, ...], build: bool
+    ) -> TreeOutcome:
+        """The plain way, for a patch whose paths the small index never caught up with."""
+        self._index.path.unlink(missing_ok=True)
+        self._index.read_tree(tree)
+        outcome = Outcome(*self._index.apply(data, flags))
+        return TreeOutcome(outcome, self._index.write_tree() if outcome.ok and build else None)
+
+
 # ----------------------------------------------------------------------------- the strict check
 
 
-def check_patch(git: Git, patch: Patch, data: bytes, root: str, tree: str) -> None:
-    """Raise unless `patch` applies exactly (no offset, no fuzz) to the repository, whose
-    HEAD tree is `tree`; nothing is written."""
-    if patch.post_tree and patch.post_tree == tree and patch.pre_tree != tree:
+def strict_apply(
+    patcher: TreePatcher,
+    patch: Patch,
+    data: bytes,
+    root: str,
+    tree: str,
+    *,
+    recorded: str | None = None,
+) -> str:
+    """The tree `patch` makes of `tree` when it applies exactly (no offset, no fuzz); else
+    PatchDoesNotApply (3), PatchDrift (10) or AlreadyApplied (11). Nothing is checked out.
+
+    `recorded`: `tree` as the patch's own series records trees (the subtree an extended
+    series' patch was captured in, stack.Entry.local_tree); `tree` itself when None."""
+    local = tree if recorded is None else recorded
+    if patch.post_tree and patch.post_tree == local and patch.pre_tree != local:
         raise already_applied(patch, "the tree equals its recorded post_tree")
-    outcome = check_in_tree(git, data, root)
+    result = patcher.apply(tree, data, root)
+    outcome = result.outcome
     if not outcome.ok:
-        if _reverse_applies(git, data, root):
+        if _reverse_applies(patcher, tree, data, root):
             raise already_applied(patch, "its reverse applies cleanly")
-        fuzz = fuzz_drift(git, data, root)
+        fuzz = fuzz_drift(patcher, tree, data, root)
         if fuzz:
             raise drift_error(patch, fuzz)
         raise conflict(patch.id, data, outcome.stderr, root)
     drift = outcome.drift()
     if drift:
-        if _reverse_applies(git, data, root):
+        if _reverse_applies(patcher, tree, data, root):
             raise already_applied(patch, "its reverse applies cleanly")
         raise drift_error(patch, drift)
+    assert result.tree is not None
+    return result.tree
 
 
-def _reverse_applies(git: Git, data: bytes, root: str) -> bool:
-    outcome = check_in_tree(git, data, root, reverse=True)
+def _reverse_applies(patcher: TreePatcher, tree: str, data: bytes, root: str) -> bool:
+    outcome = patcher.apply(tree, data, root, reverse=True, build=False).outcome
     return outcome.ok and not outcome.drift()
 
 
-def fuzz_drift(git: Git, data: bytes, root: str) -> list[Drift]:
+def fuzz_drift(patcher: TreePatcher, tree: str, data: bytes, root: str) -> list[Drift]:
     """For a patch that does not apply: the hunks that would apply with fuzz (less context).
 
-    Only a diagnosis: the check runs with `-C1` and nothing is ever applied with fuzz.
+    Only a diagnosis: the check runs with `-C1` on the patcher's throwaway index, and nothing
+    is ever applied with fuzz.
     """
-    outcome = check_in_tree(git, data, root, context=FUZZ_CONTEXT)
+    outcome = patcher.apply(tree, data, root, context=FUZZ_CONTEXT, build=False).outcome
     if not outcome.ok:
         return []
     return [d for d in outcome.drift() if d.why.startswith("would need fuzz")]

@@ -1,13 +1,25 @@
 """Progress reporting from the core, without the core knowing about rich or terminals.
 
 Core functions take an optional `progress: Progress | None`; the CLI passes an object that
-renders with rich, tests pass `RecordingProgress` or nothing.
+renders with rich, tests pass `RecordingProgress` or nothing. One-line notes the user must see
+whatever the command (what a run recovered of a killed one) go through `notice`, which the CLI
+points at stderr (`notice_sink`); without a sink they are dropped.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
+
+# Where `notice` sends its lines: set by the CLI (app.run), None in library use.
+notice_sink: Callable[[str], None] | None = None
+
+
+def notice(text: str) -> None:
+    """A one-line note for the user (not progress, not the command's output)."""
+    if notice_sink is not None:
+        notice_sink(text)
 
 
 @runtime_checkable

@@ -3,28 +3,39 @@
 Errors name the file, the key and the fix (ConfigError, exit 5); a patch file that is listed
 but missing is NotFound (exit 15). `save_series` writes the file back in the documented key
 order (keys a hand-edited file had keep their position), so it stays readable and diffable.
+
+The file may come from someone else (a shared repository), so loading is bounded: a size
+limit, no YAML aliases or merge keys (an alias bomb fails at its first `*`), a nesting limit,
+duplicate keys refused at any level, and every value checked against the allow-lists of
+`patchctl.values` (URLs, paths, names, ids, one-line text).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 import yaml
+from yaml.composer import ComposerError
+from yaml.constructor import ConstructorError
+from yaml.scanner import ScannerError
 
+from patchctl import values
+from patchctl.archive import is_archive
 from patchctl.errors import ConfigError, NotFound
 from patchctl.fsio import write_if_changed
+from patchctl.limits import PATCH_BYTES, SERIES_BYTES, human
 
 SERIES_FILE = "series.yaml"
 SCHEMA_VERSION = 1
 UPSTREAM_KINDS = ("pypi-sdist", "git", "archive")
-HEX40 = re.compile(r"[0-9a-f]{40}")
-HEX64 = re.compile(r"[0-9a-f]{64}")
-# NNNN-slug with the slug capped at 63 characters (gbp pq's limit).
-PATCH_ID = re.compile(r"[0-9]{4}-[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+MAX_DEPTH = 20  # YAML nesting; the schema needs 4
+MAX_MESSAGE = 200  # characters of a YAML library message kept in an error
+# Names in the series directory that patchctl writes itself: never a patch file.
+RESERVED_FILES = frozenset({SERIES_FILE, "readme.md"})
 # `extends.series`: the name of a sibling series directory (no separator, no `.`/`..`).
 SERIES_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
@@ -208,11 +219,23 @@ def load_series(dir_or_file: Path, *, check_files: bool = True) -> Series:
     path = series_file(Path(dir_or_file))
     if not path.is_file():
         raise NotFound(f"no series file at {path}", hint="pass --series DIR")
-    data = _parse_yaml(path)
-    series = replace(_series_from(data, path), header=_header(path.read_bytes()))
+    raw = _read_bounded(path)
+    series = replace(_series_from(_parse_yaml(raw, path), path), header=_header(raw))
+    _check_locations(series)
     if check_files:
         _check_files(series)
     return series
+
+
+def _read_bounded(path: Path) -> bytes:
+    limit = SERIES_BYTES.value()
+    with path.open("rb") as stream:
+        raw = stream.read(limit + 1)
+    if len(raw) > limit:
+        raise ConfigError(
+            f"the file is larger than {human(limit)}", path=path, hint=SERIES_BYTES.hint()
+        )
+    return raw
 
 
 def _header(raw: bytes) -> str:
@@ -224,19 +247,81 @@ def _header(raw: bytes) -> str:
     return "".join(lines)
 
 
-def _parse_yaml(path: Path) -> dict[str, Any]:
+class _Loader(yaml.SafeLoader):
+    """yaml.SafeLoader without aliases or merge keys, refusing duplicate keys at any level and
+    nesting deeper than MAX_DEPTH: a hostile file fails at its first offending token, so an
+    alias bomb costs no memory."""
+
+    def __init__(self, stream: bytes) -> None:
+        super().__init__(stream)
+        self.depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            mark = self._mark()
+            raise ComposerError(None, None, "aliases (*name) are not allowed", mark)
+        self.depth += 1
+        try:
+            if self.depth > MAX_DEPTH:
+                mark = self._mark()
+                raise ComposerError(None, None, f"nested deeper than {MAX_DEPTH} levels", mark)
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+    def fetch_flow_collection_start(self, token_class: Any) -> None:
+        # Checked in the scanner too: its look-ahead over deep `[[[[...` costs O(depth^2).
+        if self.flow_level >= MAX_DEPTH:
+            mark = self.get_mark()
+            raise ScannerError(None, None, f"nested deeper than {MAX_DEPTH} levels", mark)
+        super().fetch_flow_collection_start(token_class)
+
+    def _mark(self) -> Any:
+        return self.peek_event().start_mark  # type: ignore[no-untyped-call]
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _value in node.value:
+            mark = key_node.start_mark
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                raise ConstructorError(None, None, "merge keys (<<) are not allowed", mark)
+            key = self.construct_object(key_node, deep=True)
+            try:
+                duplicate = key in seen
+            except TypeError:
+                raise ConstructorError(None, None, "a mapping key must be a scalar", mark) from None
+            if duplicate:
+                raise ConstructorError(None, None, f"duplicate key {values.shown(key)}", mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def _parse_yaml(raw: bytes, path: Path) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(path.read_bytes())
+        loader = _Loader(raw)  # the reader checks the encoding and characters here
+        try:
+            data = loader.get_single_data()
+        finally:
+            loader.dispose()
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise ConfigError(
-            f"malformed YAML{where}: {problem}", path=path, hint="fix the YAML syntax"
-        ) from None
+        raise _yaml_error(exc, path) from None
     if not isinstance(data, dict):
         raise ConfigError("top level must be a mapping", path=path, hint="see docs/architecture.md")
     return data
+
+
+def _yaml_error(exc: yaml.YAMLError, path: Path) -> ConfigError:
+    mark = getattr(exc, "problem_mark", None)
+    where = f" at line {mark.line + 1}" if mark is not None else ""
+    problem = str(getattr(exc, "problem", None) or exc or "invalid YAML")
+    problem = " ".join(problem.split())
+    if len(problem) > MAX_MESSAGE:
+        problem = problem[: MAX_MESSAGE - 3] + "..."
+    return ConfigError(
+        f"malformed YAML{where}: {values.printable(problem)}",
+        path=path,
+        hint="fix the YAML (series.yaml allows no aliases, merge keys or duplicate keys)",
+    )
 
 
 def _series_from(data: dict[str, Any], path: Path) -> Series:
@@ -244,7 +329,10 @@ def _series_from(data: dict[str, Any], path: Path) -> Series:
     version = data.get("version")
     if version != SCHEMA_VERSION or isinstance(version, bool):
         raise ConfigError(
-            f"unsupported value {version!r}", path=path, key="version", hint="use version: 1"
+            f"unsupported value {values.shown(version)}",
+            path=path,
+            key="version",
+            hint="use version: 1",
         )
     upstream = _upstream_from(data.get("upstream"), path)
     root = _root_from(data.get("root", "."), path)
@@ -253,65 +341,78 @@ def _series_from(data: dict[str, Any], path: Path) -> Series:
     return Series(path, upstream, patches, root, SCHEMA_VERSION, tuple(data), extends)
 
 
-def _reject_unknown(data: Mapping[str, Any], allowed: Iterable[str], path: Path, at: str) -> None:
+def _reject_unknown(data: Mapping[Any, Any], allowed: Iterable[str], path: Path, at: str) -> None:
     allowed = tuple(allowed)
     for key in data:
         if key not in allowed:
+            name = key if isinstance(key, str) and len(key) <= 40 else values.shown(key, 40)
             raise ConfigError(
                 "unknown key",
                 path=path,
-                key=f"{at}{key}",
+                key=values.printable(f"{at}{name}"),
                 hint=f"allowed keys here: {', '.join(allowed)}",
             )
 
 
-def _string(value: Any, path: Path, key: str, *, pattern: re.Pattern[str] | None = None) -> str:
-    if not isinstance(value, str) or not value:
+# Which rule checks each string key, and the fix its error suggests.
+Rule = Callable[[str], str | None]
+OBJECT_ID = (values.object_id_problem, "use the full 40-hex lowercase object id")
+RULES: dict[str, tuple[Rule, str]] = {
+    "url": (values.git_url_problem, "use an https/http/ssh/git/file URL, user@host:path or a path"),
+    "path": (lambda v: _archive_path_problem(v), "use the path of a .tar.* or .zip file"),
+    "package": (values.package_problem, "use the distribution name, e.g. llama-cpp-python"),
+    "version": (values.version_problem, "use a PEP 440 version, e.g. 0.3.36 (quote it)"),
+    "sha256": (values.sha256_problem, "use the 64-hex lowercase sha256 of the file"),
+    "subdir": (values.relpath_problem, "use a relative path without '..', e.g. vendor/llama.cpp"),
+    "tree": OBJECT_ID,
+    "commit": OBJECT_ID,
+    "pre_tree": OBJECT_ID,
+    "post_tree": OBJECT_ID,
+    "id": (values.patch_id_problem, "use NNNN-slug, e.g. 0078-dca"),
+    "file": (values.patch_file_problem, "use a relative NAME.patch inside the series directory"),
+    "title": (values.text_problem, "use one line of plain text"),
+    "upstream_status": (values.text_problem, "use one line, e.g. Pending"),
+    "origin": (values.text_problem, "use one line, e.g. a URL or patchctl"),
+}
+
+
+def _archive_path_problem(value: str) -> str | None:
+    problem = values.text_problem(value, values.MAX_PATH)
+    if problem is not None:
+        return problem
+    if value.startswith("-"):
+        return "must not start with '-'"
+    if not is_archive(Path(value)):
+        return "is not a .tar.* or .zip file name"
+    return None
+
+
+def _string(value: Any, path: Path, key: str, *, empty: bool = False) -> str:
+    """A string value checked by the rule of its key name (RULES)."""
+    if not isinstance(value, str) or (not value and not empty):
         hint = "quote it" if isinstance(value, (int, float)) else "give a non-empty string"
-        raise ConfigError(f"expected a string, got {value!r}", path=path, key=key, hint=hint)
-    if pattern is not None and not pattern.fullmatch(value):
         raise ConfigError(
-            f"{value!r} does not match {pattern.pattern}", path=path, key=key, hint=_hint_for(key)
+            f"expected a string, got {values.shown(value)}", path=path, key=key, hint=hint
         )
+    rule = RULES.get(key.rsplit(".", 1)[-1])
+    if rule is not None:
+        problem = rule[0](value)
+        if problem is not None:
+            raise ConfigError(f"{values.shown(value)} {problem}", path=path, key=key, hint=rule[1])
     return value
 
 
-def _hint_for(key: str) -> str:
-    name = key.rsplit(".", 1)[-1]
-    if name in ("commit", "tree", "pre_tree", "post_tree"):
-        return "use the full 40-hex lowercase object id"
-    if name == "sha256":
-        return "use the 64-hex lowercase sha256 of the file"
-    if name == "id":
-        return "use NNNN-slug, e.g. 0078-dca"
-    return "see docs/architecture.md"
-
-
-def _optional(
-    value: Any, path: Path, key: str, pattern: re.Pattern[str] | None = None
-) -> str | None:
-    return None if value is None else _string(value, path, key, pattern=pattern)
-
-
-def _relative(value: str, path: Path, key: str) -> str:
-    pure = PurePosixPath(value)
-    if pure.is_absolute() or ".." in pure.parts or "\\" in value:
-        raise ConfigError(
-            f"{value!r} must be a relative path inside the tree",
-            path=path,
-            key=key,
-            hint="use a relative path without '..'",
-        )
-    return value
+def _optional(value: Any, path: Path, key: str) -> str | None:
+    return None if value is None else _string(value, path, key)
 
 
 def _upstream_from(raw: Any, path: Path) -> Upstream:
     if not isinstance(raw, dict):
         raise ConfigError("missing or not a mapping", path=path, key="upstream", hint="see docs")
     kind = raw.get("kind")
-    if kind not in UPSTREAM_KINDS:
+    if not isinstance(kind, str) or kind not in UPSTREAM_KINDS:
         raise ConfigError(
-            f"unknown kind {kind!r}",
+            f"unknown kind {values.shown(kind)}",
             path=path,
             key="upstream.kind",
             hint=f"use one of: {', '.join(UPSTREAM_KINDS)}",
@@ -326,20 +427,17 @@ def _upstream_from(raw: Any, path: Path) -> Upstream:
 
 
 def _build_upstream(raw: dict[str, Any], kind: str, path: Path) -> Upstream:
-    def get(key: str, pattern: re.Pattern[str] | None = None) -> str | None:
-        return _optional(raw.get(key), path, f"upstream.{key}", pattern)
+    def get(key: str) -> str | None:
+        return _optional(raw.get(key), path, f"upstream.{key}")
 
-    subdir = get("subdir")
-    if subdir is not None:
-        _relative(subdir, path, "upstream.subdir")
     return Upstream(
         kind=kind,
         package=get("package"),
         version=get("version"),
-        sha256=get("sha256", HEX64),
-        subdir=subdir,
-        tree=get("tree", HEX40),
-        commit=get("commit", HEX40),
+        sha256=get("sha256"),
+        subdir=get("subdir"),
+        tree=get("tree"),
+        commit=get("commit"),
         url=get("url"),
         path=get("path"),
         key_order=tuple(raw),
@@ -348,7 +446,15 @@ def _build_upstream(raw: dict[str, Any], kind: str, path: Path) -> Upstream:
 
 def _root_from(raw: Any, path: Path) -> str:
     root = _string(raw, path, "root")
-    return _relative(root, path, "root")
+    problem = values.root_problem(root)
+    if problem is not None:
+        raise ConfigError(
+            f"{values.shown(root)} {problem}",
+            path=path,
+            key="root",
+            hint="use . or a relative path inside the upstream tree, without '..'",
+        )
+    return root
 
 
 def _extends_from(raw: Any, path: Path) -> Extends:
@@ -368,7 +474,7 @@ def _extends_from(raw: Any, path: Path) -> Extends:
     name = _string(raw["series"], path, "extends.series")
     if not SERIES_NAME.fullmatch(name) or name in (".", ".."):
         raise ConfigError(
-            f"{name!r} is not the name of a series directory",
+            f"{values.shown(name)} is not the name of a series directory",
             path=path,
             key="extends.series",
             hint="name a sibling series directory, e.g. `llamafile` (no path separators)",
@@ -377,13 +483,14 @@ def _extends_from(raw: Any, path: Path) -> Extends:
         raise ConfigError(
             "a series cannot extend itself", path=path, key="extends.series", hint="remove it"
         )
-    root = _relative(_string(raw["root"], path, "extends.root"), path, "extends.root")
-    if root != "." and PurePosixPath(root).as_posix() != root:
+    root = _string(raw["root"], path, "extends.root")
+    problem = values.root_problem(root) or ("ends with '/'" if root.endswith("/") else None)
+    if problem is not None:
         raise ConfigError(
-            f"{root!r} is not a normalised path",
+            f"{values.shown(root)} {problem}",
             path=path,
             key="extends.root",
-            hint=f"write it as {PurePosixPath(root).as_posix()!r}",
+            hint="use . or a relative path inside the upstream tree, without '..'",
         )
     return Extends(series=name, root=root, key_order=tuple(raw))
 
@@ -407,46 +514,67 @@ def _patch_from(raw: Any, path: Path, i: int) -> Patch:
         if raw.get(key) is None:
             raise ConfigError("required", path=path, key=f"{at}.{key}", hint="add it")
 
-    def get(key: str, pattern: re.Pattern[str] | None = None) -> str | None:
-        return _optional(raw.get(key), path, f"{at}.{key}", pattern)
+    def get(key: str) -> str | None:
+        return _optional(raw.get(key), path, f"{at}.{key}")
 
     return Patch(
-        id=_string(raw["id"], path, f"{at}.id", pattern=PATCH_ID),
-        file=_relative(_string(raw["file"], path, f"{at}.file"), path, f"{at}.file"),
+        id=_string(raw["id"], path, f"{at}.id"),
+        file=_patch_file(_string(raw["file"], path, f"{at}.file"), path, f"{at}.file"),
         title=_title(raw.get("title"), path, f"{at}.title"),
         upstream_status=get("upstream_status"),
         origin=get("origin"),
         markers=_markers(raw.get("markers"), path, f"{at}.markers"),
-        pre_tree=get("pre_tree", HEX40),
-        post_tree=get("post_tree", HEX40),
+        pre_tree=get("pre_tree"),
+        post_tree=get("post_tree"),
         imported=_bool(raw.get("imported", False), path, f"{at}.imported"),
-        sha256=get("sha256", HEX64),
+        sha256=get("sha256"),
         key_order=tuple(raw),
     )
+
+
+def _patch_file(value: str, path: Path, key: str) -> str:
+    if value.lower() in RESERVED_FILES:
+        raise ConfigError(
+            f"{values.shown(value)} is a file patchctl generates",
+            path=path,
+            key=key,
+            hint="use NNNN-slug.patch",
+        )
+    return value
 
 
 def _title(raw: Any, path: Path, key: str) -> str:
     if raw is None:
         return ""
-    if not isinstance(raw, str):
-        raise ConfigError(f"expected a string, got {raw!r}", path=path, key=key, hint="quote it")
-    return raw
+    return _string(raw, path, key, empty=True)
 
 
 def _markers(raw: Any, path: Path, key: str) -> tuple[str, ...]:
     if raw is None:
         return ()
-    if not isinstance(raw, list) or not all(isinstance(m, str) and m for m in raw):
+    if not isinstance(raw, list) or not all(isinstance(m, str) for m in raw):
         raise ConfigError(
             "must be a list of non-empty strings", path=path, key=key, hint='e.g. ["// patchctl"]'
         )
+    for n, marker in enumerate(raw):
+        problem = values.marker_problem(marker)
+        if problem is not None:
+            raise ConfigError(
+                f"{values.shown(marker)} {problem}",
+                path=path,
+                key=f"{key}[{n}]",
+                hint="a marker is one non-blank line, e.g. // patchctl 0079-fix",
+            )
     return tuple(raw)
 
 
 def _bool(raw: Any, path: Path, key: str) -> bool:
     if not isinstance(raw, bool):
         raise ConfigError(
-            f"expected true or false, got {raw!r}", path=path, key=key, hint="use true or false"
+            f"expected true or false, got {values.shown(raw)}",
+            path=path,
+            key=key,
+            hint="use true or false",
         )
     return raw
 
@@ -462,23 +590,55 @@ def _check_unique(patches: tuple[Patch, ...], path: Path) -> None:
                 key=f"patches[{i}].id",
                 hint="give every patch a unique id",
             )
-        if patch.file in files:
+        # Case-folded: two names that differ only in case are one file on macOS and Windows.
+        name = patch.file.casefold()
+        if name in files:
             raise ConfigError(
-                f"duplicate file {patch.file!r} (also patches[{files[patch.file]}])",
+                f"duplicate file {patch.file!r} (also patches[{files[name]}])",
                 path=path,
                 key=f"patches[{i}].file",
                 hint="give every patch its own file",
             )
         seen[patch.id] = i
-        files[patch.file] = i
+        files[name] = i
+
+
+def _check_locations(series: Series) -> None:
+    """Every patch file resolves inside the series directory (no symlink leads out of it)."""
+    top = series.dir.resolve()
+    for i, patch in enumerate(series.patches):
+        where = series.dir / patch.file
+        if not where.resolve().is_relative_to(top):
+            raise ConfigError(
+                f"{patch.file} resolves to {where.resolve()}, outside the series directory",
+                path=series.path,
+                key=f"patches[{i}].file",
+                hint="patch files live inside the series directory; remove the symlink",
+            )
+        if where.is_dir():
+            raise ConfigError(
+                f"{patch.file} is a directory",
+                path=series.path,
+                key=f"patches[{i}].file",
+                hint="name the patch file itself",
+            )
 
 
 def _check_files(series: Series) -> None:
+    limit = PATCH_BYTES.value()
     for i, patch in enumerate(series.patches):
-        if not series.patch_path(patch).is_file():
+        where = series.patch_path(patch)
+        if not where.is_file():
             raise NotFound(
                 f"{series.path}: patches[{i}].file: {patch.file} does not exist",
-                hint=f"create {series.patch_path(patch)} or remove the entry",
+                hint=f"create {where} or remove the entry",
+            )
+        if where.stat().st_size > limit:
+            raise ConfigError(
+                f"{patch.file} is larger than {human(limit)}",
+                path=series.path,
+                key=f"patches[{i}].file",
+                hint=PATCH_BYTES.hint(),
             )
 
 
@@ -490,6 +650,9 @@ class _Dumper(yaml.SafeDumper):
 
     def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
         super().increase_indent(flow, False)
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True  # the loader refuses aliases: never write one
 
 
 class _Markers(tuple[str, ...]):
@@ -560,6 +723,15 @@ def dump_series(series: Series) -> bytes:
     )
     text = re.sub(r"(?<!\npatches:)\n(  - id: )", r"\n\n\1", text)
     return (series.header + text).encode("utf-8")
+
+
+def check_savable(series: Series) -> None:
+    """ConfigError unless the bytes `save_series` would write load back as a valid series.
+
+    Commands that build entries from other inputs (import, capture, new) call this before
+    their first write, so a value the loader would refuse is never written.
+    """
+    _series_from(_parse_yaml(dump_series(series), series.path), series.path)
 
 
 def save_series(series: Series, path: Path | None = None) -> bool:

@@ -6,11 +6,13 @@ on disk since, unsaved work, and whether series.yaml still pins the clean room's
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from patchctl.cleanroom import Cleanroom, default_workdir, load_cleanroom, same_pin
+from patchctl.journal import JOURNAL, room_journal_path
 from patchctl.patchapply import patch_sha256
 from patchctl.series import Series, load_series, series_dir, series_file
 from patchctl.stack import Entry, load_stack
@@ -59,7 +61,22 @@ class CleanroomStatus:
             "pending": self.pending(),
             "stale": self.stale(),
             "dirty": self.dirty,
+            "interrupted": self.interrupted(),
         }
+
+    def interrupted(self) -> str | None:
+        """The command whose journal is in this clean room or its series: running now, or
+        killed (the next command that writes recovers it); None when there is none."""
+        journals = [room_journal_path(self.room.path)]
+        if self.series is not None:
+            journals.append(self.series.dir / JOURNAL)
+        for path in journals:
+            if path.is_file():
+                try:
+                    return str(json.loads(path.read_bytes()).get("op", "patchctl"))
+                except (ValueError, AttributeError):
+                    return "patchctl"
+        return None
 
 
 def cleanroom_status(series_path: Path, workdir: Path | None = None) -> CleanroomStatus:

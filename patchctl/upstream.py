@@ -15,19 +15,24 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import urllib.request
+from collections.abc import Iterator
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urljoin
+from urllib.parse import urljoin, urlsplit
 
 from patchctl.archive import extract_archive, is_archive
 from patchctl.cache import cache_dir
 from patchctl.errors import ChecksumMismatch, ConfigError, GitFailed, NotFound, PatchctlError
-from patchctl.fsio import sha256_file, write_atomic
-from patchctl.git import Git
+from patchctl.fsio import sha256_file, write_atomic_blocks
+from patchctl.git import Git, share_objects, unsound_objects
+from patchctl.limits import DOWNLOAD_BYTES, INDEX_BYTES, human
 from patchctl.progress import Progress, or_null
 from patchctl.series import Series, Upstream
+from patchctl.values import git_url_problem, is_remote_url, shown
 
 PYPI_URL = "https://pypi.org"
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
@@ -60,12 +65,30 @@ def find_cached(sha256: str, cache: Path | None = None) -> Path | None:
 
 
 def store(source: Path, sha256: str, filename: str, cache: Path | None = None) -> Path:
-    """Copy `source` into the store if its sha256 is `sha256` (ChecksumMismatch otherwise)."""
-    actual = sha256_file(source)
-    if actual != sha256:
-        raise ChecksumMismatch(f"{source} has sha256 {actual}, expected {sha256}")
+    """Copy `source` into the store if its sha256 is `sha256` (ChecksumMismatch otherwise).
+
+    Streamed (an archive can be gigabytes) and hashed while copying: the file that lands in
+    the store is the one that was checked.
+    """
     target = cached_path(sha256, filename, cache)
-    write_atomic(target, source.read_bytes())
+    digest = hashlib.sha256()
+
+    def blocks() -> Iterator[bytes]:
+        with source.open("rb") as stream:
+            for block in iter(lambda: stream.read(CHUNK), b""):
+                digest.update(block)
+                yield block
+
+    def check() -> None:
+        if digest.hexdigest() != sha256:
+            raise ChecksumMismatch(f"{source} has sha256 {digest.hexdigest()}, expected {sha256}")
+
+    try:
+        write_atomic_blocks(target, blocks(), check)
+    except ChecksumMismatch:
+        with suppress(OSError):
+            target.parent.rmdir()  # the folder of a hash nothing has: only if it is empty
+        raise
     return target
 
 
@@ -93,7 +116,15 @@ def _open(url: str, accept: str = "application/json") -> Any:
 
 def _get_json(url: str, accept: str = "application/json") -> dict[str, Any]:
     with _open(url, accept) as response:
-        data = json.loads(response.read())
+        raw = response.read(INDEX_BYTES + 1)
+    if len(raw) > INDEX_BYTES:
+        raise PatchctlError(f"{url} answered more than {human(INDEX_BYTES)}; not an index")
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        raise PatchctlError(
+            f"{url} did not answer JSON ({str(exc)[:80]})", hint="check PATCHCTL_PYPI_URL"
+        ) from None
     return data if isinstance(data, dict) else {}
 
 
@@ -113,11 +144,11 @@ def _from_json_api(package: str, version: str) -> list[Release]:
     """The sdists listed by PyPI's JSON API (`/pypi/<pkg>/<version>/json`)."""
     url = f"{pypi_url()}/pypi/{package}/{version}/json"
     entries = _get_json(url).get("urls", [])
-    return [
-        Release(str(e["filename"]), urljoin(url, str(e["url"])), e.get("digests", {}).get("sha256"))
-        for e in entries
-        if e.get("packagetype") == "sdist"
-    ]
+    found = []
+    for entry in entries if isinstance(entries, list) else []:
+        if isinstance(entry, dict) and entry.get("packagetype") == "sdist":
+            found.append(_release(url, entry, "digests"))
+    return [r for r in found if r is not None]
 
 
 def _from_simple_api(package: str, version: str) -> list[Release]:
@@ -125,11 +156,35 @@ def _from_simple_api(package: str, version: str) -> list[Release]:
     is not served (some mirrors and proxies only serve /simple)."""
     url = f"{pypi_url()}/simple/{package}/"
     files = _get_json(url, SIMPLE_JSON).get("files", [])
-    return [
-        Release(str(f["filename"]), urljoin(url, str(f["url"])), f.get("hashes", {}).get("sha256"))
-        for f in files
-        if _is_sdist(str(f.get("filename", "")), package, version)
-    ]
+    found = []
+    for entry in files if isinstance(files, list) else []:
+        if isinstance(entry, dict) and _is_sdist(str(entry.get("filename", "")), package, version):
+            found.append(_release(url, entry, "hashes"))
+    return [r for r in found if r is not None]
+
+
+# What an index may name a file: it becomes a file name in the cache, so one plain name.
+RELEASE_FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,200}")
+
+
+def _release(base: str, entry: dict[str, Any], digests: str) -> Release | None:
+    """One index entry as a Release; None when it is malformed or names an unsafe file/URL.
+
+    The index is a remote input: its file name must be a plain archive name (it becomes a
+    path in the cache) and its URL http(s) (or file: under a file: index).
+    """
+    filename, link = entry.get("filename"), entry.get("url")
+    hashes = entry.get(digests)
+    sha = hashes.get("sha256") if isinstance(hashes, dict) else None
+    if not isinstance(filename, str) or not isinstance(link, str):
+        return None
+    if not RELEASE_FILE.fullmatch(filename) or not is_archive(Path(filename)):
+        return None
+    target = urljoin(base, link)
+    allowed = ("https", "http", "file") if base.startswith("file:") else ("https", "http")
+    if urlsplit(target).scheme not in allowed:
+        return None
+    return Release(filename, target, sha if isinstance(sha, str) else None)
 
 
 def sdist_releases(package: str, version: str) -> list[Release]:
@@ -148,10 +203,18 @@ def sdist_releases(package: str, version: str) -> list[Release]:
 def _download(url: str, dest: Path, progress: Progress) -> str:
     """Stream `url` into `dest`; return the sha256 of what was written."""
     digest = hashlib.sha256()
+    limit = DOWNLOAD_BYTES.value()
+    received = 0
     with _open(url) as response, dest.open("wb") as out:
         total = response.headers.get("Content-Length")
-        progress.start("download", int(total) if total else None)
+        progress.start("download", int(total) if total and total.isdigit() else None)
         for block in iter(lambda: response.read(CHUNK), b""):
+            received += len(block)
+            if received > limit:
+                raise PatchctlError(
+                    f"{url} is larger than {human(limit)}; nothing was kept",
+                    hint=DOWNLOAD_BYTES.hint(),
+                )
             digest.update(block)
             out.write(block)
             progress.advance("download", len(block))
@@ -223,9 +286,21 @@ def local_archive(series: Series) -> Path:
 
 
 def git_url(series: Series) -> str:
-    """The upstream url; a relative local path is taken relative to the series directory."""
+    """The upstream url; a relative local path is taken relative to the series directory.
+
+    The url passed values.git_url_problem on load; checked again here because it is about to
+    reach a command line (a Series can also be built in code).
+    """
     url = series.upstream.url or ""
-    if "://" in url or url.startswith("git@"):
+    problem = git_url_problem(url)
+    if problem is not None:
+        raise ConfigError(
+            f"{shown(url)} {problem}",
+            path=series.path,
+            key="upstream.url",
+            hint="use an https/http/ssh/git/file URL, user@host:path or a path",
+        )
+    if is_remote_url(url):
         return url
     return str((series.dir / url).resolve())
 
@@ -239,13 +314,23 @@ def git_cache(url: str) -> Git:
     return Git.init(path, bare=True)
 
 
+def _fresh_cache(broken: Git) -> Git:
+    """Replace a cache repository that lacks objects (it is patchctl's own; refetched)."""
+    aside = broken.repo.with_name(f".{broken.repo.name}.broken-{os.getpid()}")
+    broken.repo.rename(aside)
+    shutil.rmtree(aside, ignore_errors=True)
+    return Git.init(broken.repo, bare=True)
+
+
 def fetch_git(series: Series, progress: Progress | None = None) -> Git:
     """A cache repository that contains the pinned commit (fetched by id if missing)."""
     commit = series.upstream.commit
     assert commit  # validated on load
     cache = git_cache(git_url(series))
     if cache.maybe_rev(f"{commit}^{{commit}}") is not None:
-        return cache
+        if cache.has_complete_commit(commit):
+            return cache
+        cache = _fresh_cache(cache)  # an interrupted fetch left part of the commit's objects
     report = or_null(progress)
     report.start("fetch", None)
     try:
@@ -297,9 +382,13 @@ def _materialize_archive(series: Series, repo: Git, progress: Progress | None) -
     return result
 
 
-# Extracting and staging a large sdist takes a while; the staged tree is kept in one cache
-# repository, keyed by the archive's sha256 and subdir (so the key is content-addressed),
-# and later clean rooms fetch it from there.
+# Extracting and staging a large archive takes a while; the staged tree is kept in one cache
+# repository, keyed by the archive's sha256 and subdir (so the key is content-addressed).
+# Its objects are shared, not copied: the loose objects the new clean room just wrote are
+# hard-linked into the cache, and a later clean room links the tree's objects back
+# (git.share_objects) once each has been read and found to hash to its id. Packing them
+# instead (push, fetch) costs a delta search and a recompression of every object: on a
+# kernel-sized tree, longer than staging it.
 
 
 def _trees_cache() -> Git:
@@ -317,7 +406,10 @@ def _save_to_tree_cache(up: Upstream, repo: Git, result: Materialized) -> None:
     commit = repo.commit_tree(result.tree, f"patchctl tree cache\n\n{dropped}".encode())
     try:
         trees = _trees_cache()
-        repo.push(str(trees.repo), f"+{commit}:{_tree_ref(up)}")
+        # every loose object of the new clean room (the upstream's only), mending any
+        # damaged copy the cache held
+        share_objects(repo, trees, replace=True)
+        trees.update_ref(_tree_ref(up), commit, "patchctl tree cache")
     except (GitFailed, OSError):
         pass  # the tree cache is an optimisation: a failure to fill it costs only time
 
@@ -327,14 +419,20 @@ def _from_tree_cache(up: Upstream, repo: Git) -> Materialized | None:
     trees_path = cache_dir() / "trees.git"
     if not (trees_path / "HEAD").is_file():
         return None
-    commit = Git(trees_path).maybe_rev(_tree_ref(up))
+    trees = Git(trees_path)
+    commit = trees.maybe_rev(_tree_ref(up))
     if commit is None:
         return None
     try:
-        repo.fetch(str(trees_path), commit)
+        objects = [commit, *trees.tree_objects(trees.tree_of(commit))]
+        if unsound_objects(trees, objects):
+            return None  # a damaged cache: extract again, nothing taken from it
+        packed = share_objects(trees, repo, objects)
+        if packed:
+            repo.fetch(str(trees_path), commit)  # a cache packed by hand (git gc)
         tree = repo.tree_of(commit)
         message = repo.cat_file("commit", commit).decode("utf-8", "replace")
-    except GitFailed:
+    except (GitFailed, OSError):
         return None
     repo.read_tree(tree, reset=True, update=True)
     dropped = tuple(line[9:] for line in message.splitlines() if line.startswith("dropped: "))

@@ -1,7 +1,8 @@
 """Byte-for-byte round-trip verification of a series, in a scratch repository.
 
-For each patch, walking the stack from the pinned upstream tree:
-  chain    the recorded pre_tree is the tree the patches before it produce;
+For each patch checked (all of them, or the ids asked for):
+  chain    the recorded pre_tree is the recorded post_tree of the patch before it (the pinned
+           upstream tree for the first), so that checking every patch proves the whole stack;
   forward  `apply --cached` on the pre-tree gives exactly the recorded post_tree;
   reverse  `apply -R --cached` on the post-tree gives exactly the pre-tree;
   reexport capturing pre -> post again reproduces the committed bytes (an imported patch's
@@ -10,7 +11,8 @@ For each patch, walking the stack from the pinned upstream tree:
   markers  each declared marker is absent from the pre-tree and present in the post-tree.
 Tree ids are compared, so modes, symlinks and binaries count. The scratch repository borrows
 objects through `objects/info/alternates` and owns its indexes: the user's clean room (index,
-worktree, refs) is never touched.
+worktree, refs) is never touched. "The walk" below says what `verify ID` proves next to
+`verify --all`, and what each costs.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +30,7 @@ from patchctl.cleanroom import Cleanroom, open_cleanroom
 from patchctl.docs import stale_docs
 from patchctl.errors import DocsOutOfDate, NotFound, RoundTripFailed
 from patchctl.fsio import write_atomic
-from patchctl.git import Git, Index, scratch_repo
+from patchctl.git import Git, scratch_repo
 from patchctl.markers import (
     MarkerCheck,
     added_by,
@@ -36,7 +38,7 @@ from patchctl.markers import (
     markers_in_tree,
     touched_paths,
 )
-from patchctl.patchapply import Outcome, apply_to_index, drift_summary, patch_sha256
+from patchctl.patchapply import Outcome, TreePatcher, drift_summary, patch_sha256
 from patchctl.patchfile import diff_tree_pairs, render_patch
 from patchctl.progress import Progress, or_null
 from patchctl.series import Patch, Series, load_series
@@ -52,6 +54,7 @@ class StepResult:
     step: str
     ok: bool
     detail: str = ""
+    note: str | None = None  # what passed but needs a look (hunks git placed at an offset)
 
 
 @dataclass(frozen=True)
@@ -66,12 +69,20 @@ class PatchReport:
         """True when every step passed."""
         return all(s.ok for s in self.steps)
 
+    @property
+    def notes(self) -> list[tuple[str, str]]:
+        """(step, note) for the steps that passed with a note."""
+        return [(s.step, s.note) for s in self.steps if s.note]
+
     def to_json(self) -> dict[str, object]:
         """Plain data for --json."""
         return {
             "id": self.id,
             "ok": self.ok,
-            "steps": [{"step": s.step, "ok": s.ok, "detail": s.detail} for s in self.steps],
+            "steps": [
+                {"step": s.step, "ok": s.ok, "detail": s.detail, "note": s.note}
+                for s in self.steps
+            ],
         }
 
 
@@ -118,15 +129,9 @@ class VerifyReport:
 # ----------------------------------------------------------------------------- scratch repo
 
 
-def _index(git: Git, name: str) -> Index:
-    """An index file of its own inside the scratch repository (one per pass)."""
-    return Index(git, git.repo / f"{name}.index")
-
-
-def _drift_note(outcome: Outcome) -> str:
+def _drift_note(outcome: Outcome) -> str | None:
     """Hunks git placed at an offset (possible only for imported patches; not a failure)."""
-    summary = drift_summary(outcome.drift())
-    return "" if summary is None else f" (note: {summary})"
+    return drift_summary(outcome.drift())
 
 
 def first_differing_path(git: Git, expected: str, actual: str) -> str:
@@ -151,39 +156,42 @@ def first_differing_byte(expected: bytes, actual: bytes) -> str:
 
 # ----------------------------------------------------------------------------- the walk
 #
-# Three passes, four git processes per patch plus a few per series (a 78-patch series on
-# llama.cpp must verify within 3x `git am`; docs/benchmarks/verify-78.json):
-#   forward  one index walks base -> patch 1 -> ... (apply + write-tree per patch);
-#   reverse  one index walks back from the top (apply -R + write-tree per patch);
-#   checks   re-export (one `diff-tree --stdin` for all patches) and markers (the touched
-#            files of every pre/post tree read by one `cat-file --batch`), plus one cached
-#            whole-tree grep of the upstream for all markers.
-# When every recorded pre/post tree is readable (the normal case: the clean room holds them),
-# reverse and checks run on the recorded trees concurrently with the forward pass (each pass
-# has its own index file; git's object writes are safe to run in parallel). Otherwise they
-# run after it, on the trees the forward pass computed.
-
-
-@dataclass(frozen=True)
-class _Forward:
-    """The forward result of one patch (private)."""
-
-    patch: Patch
-    data: bytes
-    pre: str | None
-    post: str | None
-    chain: StepResult
-    forward: StepResult
+# Each patch is checked on tree objects (patchapply.TreePatcher: a patch costs the paths it
+# touches, not the size of the tree):
+#   round trip  forward on the pre-tree, then reverse on the post-tree (reusing the small
+#               index the forward apply left: the reverse names the same paths);
+#   checks      re-export (one `diff-tree --stdin` for all patches) and markers (one
+#               `cat-file --batch`), in a thread beside the round trips, plus one cached
+#               whole-tree grep of the upstream for all markers.
+# From recorded trees (the normal case: the clean room holds every recorded tree), each
+# checked patch starts from its own recorded pre_tree, and the chain step compares that with
+# the tree the patch before it made when that one was checked too (else its recorded
+# post_tree; the upstream tree for the first). So
+# `verify ID` costs the patches it checks, whatever their place in the stack, and proves
+# each one's link to its predecessor's record and its own transform; `verify --all` proves
+# every link and transform, which together are the series turning the upstream tree into the
+# recorded trees. Without readable recorded trees, the forward applies walk the stack from
+# the upstream tree instead (every patch up to the last one checked).
 
 
 @dataclass(frozen=True)
 class _Item:
-    """A patch with the trees the reverse pass and the checks use (private)."""
+    """A patch with the trees its reverse step and checks use (private)."""
 
     patch: Patch
     data: bytes
     pre: str | None
     post: str | None
+
+
+@dataclass(frozen=True)
+class _Trip:
+    """The chain, forward and reverse steps of one patch, and its trees (private)."""
+
+    item: _Item
+    chain: StepResult
+    forward: StepResult
+    reverse: StepResult
 
 
 def base_tree(series: Series, fallback: str | None = None) -> str:
@@ -211,41 +219,42 @@ def verify_series(
 ) -> VerifyReport:
     """Verify the patches `ids` (all when None) of `series`; objects come from `sources`.
 
-    The walk starts at `start` when given (a series that extends another: the tree after the
+    The chain starts at `start` when given (a series that extends another: the tree after the
     extended series' patches), else upstream.tree, else `base` (the clean room's), else the
-    first pre_tree. Only the series' own patches are walked (verify_stack adds the others).
+    first pre_tree. Only the series' own patches are checked (verify_stack adds the others).
     """
     wanted = set(series.ids() if ids is None else ids)
-    for pid in wanted:
-        series.index(pid)  # NotFound for an unknown id
-    last = max((series.index(p) for p in wanted), default=-1)
+    positions = sorted({series.index(pid) for pid in wanted})  # NotFound for an unknown id
     start = start or base_tree(series, base)
-    patches = series.patches[: last + 1]
-    datas = [series.patch_path(p).read_bytes() for p in patches]
+    markers = tuple(dict.fromkeys(m for p in series.patches for m in p.markers))
     prog = or_null(progress)
-    prog.start("verify", 3 * len(patches))
-    with scratch_repo(sources) as git, ThreadPoolExecutor(max_workers=3) as pool:
+    prog.start("verify", 2 * len(positions))
+    with (
+        scratch_repo(sources) as git,
+        ThreadPoolExecutor(max_workers=2) as pool,
+        TreePatcher(git) as patcher,
+    ):
         if not git.has_tree(start):
             raise NotFound(
                 f"upstream tree {start} is not in {', '.join(map(str, sources))}",
                 hint="materialize the clean room first: patchctl cleanroom apply",
             )
-        markers = tuple(dict.fromkeys(m for p in series.patches for m in p.markers))
         upstream = pool.submit(upstream_markers, git, start, markers)
-        recorded = _all_readable(git, [t for p in patches for t in (p.pre_tree, p.post_tree)])
-        later: tuple[Future[dict[str, StepResult]], Future[dict[str, list[StepResult]]]] | None
-        later = None
-        if recorded:
-            items = [
-                _Item(p, d, p.pre_tree, p.post_tree) for p, d in zip(patches, datas, strict=True)
-            ]
-            later = _submit(pool, git, series, items, wanted, prog)
-        forward = _forward_pass(git, series, patches, datas, start, prog)
-        if later is None:
-            items = [_Item(f.patch, f.data, *_trees(git, f)) for f in forward]
-            later = _submit(pool, git, series, items, wanted, prog)
-        reverse, checks = later[0].result(), later[1].result()
-        reports = _assemble(forward, reverse, checks, wanted, markers, upstream.result())
+        if _recorded(git, series, positions):
+            items = [_item(series, series.patches[i]) for i in positions]
+            checks = pool.submit(_check_pass, git, series, items, prog)
+            trips: list[_Trip] = []
+            computed: dict[int, str | None] = {-1: start}
+            for item, i in zip(items, positions, strict=True):
+                link = computed.get(i - 1) or _link(series, i, start)
+                trip, computed[i] = _from_record(git, patcher, series, item, link)
+                trips.append(trip)
+                prog.advance("verify")
+        else:
+            trips = _walk(git, patcher, series, positions, start, prog)
+            checks = pool.submit(_check_pass, git, series, [t.item for t in trips], prog)
+        earlier = _earlier(series, positions, trips) if markers else []
+        reports = _assemble(trips, checks.result(), earlier, markers, upstream.result())
     prog.done("verify")
     return VerifyReport(series.name, start, tuple(reports))
 
@@ -318,19 +327,23 @@ def upstream_markers(git: Git, tree: str, markers: tuple[str, ...]) -> frozenset
     return found
 
 
-def _submit(
-    pool: ThreadPoolExecutor,
-    git: Git,
-    series: Series,
-    items: list[_Item],
-    wanted: set[str],
-    prog: Progress,
-) -> tuple[Future[dict[str, StepResult]], Future[dict[str, list[StepResult]]]]:
-    chosen = [i for i in items if i.patch.id in wanted]
-    return (
-        pool.submit(_reverse_pass, git, series, chosen, prog),
-        pool.submit(_check_pass, git, series, chosen, prog),
-    )
+def _item(series: Series, patch: Patch) -> _Item:
+    return _Item(patch, series.patch_path(patch).read_bytes(), patch.pre_tree, patch.post_tree)
+
+
+def _link(series: Series, position: int, start: str) -> str | None:
+    """What the chain step compares a patch's pre_tree with when the patch before it was not
+    checked (or did not apply): that patch's recorded post_tree."""
+    return start if position == 0 else series.patches[position - 1].post_tree
+
+
+def _recorded(git: Git, series: Series, positions: Sequence[int]) -> bool:
+    """True when every checked patch has readable recorded trees and a recorded link."""
+    patches = [series.patches[i] for i in positions]
+    links = [series.patches[i - 1].post_tree for i in positions if i > 0]
+    if any(link is None for link in links):
+        return False
+    return _all_readable(git, [t for p in patches for t in (p.pre_tree, p.post_tree)])
 
 
 def _all_readable(git: Git, oids: Sequence[str | None]) -> bool:
@@ -342,25 +355,44 @@ def _all_readable(git: Git, oids: Sequence[str | None]) -> bool:
     return b" missing" not in out and out.count(b" tree ") == len(oids)
 
 
-def _forward_pass(
+def _from_record(
+    git: Git, patcher: TreePatcher, series: Series, item: _Item, link: str | None
+) -> tuple[_Trip, str | None]:
+    """One patch checked from its recorded trees (both readable); and the tree it made."""
+    assert item.pre is not None and item.post is not None
+    chain = _chain(git, item.patch, link)
+    post, forward = _forward(git, patcher, series, item, item.pre)
+    reverse = _reverse(git, patcher, series, item, back_from=post)
+    return _Trip(item, chain, forward, reverse), post
+
+
+def _walk(
     git: Git,
+    patcher: TreePatcher,
     series: Series,
-    patches: Sequence[Patch],
-    datas: Sequence[bytes],
+    positions: Sequence[int],
     start: str,
     prog: Progress,
-) -> list[_Forward]:
-    index = _index(git, "forward")
-    index.read_tree(start)
+) -> list[_Trip]:
+    """The stack walked from `start` up to the last checked patch (recorded trees missing)."""
+    wanted = set(positions)
     current: str | None = start
-    results = []
-    for patch, data in zip(patches, datas, strict=True):
+    trips = []
+    for i, patch in enumerate(series.patches[: max(positions, default=-1) + 1]):
+        item = _item(series, patch)
         chain = _chain(git, patch, current)
-        post, forward = _forward(git, index, series, patch, data, current)
-        results.append(_Forward(patch, data, current, post, chain, forward))
+        post, forward = None, StepResult("forward", False, "no tree to apply to")
+        if current is not None:
+            post, forward = _forward(git, patcher, series, item, current)
+        if post is None:
+            post = _readable(git, patch.post_tree)  # resume from the record when it can be read
+        if i in wanted:
+            found = _Item(patch, item.data, current or _readable(git, patch.pre_tree), post)
+            reverse = _reverse(git, patcher, series, found, back_from=post)
+            trips.append(_Trip(found, chain, forward, reverse))
+            prog.advance("verify")
         current = post
-        prog.advance("verify")
-    return results
+    return trips
 
 
 def _chain(git: Git, patch: Patch, pre: str | None) -> StepResult:
@@ -374,67 +406,46 @@ def _chain(git: Git, patch: Patch, pre: str | None) -> StepResult:
 
 
 def _forward(
-    git: Git, index: Index, series: Series, patch: Patch, data: bytes, pre: str | None
+    git: Git, patcher: TreePatcher, series: Series, item: _Item, pre: str
 ) -> tuple[str | None, StepResult]:
-    if pre is None:
-        return _resume(git, index, patch), StepResult("forward", False, "no tree to apply to")
-    outcome = apply_to_index(index, data, series.root)
-    if not outcome.ok:
-        why = f"does not apply: {outcome.first_error()}"
-        return _resume(git, index, patch), StepResult("forward", False, why)
-    post = index.write_tree()
-    if patch.post_tree is not None and post != patch.post_tree:
-        return post, StepResult("forward", False, first_differing_path(git, patch.post_tree, post))
-    return post, StepResult("forward", True, post + _drift_note(outcome))
+    """Apply on `pre`: the resulting tree (None when it does not apply) and the step."""
+    result = patcher.apply(pre, item.data, series.root)
+    if not result.outcome.ok or result.tree is None:
+        why = f"does not apply: {result.outcome.first_error()}"
+        return None, StepResult("forward", False, why)
+    post, expected = result.tree, item.patch.post_tree
+    if expected is not None and post != expected:
+        return post, StepResult("forward", False, first_differing_path(git, expected, post))
+    note = _drift_note(result.outcome)
+    detail = post if note is None else f"{post} (note: {note})"
+    return post, StepResult("forward", True, detail, note)
 
 
-def _resume(git: Git, index: Index, patch: Patch) -> str | None:
-    """After a failed forward step, continue from the recorded post-tree if readable."""
-    post = _readable(git, patch.post_tree)
-    if post is not None:
-        index.read_tree(post)
-    return post
+def _reverse(
+    git: Git, patcher: TreePatcher, series: Series, item: _Item, back_from: str | None
+) -> StepResult:
+    """Reverse-apply on the post-tree (the record when readable, else `back_from`)."""
+    post = item.post if item.post is not None else back_from
+    if item.pre is None or post is None:
+        return StepResult("reverse", False, "no readable pre/post tree")
+    result = patcher.apply(post, item.data, series.root, reverse=True)
+    if not result.outcome.ok or result.tree is None:
+        why = f"does not reverse-apply: {result.outcome.first_error()}"
+        return StepResult("reverse", False, why)
+    if result.tree != item.pre:
+        return StepResult("reverse", False, first_differing_path(git, item.pre, result.tree))
+    return StepResult("reverse", True, result.tree)
 
 
 def _readable(git: Git, oid: str | None) -> str | None:
     return oid if git.has_tree(oid) else None
 
 
-def _trees(git: Git, result: _Forward) -> tuple[str | None, str | None]:
-    """The actual pre/post trees of a patch, else its recorded ones when readable."""
-    pre = result.pre if result.pre is not None else _readable(git, result.patch.pre_tree)
-    post = result.post if result.post is not None else _readable(git, result.patch.post_tree)
-    return pre, post
-
-
-def _reverse_pass(
-    git: Git, series: Series, items: Sequence[_Item], prog: Progress
-) -> dict[str, StepResult]:
-    index = _index(git, "reverse")
-    state: str | None = None  # the tree the reverse index holds
-    steps = {}
-    for item in reversed(items):
-        if item.pre is None or item.post is None:
-            steps[item.patch.id] = StepResult("reverse", False, "no readable pre/post tree")
-            continue
-        if state != item.post:
-            index.read_tree(item.post)
-        steps[item.patch.id], state = _reverse(git, index, series, item.data, item.pre)
-        prog.advance("verify")
-    return steps
-
-
-def _reverse(
-    git: Git, index: Index, series: Series, data: bytes, pre: str
-) -> tuple[StepResult, str | None]:
-    outcome = apply_to_index(index, data, series.root, reverse=True)
-    if not outcome.ok:
-        why = f"does not reverse-apply: {outcome.first_error()}"
-        return StepResult("reverse", False, why), None
-    back = index.write_tree()
-    if back != pre:
-        return StepResult("reverse", False, first_differing_path(git, pre, back)), back
-    return StepResult("reverse", True, back), back
+def _earlier(series: Series, positions: Sequence[int], trips: Sequence[_Trip]) -> list[_Item]:
+    """Every patch up to the last checked one, for the markers an earlier patch adds."""
+    have = {t.item.patch.id: t.item for t in trips}
+    patches = series.patches[: max(positions, default=-1) + 1]
+    return [have.get(p.id) or _item(series, p) for p in patches]
 
 
 def _check_pass(
@@ -498,33 +509,34 @@ def _markers(item: _Item, checks: Sequence[MarkerCheck]) -> StepResult:
 
 
 def _assemble(
-    forward: Sequence[_Forward],
-    reverse: dict[str, StepResult],
+    trips: Sequence[_Trip],
     checks: dict[str, list[StepResult]],
-    wanted: set[str],
+    earlier: Sequence[_Item],
     markers: tuple[str, ...],
     upstream: frozenset[str],
 ) -> list[PatchReport]:
     """Per-patch reports; markers also fail when upstream or an earlier patch has them."""
-    added: dict[str, list[str]] = {}
+    added: dict[str, dict[str, list[str]]] = {}  # checked id -> marker -> earlier patches
+    running: dict[str, list[str]] = {}
+    for item in earlier:
+        added[item.patch.id] = {m: list(ids) for m, ids in running.items()}
+        for m in added_by(item.data, markers):
+            running.setdefault(m, []).append(item.patch.id)
     reports = []
-    for result in forward:
-        patch = result.patch
-        if patch.id in wanted:
-            reexport, marker = checks[patch.id]
-            extra = [f"{m!r} already in the upstream tree" for m in patch.markers if m in upstream]
-            extra += [
-                f"{m!r} also added by earlier patch {pid}"
-                for m in patch.markers
-                for pid in added.get(m, ())
-            ]
-            if extra:
-                detail = "; ".join(([marker.detail] if not marker.ok else []) + extra)
-                marker = StepResult("markers", False, detail)
-            steps = (result.chain, result.forward, reverse[patch.id], reexport, marker)
-            reports.append(PatchReport(patch.id, steps))
-        for m in added_by(result.data, markers):
-            added.setdefault(m, []).append(patch.id)
+    for trip in trips:
+        patch = trip.item.patch
+        reexport, marker = checks[patch.id]
+        extra = [f"{m!r} already in the upstream tree" for m in patch.markers if m in upstream]
+        extra += [
+            f"{m!r} also added by earlier patch {pid}"
+            for m in patch.markers
+            for pid in added.get(patch.id, {}).get(m, ())
+        ]
+        if extra:
+            detail = "; ".join(([marker.detail] if not marker.ok else []) + extra)
+            marker = StepResult("markers", False, detail)
+        steps = (trip.chain, trip.forward, trip.reverse, reexport, marker)
+        reports.append(PatchReport(patch.id, steps))
     return reports
 
 

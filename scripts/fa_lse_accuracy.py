@@ -7,8 +7,9 @@ kernel's own normaliser. Data, not a claim: the tests decide pass/fail.
 
     python scripts/fa_lse_accuracy.py [--out docs/benchmarks/fa-lse-cpu-accuracy.json]
 
-The llama.cpp tree comes from PATCHCTL_DCA_SRC / PATCHCTL_DCA_BUILD (defaults as in
-tests/dca/conftest.py).
+The llama.cpp trees are the DCA tests' own (tests/dca/builds.py): PATCHCTL_DCA_SRC +
+PATCHCTL_DCA_BUILD (and PATCHCTL_UPSTREAM_SRC + PATCHCTL_UPSTREAM_BUILD for the bitwise
+comparison with the unpatched op) name built trees; unset, patchctl produces and builds them.
 """
 
 from __future__ import annotations
@@ -28,14 +29,14 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
 from dca import fa_lse_harness as fa  # noqa: E402
-from dca.conftest import LlamaBuild, require_build, resolve_build  # noqa: E402
+from dca.builds import LlamaBuild, provide  # noqa: E402
+from dca.trees import TreeBuilder, dca_room, upstream_room  # noqa: E402
 
 DEFAULT_OUT = REPO / "docs" / "benchmarks" / "fa-lse-cpu-accuracy.json"
 
 
-def usable(tree: LlamaBuild) -> bool:
-    """Whether `tree` has ggml headers and shared libraries."""
-    return all((tree.bin / f"lib{lib}.so").exists() for lib in ("ggml", "ggml-base", "ggml-cpu"))
+def _say(line: str) -> None:
+    print(f"[dca trees] {line}", file=sys.stderr, flush=True)
 
 
 def _bitwise_equal(a: fa.F32, b: fa.F32) -> bool:
@@ -127,12 +128,11 @@ def _summary(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return dict(sorted(out.items()))
 
 
-def measure_all(build: LlamaBuild, seed: int) -> dict[str, Any]:
+def measure_all(build: LlamaBuild, upstream: LlamaBuild, seed: int) -> dict[str, Any]:
     """Run every case of fa.draw_cases(seed) and return the JSON document."""
     existing_probe = fa.probe_binary(build, with_lse=False)
     new_probe = fa.probe_binary(build, with_lse=True)
-    upstream = resolve_build("UPSTREAM")
-    upstream_probe = fa.probe_binary(upstream, with_lse=False) if usable(upstream) else None
+    upstream_probe = fa.probe_binary(upstream, with_lse=False)
     cases = fa.draw_cases(seed)
     records = [_case_record(c, existing_probe, new_probe, upstream_probe) for c in cases]
     return {
@@ -147,7 +147,7 @@ def measure_all(build: LlamaBuild, seed: int) -> dict[str, Any]:
             "head_subject": _git(build.src, "log", "-1", "--format=%s"),
             "dirty_files": len(_git(build.src, "status", "--porcelain").splitlines()),
         },
-        "upstream_build": str(upstream.build) if upstream_probe else None,
+        "upstream_build": str(upstream.build),
         "machine": {"cpu": _cpu_model(), "python": platform.python_version()},
         "numpy": np.__version__,
         "bounds_doc": (fa.Bounds.__doc__ or "").strip(),
@@ -161,7 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--seed", type=int, default=fa.DEFAULT_SEED)
     args = parser.parse_args(argv)
-    doc = measure_all(require_build("DCA"), args.seed)
+    builder = TreeBuilder(_say)  # one builder: a tree shared by both is built once
+    dca = provide("DCA", dca_room, lambda: builder)
+    doc = measure_all(dca, provide("UPSTREAM", upstream_room, lambda: builder), args.seed)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     bad = sum(g["cases_with_problems"] for g in doc["summary"].values())

@@ -13,7 +13,7 @@ from support.repos import Repo, tree_of_files
 from support.series import git_upstream, write_series
 
 from patchctl.apply import cleanroom_apply
-from patchctl.cleanroom import load_cleanroom
+from patchctl.cleanroom import BACKUP_REFS, load_cleanroom
 from patchctl.errors import AlreadyApplied, DirtyTree, NotFound, PatchDoesNotApply, PatchDrift
 from patchctl.progress import RecordingProgress
 
@@ -189,6 +189,24 @@ def test_unsaved_work_is_refused_then_backed_up_with_force(
     room = load_cleanroom(room_path)
     assert room.applied_patches() == ["0001-five", "0002-thirty"] and room.dirty_paths() == []
     assert room.git.run("cat-file", "blob", f"{report.backup.ref}:crlf.txt") == b"my edit\r\n"
+
+
+def test_a_nested_repository_is_refused_even_with_force_and_nothing_is_saved(
+    tmp_path: Path, upstream: Repo, make_repo: Callable[..., Repo]
+) -> None:
+    """A backup of a nested repository would hold only a gitlink: --force would save a link,
+    delete nothing, and find the same unsaved work on every run. It is refused instead."""
+    series = write_series(tmp_path / "s", git_upstream(upstream))
+    room_path = tmp_path / "room"
+    cleanroom_apply(series, workdir=room_path)
+    make_repo({"mine.c": b"int mine;\n"}, name="room/vendor/own")
+    for force in (False, True):
+        with pytest.raises(DirtyTree, match="git repositories of its own") as info:
+            cleanroom_apply(series, workdir=room_path, force=force)
+        assert "vendor/own/" in str(info.value) and "move them out" in (info.value.hint or "")
+    room = load_cleanroom(room_path)
+    assert room.git.refs(BACKUP_REFS) == [] and not room.backups_dir().exists()
+    assert (room_path / "vendor" / "own" / "mine.c").read_bytes() == b"int mine;\n"
 
 
 def test_foreign_commits_count_as_unsaved_work(tmp_path: Path, upstream: Repo) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import tarfile
 import zipfile
 from pathlib import Path
@@ -12,7 +14,7 @@ from support.archives import Special, make_tar
 from support.files import Entry, Exe, Link
 
 from patchctl.archive import extract_archive
-from patchctl.errors import NotFound, UnsafeArchive
+from patchctl.errors import NotFound, ToolchainMissing, UnsafeArchive
 from patchctl.progress import RecordingProgress
 
 SAFE: dict[str, Entry | Special] = {
@@ -146,3 +148,70 @@ def test_not_an_archive_is_refused(tmp_path: Path) -> None:
     with pytest.raises(UnsafeArchive):
         extract_archive(bogus, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+# ----------------------------------------------------------------------------- .tar.zst
+
+needs_zstd = pytest.mark.skipif(shutil.which("zstd") is None, reason="no zstd command here")
+
+
+def make_tar_zst(path: Path, files: dict[str, Entry | Special]) -> Path:
+    """A .tar.zst of `files` (a plain tar compressed by the zstd command)."""
+    plain = make_tar(path.with_name("plain.tar.gz"), files)
+    tar = path.with_name("plain.tar")
+    with tarfile.open(plain) as src, tarfile.open(tar, "w") as dst:
+        for info in src.getmembers():
+            dst.addfile(info, src.extractfile(info) if info.isreg() else None)
+    subprocess.run(["zstd", "-q", "-f", "-o", str(path), "--", str(tar)], check=True)
+    return path
+
+
+@needs_zstd
+def test_tar_zst_extracts_like_a_tar_gz(tmp_path: Path) -> None:
+    archive = make_tar_zst(tmp_path / "pkg-1.0.tar.zst", SAFE)
+    dest = tmp_path / "out"
+    result = extract_archive(archive, dest)
+    assert (dest / "README").read_bytes() == b"hello\n"
+    assert os.access(dest / "bin" / "run.sh", os.X_OK)
+    assert os.readlink(dest / "docs" / "link") == "../README"
+    assert result.dropped == ("vendor/lib/.git",)
+
+
+@needs_zstd
+def test_tar_zst_hostile_members_are_refused_like_any_tar(tmp_path: Path) -> None:
+    archive = make_tar_zst(tmp_path / "pkg-1.0.tar.zst", {"../evil": b"x\n"})
+    with pytest.raises(UnsafeArchive):
+        extract_archive(archive, tmp_path / "out")
+    assert not (tmp_path / "evil").exists() and not (tmp_path / "out").exists()
+
+
+@needs_zstd
+def test_tar_zst_damage_is_corrupt_with_zstds_message(tmp_path: Path) -> None:
+    archive = make_tar_zst(tmp_path / "pkg-1.0.tar.zst", SAFE)
+    archive.write_bytes(archive.read_bytes()[:-12])
+    with pytest.raises(UnsafeArchive, match="corrupt or truncated") as caught:
+        extract_archive(archive, tmp_path / "out")
+    assert caught.value.exit_code == 7
+    assert not (tmp_path / "out").exists()
+
+
+@needs_zstd
+def test_tar_zst_bomb_stops_while_it_is_decoded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    archive = make_tar_zst(tmp_path / "pkg-1.0.tar.zst", {"zeros": b"\0" * (3 << 20)})
+    monkeypatch.setenv("PATCHCTL_MAX_ARCHIVE_BYTES", str(1 << 20))
+    with pytest.raises(UnsafeArchive, match="PATCHCTL_MAX_ARCHIVE_BYTES"):
+        extract_archive(archive, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_tar_zst_without_the_zstd_command_says_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    archive = tmp_path / "pkg-1.0.tar.zst"
+    archive.write_bytes(b"(\xb5/\xfd")  # never read: the command is looked for first
+    monkeypatch.setattr(shutil, "which", lambda _name: None)
+    with pytest.raises(ToolchainMissing, match="needs the zstd command") as caught:
+        extract_archive(archive, tmp_path / "out")
+    assert caught.value.exit_code == 14

@@ -3,16 +3,27 @@
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from support.repos import Repo
 from support.series import write_series
 
-from patchctl.errors import GitFailed, PatchctlError
-from patchctl.git import PINNED_CONFIG, Git, Index, hermetic_env, scratch_repo, temp_index
+from patchctl.errors import ConfigError, GitFailed, PatchctlError
+from patchctl.git import (
+    PINNED_CONFIG,
+    Git,
+    Index,
+    hermetic_env,
+    scratch_repo,
+    share_objects,
+    temp_index,
+    unsound_objects,
+)
 from patchctl.markers import markers_in_tree
 from patchctl.series import Upstream, load_series
 from patchctl.upstream import fetch_git
@@ -147,9 +158,26 @@ def test_a_ref_prefix_starting_with_a_dash_is_a_pattern(make_repo: Callable[...,
 def test_an_upstream_url_that_looks_like_an_option_runs_nothing(tmp_path: Path) -> None:
     sentinel = tmp_path / "sentinel"
     upstream = Upstream(kind="git", url=f"--upload-pack=touch {sentinel};://x", commit="1" * 40)
-    series = load_series(write_series(tmp_path / "s", upstream))
+    with pytest.raises(ConfigError, match="starts with '-'"):  # refused where it is read
+        load_series(write_series(tmp_path / "s", upstream))
+    # ...and the git layer would not run it either, were it ever handed such a value.
+    plain = Upstream(kind="git", url="../repo", commit="1" * 40)
+    series = replace(load_series(write_series(tmp_path / "t", plain)), upstream=upstream)
     with pytest.raises(PatchctlError):
         fetch_git(series)
+    assert not sentinel.exists()
+
+
+@pytest.mark.parametrize("url", ["ext::sh -c touch% {s}", "fd::17", "testhelper::{s}"])
+def test_a_transport_outside_the_allow_list_never_runs(
+    make_repo: Callable[..., Repo], tmp_path: Path, url: str
+) -> None:
+    """values.py refuses these urls at load; git itself refuses them too (GIT_ALLOW_PROTOCOL
+    and protocol.allow=never), so no caller that skipped the check could run a transport."""
+    git = make_repo({"f.txt": b"x\n"}).git
+    sentinel = tmp_path / "sentinel"
+    with pytest.raises(GitFailed, match=r"not allowed|unsupported|Unable to find remote helper"):
+        git.fetch(url.format(s=sentinel), "0" * 40)
     assert not sentinel.exists()
 
 
@@ -245,3 +273,48 @@ def test_no_git_call_outside_git_py_passes_a_value_before_the_separator() -> Non
                 if bad is not None:
                     found.append(f"{path.relative_to(root)}:{node.lineno}: {bad}")
     assert found == []
+
+
+def _object_file(git: Git, oid: str) -> Path:
+    return git.repo / ".git" / "objects" / oid[:2] / oid[2:]
+
+
+def test_share_objects_links_loose_objects_and_names_packed_ones(
+    tmp_path: Path, make_repo: Callable[..., Repo], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = make_repo({"a.txt": b"a\n", "d/b.txt": b"b\n"})
+    objects = source.git.tree_objects(source.tree)
+    assert len(objects) == 4 and objects[0] == source.tree  # root, d, a.txt, d/b.txt
+    target = Git.init(tmp_path / "target")
+    assert share_objects(source.git, target, objects) == set()
+    for oid in objects:
+        assert os.path.samefile(_object_file(source.git, oid), _object_file(target, oid))
+    assert target.has_tree(source.tree)
+    # Another file system: copied (then renamed into place), same bytes.
+    def cross_device(*_args: object) -> None:
+        raise OSError(18, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "link", cross_device)
+    other = Git.init(tmp_path / "other")
+    assert share_objects(source.git, other) == set()  # every loose object, the commit too
+    copied = _object_file(other, source.commit)
+    assert copied.read_bytes() == _object_file(source.git, source.commit).read_bytes()
+    assert not os.path.samefile(copied, _object_file(source.git, source.commit))
+    # Packed objects are not files to share: their ids come back.
+    packed = make_repo({"p.txt": b"p\n"})
+    packed.git.run("repack", "-a", "-d", "-q")
+    assert share_objects(packed.git, Git.init(tmp_path / "third"), [packed.tree]) == {packed.tree}
+
+
+def test_unsound_objects_finds_missing_and_mislabelled_objects(
+    make_repo: Callable[..., Repo],
+) -> None:
+    repo = make_repo({"a.txt": b"a\n", "b.txt": b"b\n"})
+    a, b = (repo.git.rev_parse(f"{repo.tree}:{n}") for n in ("a.txt", "b.txt"))
+    assert unsound_objects(repo.git, [repo.tree, a, b], chunk=2) == []
+    # b's file holds a's (valid, compressed) object: readable, but not what its name says.
+    target = _object_file(repo.git, b)
+    target.chmod(0o644)
+    target.write_bytes(_object_file(repo.git, a).read_bytes())
+    missing = "0" * 40
+    assert unsound_objects(repo.git, [repo.tree, a, b, missing], chunk=2) == [b, missing]

@@ -11,8 +11,10 @@ from support.series import make_series
 from patchctl.errors import ConfigError, NotFound, PatchDoesNotApply
 from patchctl.git import Git
 from patchctl.importer import (
+    Incoming,
     header_fields,
     import_patches,
+    make_entry,
     read_source,
     slug,
     split_mbox,
@@ -220,6 +222,22 @@ def test_header_fields_and_slug() -> None:
     assert "diff" not in fields
     assert slug("debian/0003-Fix: a bug (CVE-1)!.patch") == "0003-Fix-a-bug-CVE-1"
     assert slug("////") == "patch"
+
+
+def test_imported_ids_never_nest_numbers() -> None:
+    def pid(name: str, number: int = 121) -> str:
+        return make_entry(Incoming(name, DEP3), number, "quilt:series", set()).id
+
+    assert pid("features/all/lockdown/0001-MODSIGN-load-keys.patch") == "0121-MODSIGN-load-keys"
+    assert pid("bugfix/all/0017-fix.patch") == "0121-fix"
+    assert pid("debian/gitignore.patch") == "0121-gitignore"
+    assert pid("0007-top-level.patch", 7) == "0007-top-level"  # a flat series keeps its numbers
+    assert pid("0200-ahead.patch") == "0200-ahead"
+    assert pid("0001-rt-on-top.patch", 166) == "0166-rt-on-top"  # numbering continues
+    assert pid("sub/0002-.patch") == "0121-patch"
+    taken = {"0121-fix"}
+    again = make_entry(Incoming("other/0003-fix.patch", DEP3), 121, "quilt:series", taken)
+    assert again.id != "0121-fix" and again.id.startswith("0121-fix-")
 
 
 def test_offset_hunks_are_noted(tmp_path: Path, upstream: tuple[Git, str]) -> None:

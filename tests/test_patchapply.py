@@ -5,19 +5,25 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 
+import pytest
+from support.files import CONTENT_MATRIX, CONTENT_MATRIX_AFTER, Exe, Files, Link, write_files
 from support.repos import Repo
 
+from patchctl import patchapply
 from patchctl.git import temp_index
 from patchctl.patchapply import (
     APPLY_FLAGS,
     ID_TRAILER,
     SHA_TRAILER,
+    TreeOutcome,
+    TreePatcher,
     apply_flags,
     apply_to_index,
     commit_message,
     drift_summary,
     find_drift,
     hunk_number,
+    named_paths,
     patch_sha256,
 )
 from patchctl.series import Patch
@@ -84,3 +90,165 @@ def test_drift_parser_and_hunk_numbers() -> None:
     assert hunk_number(patch, "f", 10) == 2
     assert hunk_number(patch, "sub/f", 1, root="sub") == 1
     assert hunk_number(patch, "g", 1) is None
+
+
+# ----------------------------------------------------------------------------- TreePatcher
+
+
+def _whole_index(
+    repo: Repo, tree: str, data: bytes, root: str, reverse: bool
+) -> tuple[int, bytes, str | None]:
+    """The reference: the patch applied to a whole index of `tree`, then write-tree."""
+    with temp_index(repo.git) as index:
+        index.read_tree(tree)
+        outcome = apply_to_index(index, data, root, reverse=reverse)
+        return outcome.code, outcome.stderr, index.write_tree() if outcome.ok else None
+
+
+def _same_as_whole_index(
+    patcher: TreePatcher, repo: Repo, tree: str, data: bytes, root: str = ".", reverse: bool = False
+) -> TreeOutcome:
+    result = patcher.apply(tree, data, root, reverse=reverse)
+    code, stderr, expected = _whole_index(repo, tree, data, root, reverse)
+    assert (result.outcome.code, result.outcome.stderr, result.tree) == (code, stderr, expected)
+    return result
+
+
+def _git_diff(repo: Repo, pre: str, post: str, *flags: str) -> bytes:
+    return repo.git.run(
+        "diff-tree",
+        "-p",
+        "--binary",
+        "--full-index",
+        "--no-color",
+        "--no-ext-diff",
+        "--src-prefix=a/",
+        "--dst-prefix=b/",
+        *flags,
+        pre,
+        post,
+        "--",
+    )
+
+
+def _tree(repo: Repo, files: Files) -> str:
+    """The tree of the work tree of `repo` with `files` written (None removes; a directory
+    emptied by the removals goes, so that a file can take its place)."""
+    write_files(repo.path, {k: None for k, v in files.items() if v is None})
+    for path in sorted(repo.path.rglob("*"), reverse=True):
+        real_dir = path.is_dir() and not path.is_symlink() and ".git" not in path.parts
+        if real_dir and not any(path.iterdir()):
+            path.rmdir()
+    write_files(repo.path, {k: v for k, v in files.items() if v is not None})
+    repo.git.add_all()
+    return repo.git.write_tree()
+
+
+MATRIX_CASES: list[tuple[str, Files, Files, tuple[str, ...]]] = [
+    ("matrix", CONTENT_MATRIX, CONTENT_MATRIX_AFTER, ()),
+    (
+        "rename",
+        {"old/name.c": b"x\n" * 20},
+        {"old/name.c": None, "new/name.c": b"x\n" * 20},
+        ("-M",),
+    ),
+    ("rename-edit", {"r.c": b"y\n" * 30}, {"r.c": None, "s/r.c": b"y\n" * 29 + b"z\n"}, ("-M",)),
+    ("copy", {"c.c": b"w\n" * 30}, {"c2.c": b"w\n" * 30}, ("-C", "--find-copies-harder")),
+    ("file-to-dir", {"a": b"file\n"}, {"a": None, "a/b": b"inside\n"}, ()),
+    (
+        "dir-to-file",
+        {"d/e": b"1\n", "d/f/g": b"2\n"},
+        {"d/e": None, "d/f/g": None, "d": b"f\n"},
+        (),
+    ),
+    ("symlink-to-file", {"l": Link("x")}, {"l": b"now a file\n"}, ()),
+    ("mode-only", {"m.sh": b"echo\n"}, {"m.sh": Exe(b"echo\n")}, ()),
+]
+
+
+@pytest.mark.parametrize("name,before,after,flags", MATRIX_CASES, ids=[c[0] for c in MATRIX_CASES])
+def test_tree_patcher_equals_a_whole_index_forward_reverse_and_conflicting(
+    make_repo: Callable[..., Repo],
+    name: str,
+    before: Files,
+    after: Files,
+    flags: tuple[str, ...],
+) -> None:
+    filler = {f"filler/{i}.txt": b"%d\n" % i for i in range(30)}
+    repo = make_repo({**filler, **before})
+    pre = repo.tree
+    post = _tree(repo, {**{k: None for k in before}, **after})
+    data = _git_diff(repo, pre, post, *flags)
+    assert data
+    with TreePatcher(repo.git) as patcher:
+        forward = _same_as_whole_index(patcher, repo, pre, data)
+        assert forward.tree == post and forward.outcome.ok
+        back = _same_as_whole_index(patcher, repo, post, data, reverse=True)
+        assert back.tree == pre
+        # the same patch on the wrong side: git's refusal (a mode change only warns), word
+        # for word
+        refused = _same_as_whole_index(patcher, repo, post, data).outcome
+        assert not refused.ok or refused.drift()
+        _same_as_whole_index(patcher, repo, pre, data, reverse=True)
+
+
+def test_tree_patcher_replaces_what_a_new_path_displaces(make_repo: Callable[..., Repo]) -> None:
+    """A new path where the tree has a file in its way, or a directory where it lands, that
+    the patch does not name: the small index holds those entries too, so git answers as it
+    does with a whole index (git 2.39 refuses both)."""
+    repo = make_repo({"a": b"file in the way\n", "d/x": b"1\n", "d/y/z": b"2\n", "k": b"k\n"})
+    under_file = (
+        b"diff --git a/a/new b/a/new\nnew file mode 100644\n--- /dev/null\n+++ b/a/new\n"
+        b"@@ -0,0 +1 @@\n+n\n"
+    )
+    over_dir = (
+        b"diff --git a/d b/d\nnew file mode 100644\n--- /dev/null\n+++ b/d\n@@ -0,0 +1 @@\n+d\n"
+    )
+    with TreePatcher(repo.git) as patcher:
+        for data in (under_file, over_dir):
+            _same_as_whole_index(patcher, repo, repo.tree, data)
+
+
+def test_tree_patcher_finds_paths_its_guess_missed(
+    make_repo: Callable[..., Repo], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """named_paths is only a guess: with an empty guess every answer is still git's."""
+    repo = make_repo({**CONTENT_MATRIX, "a": b"x\n", "d/e": b"1\n"})
+    post = _tree(
+        repo, {**CONTENT_MATRIX_AFTER, "a": None, "a/b": b"in\n", "d/e": None, "d": b"f\n"}
+    )
+    data = _git_diff(repo, repo.tree, post)
+    monkeypatch.setattr(patchapply, "named_paths", lambda _data, _root=".": set())
+    with TreePatcher(repo.git) as patcher:
+        assert _same_as_whole_index(patcher, repo, repo.tree, data).tree == post
+        assert _same_as_whole_index(patcher, repo, post, data, reverse=True).tree == repo.tree
+        _same_as_whole_index(patcher, repo, post, data)  # "already exists": a conflict
+
+
+def test_tree_patcher_offsets_traditional_diffs_and_the_series_root(
+    make_repo: Callable[..., Repo],
+) -> None:
+    body = b"".join(b"line %d\n" % i for i in range(1, 41))
+    shifted = b"new first line\n" + body
+    repo = make_repo({"sub/src/main.c": shifted, "sub/other": b"o\n"})
+    quilt_style = (
+        b"Description: a DEP-3 header\n---\n"
+        b"--- linux-6.1.orig/src/main.c\t2024-01-01 00:00:00.000000000 +0000\n"
+        b"+++ linux-6.1/src/main.c\t2024-01-01 00:00:00.000000000 +0000\n"
+        b"@@ -19,3 +19,3 @@\n line 19\n-line 20\n+L20\n line 21\n"
+    )
+    with TreePatcher(repo.git) as patcher:
+        result = _same_as_whole_index(patcher, repo, repo.tree, quilt_style, root="sub")
+        assert result.outcome.ok and result.outcome.drift()  # applied, at an offset
+        assert named_paths(quilt_style, "sub") >= {b"sub/src/main.c"}
+
+
+def test_named_paths_reads_quoted_and_spaced_names() -> None:
+    data = (
+        b'diff --git "a/caf\\303\\251 x" "b/caf\\303\\251 x"\n'
+        b"diff --git a/dir with spaces/f b/dir with spaces/f\n"
+        b"rename from old name\nrename to new name\n--- a/t.c\t2020\n+++ /dev/null\n"
+    )
+    found = named_paths(data)
+    assert {"caf\u00e9 x".encode(), b"dir with spaces/f", b"old name", b"new name", b"t.c"} <= found
+    assert b"dev/null" not in found and b"" not in found

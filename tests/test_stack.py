@@ -11,12 +11,14 @@ import pytest
 from support.repos import MakeRepo, Repo
 from support.series import NEW_FILE_PATCH
 
-from patchctl.apply import cleanroom_apply
+from patchctl.apply import apply_series, cleanroom_apply
 from patchctl.capture import add_patch, capture
-from patchctl.cleanroom import open_cleanroom
+from patchctl.cleanroom import BACKUP_REFS, open_cleanroom
 from patchctl.docs import doc_paths, update_docs
 from patchctl.errors import ChecksumMismatch, ConfigError, NotFound
 from patchctl.importer import import_series
+from patchctl.journal import RoomJournal
+from patchctl.recovery import recover_room
 from patchctl.series import Extends, Series, Upstream, load_series, save_series
 from patchctl.stack import join_root, load_stack
 from patchctl.status import cleanroom_status
@@ -121,10 +123,36 @@ def test_verify_fails_on_a_changed_extended_patch_until_the_own_patch_is_recaptu
     report = verify(package).report
     core, bind = report.patches
     assert core.ok and not bind.ok
-    assert [s.step for s in bind.steps if not s.ok] == ["chain", "forward"]  # recorded trees
+    # From the recorded trees: the own patch's transform of its recorded pre_tree still holds;
+    # its link to the tree the changed extended series now makes does not.
+    failed = [s for s in bind.steps if not s.ok]
+    assert [s.step for s in failed] == ["chain"]
     cleanroom_apply(package)  # the documented fix: re-apply, then re-capture the own patch
     capture(package, "0002-bind")
     assert verify(package).report.ok
+
+
+def test_a_kill_mid_apply_of_an_extended_patch_is_undone_under_its_own_root(
+    project: tuple[Path, Path],
+) -> None:
+    _base, package = project
+    series = load_series(package)
+    room = open_cleanroom(package)
+    journal = RoomJournal(room.path, "cleanroom apply")
+    apply_series(series, room, journal=journal)
+    plan = journal.fields["plan"]
+    assert [(e[0], e[3]) for e in plan] == [("0001-core", "vendor/lib"), ("0002-bind", ".")]
+    # What a kill leaves while 0001-core goes in: the clean room at its base, the patch in the
+    # work tree (under vendor/lib, where the stack applies it) and nothing committed.
+    room.reset_to(room.base_commit())
+    journal.record(head=room.head(), reset_to=room.base_commit(), plan=plan)
+    data = Path(plan[0][2]).read_bytes()
+    room.git.run("apply", "--index", "--directory=vendor/lib", stdin=data)
+    assert room.dirty_paths() == ["vendor/lib/core.c"]
+    found = recover_room(room.path)
+    assert found is not None and found.outcome == "rolled back"
+    assert room.dirty_paths() == [] and room.git.refs(BACKUP_REFS) == []  # patchctl's: no backup
+    assert [a.id for a in cleanroom_apply(package).applied] == ["0001-core", "0002-bind"]
 
 
 def test_capture_refuses_a_patch_of_the_extended_series(project: tuple[Path, Path]) -> None:

@@ -204,6 +204,27 @@ def test_git_upstream_is_fetched_by_commit_and_the_clone_is_untouched(
     assert snapshot(repo.path) == before
 
 
+def test_a_cache_left_incomplete_by_a_killed_fetch_is_fetched_again(
+    tmp_path: Path, make_repo: Callable[..., Repo]
+) -> None:
+    """A fetch killed while writing loose objects leaves the commit without all of its
+    tree; the cache repository is rebuilt instead of failing on every later run."""
+    repo = make_repo({"a.txt": b"a\n", "sub/b.txt": b"b\n"}, name="user-clone")
+    series = git_series(tmp_path, repo)
+    cache = fetch_git(series)
+    packed = cache.run("pack-objects", "--stdout", "--revs", stdin=f"{repo.commit}\n".encode())
+    for pack in (cache.repo / "objects" / "pack").iterdir():
+        pack.unlink()
+    cache.run("unpack-objects", stdin=packed)  # all loose now, as a small fetch used to be
+    sub = repo.git.rev_parse(f"{repo.commit}:sub")
+    (cache.repo / "objects" / sub[:2] / sub[2:]).unlink()  # the kill came before this one
+    assert not cache.has_complete_commit(repo.commit)
+    again = fetch_git(series)
+    assert again.repo == cache.repo and again.has_complete_commit(repo.commit)
+    result = materialize(series, Git.init(tmp_path / "room"))
+    assert result.tree == repo.tree
+
+
 def test_git_subdir_and_tree_pin(tmp_path: Path, make_repo: Callable[..., Repo]) -> None:
     repo = make_repo({"top.txt": b"t\n", "sub/b.txt": b"b\n"})
     sub_tree = repo.git.rev_parse(f"{repo.commit}:sub")
@@ -264,6 +285,38 @@ def test_staged_tree_is_cached_and_reused(tmp_path: Path, cache_home: Path) -> N
     assert os.access(room / "bin" / "run", os.X_OK) and os.readlink(room / "ln") == "x.c"
     assert Git(room).write_tree() == first.tree
     assert Git(room).run("diff-files", "--name-only") == b""  # work tree == index
+    # Objects are shared, not packed or copied: one file for the blob in all three places.
+    blob = Git(room).rev_parse(f"{first.tree}:x.c")
+    name = Path(".git") / "objects" / blob[:2] / blob[2:]
+    cached = cache_home / "trees.git" / "objects" / blob[:2] / blob[2:]
+    assert os.path.samefile(cached, tmp_path / "one" / name)
+    assert os.path.samefile(cached, room / name)
+    assert not any((cache_home / "trees.git" / "objects" / "pack").iterdir())
+
+
+def test_a_mislabelled_cache_object_is_never_taken(tmp_path: Path, cache_home: Path) -> None:
+    """A cached object whose bytes are another object's (readable, wrong) is caught before
+    anything is linked: the clean room is extracted again."""
+    (tmp_path / "s").mkdir()
+    archive = make_tar(tmp_path / "s" / "orig.tar.gz", {"x.c": b"int x;\n", "y.c": b"y\n"})
+    series = Series(
+        tmp_path / "s" / "series.yaml",
+        Upstream(kind="archive", path="orig.tar.gz", sha256=sha(archive)),
+    )
+    first = materialize(series, Git.init(tmp_path / "one"))
+    x, y = (Git(tmp_path / "one").rev_parse(f"{first.tree}:{n}") for n in ("x.c", "y.c"))
+    objects = cache_home / "trees.git" / "objects"
+    (objects / y[:2] / y[2:]).unlink()  # unlinked, not written: room one keeps its own
+    (objects / y[:2] / y[2:]).write_bytes((objects / x[:2] / x[2:]).read_bytes())
+    progress = RecordingProgress()
+    again = materialize(series, Git.init(tmp_path / "two"), progress)
+    assert again.tree == first.tree and ("done", "extract", None) in progress.events
+    assert (tmp_path / "two" / "y.c").read_bytes() == b"y\n"
+    assert Git(tmp_path / "two").cat_file("blob", y) == b"y\n"
+    # The extraction mended the cache: the next clean room is a hit again.
+    progress = RecordingProgress()
+    assert materialize(series, Git.init(tmp_path / "three"), progress) == first
+    assert not any(event[1] == "extract" for event in progress.events)
 
 
 def test_broken_tree_cache_falls_back_to_extraction(tmp_path: Path, cache_home: Path) -> None:

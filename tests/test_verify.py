@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -11,9 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.files import Entry, Exe, Link, write_files
 from support.repos import new_repo
-from support.series import make_series
+from support.series import make_project, make_series
 
 from patchctl.capture import capture_trees
+from patchctl.cli import main
 from patchctl.errors import NotFound, VerifyFailed
 from patchctl.git import Git
 from patchctl.series import Patch, Series
@@ -242,3 +244,29 @@ def test_verify_from_upstream_objects_only(tmp_path: Path) -> None:
         "reexport",
         "markers",
     ]
+
+
+def test_offset_notes_show_in_text_output_and_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = b"".join(b"line %d\n" % i for i in range(1, 21))
+    series_dir = make_project(tmp_path, {"f.txt": lines})
+    offset = (
+        b"Description: named three lines too low\n---\n--- a/f.txt\n+++ b/f.txt\n"
+        b"@@ -12,3 +12,3 @@\n line 9\n-line 10\n+LINE 10\n line 11\n"
+    )
+    (tmp_path / "offset.patch").write_bytes(offset)
+    for args in (("cleanroom", "apply"), ("import", str(tmp_path / "offset.patch"))):
+        assert main([*args, "--series", str(series_dir)]) == 0
+    capsys.readouterr()
+    assert main(["verify", "--all", "--series", str(series_dir)]) == 0
+    text = capsys.readouterr().out
+    assert "ok   0001-offset" in text
+    assert "note (forward): 1 hunk(s) at an offset, first in f.txt" in text
+    assert "(offset -3 lines)" in text
+    assert "1/1 patch(es) verified; 1 with hunks at an offset" in text
+    assert main(["verify", "--all", "--series", str(series_dir), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    forward = report["patches"][0]["steps"][1]
+    assert forward["step"] == "forward" and "offset -3 lines" in forward["note"]
+    assert all(s["note"] is None for s in report["patches"][0]["steps"][2:])

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchctl import toolchain
+from patchctl import toolchain, values
 from patchctl.build import BACKENDS, LAUNCHERS, PARTS
 from patchctl.errors import PatchctlError
 
@@ -43,6 +43,13 @@ class BuildConfig:
             if not toolchain.CUDA_ARCH.fullmatch(arch):
                 toolchain.parse_cuda_archs(arch)  # raises with the usual message and hint
                 raise PatchctlError(f"one CUDA architecture per item, not {arch!r}")
+        for target in self.targets:
+            problem = values.build_target_problem(target)
+            if problem is not None:
+                raise PatchctlError(
+                    f"--target {values.shown(target)} {problem}",
+                    hint="name a cmake or make target, e.g. -t llama-cli",
+                )
         for define in self.defines:
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(:[A-Z]+)?=.*", define):
                 raise PatchctlError(f"invalid cmake define {define!r}; write KEY=VALUE")

@@ -60,6 +60,9 @@ def apply_json(report: ApplyReport) -> dict[str, Any]:
         "backup": None
         if backup is None
         else {"ref": backup.ref, "patch_file": str(backup.patch_file), "paths": list(backup.paths)},
+        "old_cleanroom": None
+        if report.old_cleanroom is None
+        else {"path": str(report.old_cleanroom.path), "holds": list(report.old_cleanroom.holds)},
     }
 
 
@@ -73,6 +76,12 @@ def render_apply(report: ApplyReport, as_json: bool) -> None:
     if report.backup is not None:
         b = report.backup
         out.print(f"saved unsaved work ({len(b.paths)} path(s)) to {b.ref} and {b.patch_file}")
+    if report.old_cleanroom is not None:
+        old = report.old_cleanroom
+        out.print(
+            f"the pin changed: the old clean room is kept at {old.path}, because it holds "
+            f"what patchctl did not make ({'; '.join(old.holds)}); remove it when done with it"
+        )
     verb = "created" if report.created else "updated"
     out.print(f"clean room {verb}: {report.cleanroom}")
     out.print(f"  base  {report.base_commit[:12]} (tree {report.base_tree})")
@@ -117,3 +126,8 @@ def render_status(status: CleanroomStatus, as_json: bool) -> None:
     out.print(f"  head     {data['head'][:12]} (tree {data['tree']})")
     dirty = data["dirty"]
     out.print(f"  unsaved  {len(dirty)} path(s)" + (": " + ", ".join(dirty[:10]) if dirty else ""))
+    if data["interrupted"]:
+        out.print(
+            f"  note     a `patchctl {data['interrupted']}` is running here or was killed; "
+            "if killed, the next `cleanroom apply`, `capture` or `import` finishes or undoes it"
+        )

@@ -50,15 +50,29 @@ def render_verify(outcome: VerifyOutcome, as_json: bool) -> None:
 
     if not as_json:
         for patch in outcome.report.patches:
-            out.print(f"{'ok  ' if patch.ok else 'FAIL'} {patch.id}")
+            out.print(f"{'ok  ' if patch.ok else 'FAIL'} {patch.id}", markup=False)
             for step in patch.steps:
                 if not step.ok:
-                    out.print(f"       {step.step}: {step.detail}")
+                    out.print(f"       {step.step}: {step.detail}", markup=False)
+            for name, note in patch.notes:
+                out.print(f"       note ({name}): {note}", markup=False)
         for path in outcome.stale_docs:
             out.print(f"STALE {path} (run `patchctl docs`)")
-        total = len(outcome.report.patches)
-        bad = sum(not p.ok for p in outcome.report.patches)
-        out.print(f"{total - bad}/{total} patch(es) verified" + (f", {bad} failed" if bad else ""))
+        out.print(_summary(outcome), markup=False)
     outcome.raise_if_failed()
     if as_json:
         print_json(outcome.to_json())
+
+
+def _summary(outcome: VerifyOutcome) -> str:
+    patches = outcome.report.patches
+    bad = sum(not p.ok for p in patches)
+    noted = sum(bool(p.notes) for p in patches)
+    line = f"{len(patches) - bad}/{len(patches)} patch(es) verified"
+    line += f", {bad} failed" if bad else ""
+    if noted:
+        line += (
+            f"; {noted} with hunks at an offset (noted above): strict `cleanroom apply` "
+            "refuses those until their hunks are regenerated"
+        )
+    return line

@@ -14,6 +14,16 @@ install_wheels() {
 stage() {  # copy carried files (.device/...) into $W/stage, flat
   for d in "$@"; do [ -d "$d" ] && cp -f "$d"/* "$W/stage/"; done; ls -la "$W/stage"
 }
+ferry_stage() {  # ferry_stage .device/ferry/cNN... : copy carried ferry.py chunks into $W/stage as cNN
+  local d                        # (with manifest.json), then rebuild every complete file into $W/ferried
+  for d in "$@"; do
+    [ -f "$d/chunk" ] && cp -f "$d/chunk" "$W/stage/$(basename "$d")"
+    [ -f "$d/manifest.json" ] && cp -f "$d/manifest.json" "$W/stage/"
+  done
+  local rc=0
+  python3 scripts/device/ferry.py unpack "$W/stage" "$W/ferried" || rc=$?
+  [ "$rc" -le 1 ]                # 1: some files still miss chunks (later calls); 2: a sha256 differs
+}
 join_parts() {  # join_parts OUTFILE SHA256 PART... ; checks the sha256
   local out=$1 sha=$2; shift 2
   cat "$@" > "$out"

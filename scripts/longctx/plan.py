@@ -61,8 +61,13 @@ class CostModel:
 
 COSTS = {
     # Qwen2.5-0.5B with -fa on -ub 1024 on one H200: 41 s at 256k, 150 s at 512k and 260 s at 1M
-    # (the issue's timing guide); below 256k an L^1.8 law with a 30k tokens/s floor (a guess).
-    "h200-0.5b": CostModel("h200-0.5b", 30_000, ((262_144, 41.0), (524_288, 150.0),
+    # (the issue's timing guide). 32k-128k: a*L + c*L^2 with a = 35 us/token and c = 0.455 ns,
+    # from SmolLM2-135M's pp512 at depth 32k and 128k on the H200 (18.6k and 8.0k tokens/s,
+    # docs/benchmarks/device-2026-11-29-s3) scaled by the attention heads (14 vs 9): 1.6 s, 4.2 s
+    # and 12.4 s (6-20k tokens/s, the conservative side; that law also gives the 41 s at 256k);
+    # below 32k an L^1.8 law, at least 25k tokens/s.
+    "h200-0.5b": CostModel("h200-0.5b", 25_000, ((32_768, 1.6), (65_536, 4.2), (131_072, 12.4),
+                                                 (262_144, 41.0), (524_288, 150.0),
                                                  (1_048_576, 260.0))),
     # SmolLM2-135M on 2 busy CPU cores of the build machine (measured here, see docs/dca.md).
     "cpu-135m": CostModel("cpu-135m", 300, ((32_768, 400.0),), exponent=1.5, decode_s=0.05,
@@ -91,13 +96,21 @@ class Job:
 
 @dataclass(frozen=True)
 class Plan:
+    """Lanes of jobs. ``queue``: `lanes` holds one tuple of jobs in priority order, which
+    `workers` lanes take one at a time; a job then starts only when all of its haystacks are
+    expected to end before the budget runs out (else it is skipped and the next one tried)."""
+
     name: str
     lanes: tuple[tuple[Job, ...], ...]
     layout: str = "combined"
     tasks: tuple[str, ...] = TASKS
     budget_s: float | None = None
+    queue: bool = False
+    workers: int = 1
 
     def __post_init__(self) -> None:
+        if self.workers < 1 or (self.queue and len(self.lanes) != 1):
+            raise ConfigError("a queue plan has one list of jobs and at least one worker")
         if self.layout not in LAYOUTS:
             raise ConfigError(f"unknown layout {self.layout!r}", hint=f"use {', '.join(LAYOUTS)}")
         unknown = [t for t in self.tasks if t not in TASKS]
@@ -178,7 +191,37 @@ def lengths_of(multiples: Sequence[float], n_train: int) -> tuple[int, ...]:
 # ----------------------------------------------------------------------------- tiers
 
 
-TIERS = ("smoke", "core", "full")
+TIERS = ("smoke", "core", "full", "onecall")
+
+# The one-call plan (~7 min of one H200 for a 0.5B model trained at 32k): cells (method,
+# multiple of the trained length, haystacks) in priority order. First every method at 1x-4x and
+# DCA and YaRN at 8x (the comparison; ~400 s of device work under h200-0.5b), then linear and
+# naive at 8x, DCA with mscale on, then more haystacks for the same cells (a cell named again runs
+# only the haystacks it lacks), then DCA at 16x and 32x. A queue plan skips the cells that would
+# overrun the budget, so what fits is the most useful part, and a faster device gets further.
+ONECALL: tuple[tuple[str, float, int], ...] = (
+    ("naive", 1, 8), ("dca", 1, 8),
+    ("dca", 2, 6), ("yarn", 2, 6), ("linear", 2, 6), ("naive", 2, 6),
+    ("dca", 4, 2), ("yarn", 4, 2), ("linear", 4, 2), ("naive", 4, 2),
+    ("dca", 8, 1), ("yarn", 8, 1), ("linear", 8, 1), ("naive", 8, 1),
+    ("dca-mscale", 2, 6), ("dca-mscale", 4, 2), ("dca-mscale", 8, 1),
+    ("dca", 4, 4), ("yarn", 4, 4), ("linear", 4, 4), ("naive", 4, 4), ("dca-mscale", 4, 4),
+    ("dca", 8, 2), ("yarn", 8, 2), ("dca-mscale", 8, 2),
+    ("naive", 1, 16), ("dca", 1, 16),
+    ("dca", 2, 12), ("yarn", 2, 12), ("linear", 2, 12), ("naive", 2, 12), ("dca-mscale", 2, 12),
+    ("dca", 4, 8), ("yarn", 4, 8), ("linear", 4, 8), ("naive", 4, 8), ("dca-mscale", 4, 8),
+    ("linear", 8, 2), ("naive", 8, 2), ("dca", 8, 4), ("yarn", 8, 4),
+    ("dca", 16, 1), ("dca-mscale", 16, 1), ("dca", 32, 1),
+)  # fmt: skip
+
+
+def _onecall_jobs(methods: dict[str, Method], n: int) -> list[Job]:
+    """ONECALL's cells for the given methods, one server each (memory per length)."""
+    return [
+        Job(name, (round(mult * n),), haystacks, 1)
+        for name, mult, haystacks in ONECALL
+        if name in methods and methods[name].runs_at(round(mult * n), n)
+    ]
 
 
 def _tier_jobs(tier: str, methods: dict[str, Method], n: int) -> list[Job]:
@@ -196,6 +239,8 @@ def _tier_jobs(tier: str, methods: dict[str, Method], n: int) -> list[Job]:
         jobs += [Job(d, (16 * n,), 1, 1) for d in dcas[:1]]
         jobs += [Job(d, (32 * n,), 1, 1) for d in dcas[:1]]
         return jobs
+    if tier == "onecall":
+        return _onecall_jobs(methods, n)
     if tier == "full":
         jobs = grid_jobs(ms, (n // 2, n), n, 20, 4, server_per_length=True)
         jobs += grid_jobs(ms, (2 * n,), n, 20, 4, server_per_length=True)
@@ -217,7 +262,8 @@ def tier_plan(
     smoke: 1x and 2x, every method, one haystack. core: 0.5x-4x every method (4/4/3/2
     haystacks), DCA alone at 8x, 16x and 32x (one haystack each). full: 0.5x-2x 20 haystacks,
     4x 8, 8x 3, 16x 1 per method, DCA and DCA+mscale at 32x 2; meant to be resumed (--resume)
-    over several calls. `probes` adds memory probes (method name, multiple of n_train).
+    over several calls. onecall: the ONECALL cells as a queue plan for `lanes` workers (one
+    device call under a budget). `probes` adds memory probes (method name, multiple of n_train).
     """
     by_name = {m.name: m for m in methods}
     jobs = _tier_jobs(tier, by_name, n_train)
@@ -231,12 +277,28 @@ def tier_plan(
     if not jobs:
         raise ConfigError(f"tier {tier} has no job for methods {sorted(by_name)}")
     base = Plan(tier, ((),), layout, TASKS, budget_s)
+    if tier == "onecall":
+        return replace(base, lanes=(tuple(jobs),), queue=True, workers=max(1, lanes))
     return replace(base, lanes=assign_lanes(jobs, lanes, n_train, cost, base, params))
 
 
 def describe(plan: Plan, cost: CostModel, params: TaskParams) -> list[str]:
-    """Lines showing each lane's jobs and expected seconds under `cost`."""
+    """Lines showing each lane's jobs and expected seconds under `cost` (a queue plan: its
+    jobs in order with the expected time when each would end, shared by the workers)."""
     lines = [f"plan {plan.name} ({plan.layout} layout, cost model {cost.name})"]
+    if plan.queue:
+        lines[0] += (f": one queue, {plan.workers} worker(s) sharing the device, budget "
+                     f"{plan.budget_s} s; device seconds per job and summed")  # fmt: skip
+        total = 0.0
+        have: dict[tuple[str, tuple[int, ...]], int] = {}
+        for j in plan.jobs:
+            key = (j.method, j.lengths)
+            extra = j.haystacks - have.get(key, 0)
+            est = job_cost(replace(j, haystacks=extra), plan, cost, params) if extra > 0 else 0.0
+            have[key] = max(j.haystacks, have.get(key, 0))
+            total += est
+            lines.append(f"  {j.label} x{j.haystacks}: ~{est:.0f} s, sum ~{total:.0f} s")
+        return lines
     for i, lane in enumerate(plan.lanes):
         total = sum(job_cost(j, plan, cost, params) for j in lane)
         lines.append(f"lane {i}: {len(lane)} job(s), ~{total:.0f} s")

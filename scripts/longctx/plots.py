@@ -2,7 +2,9 @@
 
 x: the prompt length as a multiple of the trained length (log2 axis, ticks labelled with the
 multiple and the token count); y: accuracy; the band is the Wilson 95% interval over questions;
-the number beside each point is its question count n; the dotted line marks the trained length.
+the bars too (a lone point has no band); the number beside each point is its question count n;
+methods are drawn slightly apart along x so that equal points stay visible; the dotted line marks
+the trained length.
 matplotlib is a test/dev extra (pyproject ``[test]``), imported only here.
 """
 
@@ -46,17 +48,22 @@ def plot_task(doc: Mapping[str, Any], task: str, out: Path) -> Path | None:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 4.5), dpi=110)
     methods = sorted({c["method"] for c in rows}, key=lambda m: (m not in COLORS, m))
-    for m in methods:
+    for i, m in enumerate(methods):
         cs = sorted((c for c in rows if c["method"] == m), key=lambda c: c["length"])
-        x = [c["multiple"] for c in cs]
+        shift = 2 ** (0.025 * (i - (len(methods) - 1) / 2))  # methods side by side at one x
+        x = [c["multiple"] * shift for c in cs]
+        y = [c["accuracy"] for c in cs]
+        lo = [c["accuracy"] - c["wilson95"][0] for c in cs]
+        hi = [c["wilson95"][1] - c["accuracy"] for c in cs]
         color = COLORS.get(m)
-        ax.plot(x, [c["accuracy"] for c in cs], marker="o", label=m, color=color)
+        ax.plot(x, y, marker="o", label=m, color=color)
+        ax.errorbar(x, y, yerr=[lo, hi], fmt="none", ecolor=color, capsize=3, linewidth=0.8)
         ax.fill_between(
             x, [c["wilson95"][0] for c in cs], [c["wilson95"][1] for c in cs],
-            alpha=0.15, color=color, linewidth=0,
+            alpha=0.12, color=color, linewidth=0,
         )  # fmt: skip
-        for c in cs:
-            ax.annotate(f"{c['n']}", (c["multiple"], c["accuracy"]), textcoords="offset points",
+        for xi, c in zip(x, cs, strict=True):
+            ax.annotate(f"{c['n']}", (xi, c["accuracy"]), textcoords="offset points",
                         xytext=(4, 4), fontsize=7, color=color)  # fmt: skip
     _axes(ax, rows, doc)
     ax.set_title(f"{doc['model']['name']}: {task} ({doc['label']})", fontsize=10)

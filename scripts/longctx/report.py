@@ -2,7 +2,7 @@
 
 A generated block in a Markdown file reads::
 
-    <!-- longctx:table accuracy docs/benchmarks/longctx/FILE.json -->
+    <!-- longctx:table accuracy docs/benchmarks/longctx-DATE/FILE.json -->
     ... (generated; do not edit) ...
     <!-- longctx:end -->
 

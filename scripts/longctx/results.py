@@ -98,6 +98,74 @@ def write(doc: Mapping[str, Any], path: Path) -> None:
     write_atomic(path, (json.dumps(out, indent=1, ensure_ascii=False) + "\n").encode("utf-8"))
 
 
+SUMMARY_SCHEMA = "patchctl-longctx-summary/1"
+JOB_SUMMARY = ("method", "lengths", "haystacks", "slots", "lane", "n_ctx", "status", "reason",
+               "units_planned", "units_done", "wall_s", "start_s", "dca", "args")  # fmt: skip
+
+
+def prefill_rates(trials: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per (method, length): the haystacks' first questions (the whole prefill) as mean seconds
+    and tokens/s of llama-server's own prompt timing, to check a cost model against."""
+    groups: dict[tuple[str, int], list[Mapping[str, Any]]] = {}
+    for t in trials:
+        if t["question"] == 0 and t["prompt_ms"] > 0:
+            groups.setdefault((t["method"], int(t["length"])), []).append(t)
+    rows = []
+    for (method, length), ts in sorted(groups.items()):
+        seconds = sum(float(t["prompt_ms"]) for t in ts) / 1000 / len(ts)
+        tokens = sum(int(t["tokens"]) - int(t["cached_tokens"]) for t in ts) / len(ts)
+        rows.append({"method": method, "length": length, "haystacks": len(ts),
+                     "prefill_s": round(seconds, 2),
+                     "tokens_per_s": round(tokens / seconds) if seconds else None})  # fmt: skip
+    return rows
+
+
+def summary(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The document without its trials: header, command, budget, every job (its status,
+    reason, wall time, DCA settings and memory peaks), the cells and the measured prefill
+    rates. What a reader (or the next plan) needs at a glance."""
+    jobs = []
+    for j in doc["jobs"]:
+        row = {k: j.get(k) for k in JOB_SUMMARY}
+        mem = j.get("memory") or {}
+        row["memory"] = {k: v for k, v in mem.items() if k not in ("buffers", "breakdown")}
+        jobs.append(row)
+    head = ("label", "device", "model", "server", "corpus", "params", "plan", "seed", "command",
+            "methods", "started", "wall_s", "budget")  # fmt: skip
+    return {
+        "schema": SUMMARY_SCHEMA, **{k: doc.get(k) for k in head}, "jobs": jobs,
+        "cells": cells(doc["trials"], int(doc["model"]["n_ctx_train"])),
+        "prefill": prefill_rates(doc["trials"]),
+    }  # fmt: skip
+
+
+def write_summary(doc: Mapping[str, Any], path: Path) -> None:
+    write_atomic(path, (json.dumps(summary(doc), indent=1) + "\n").encode("utf-8"))
+
+
+def cell_name(method: str, multiple: float) -> str:
+    """A cell file's stem: ``dca-2x``, ``naive-0.5x``."""
+    return f"{method}-{multiple:g}x"
+
+
+def split_cells(doc: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """One document per (method, length): its trials, its cells (one per task) and the jobs
+    that served it, under ``cell_name``."""
+    n_train = int(doc["model"]["n_ctx_train"])
+    keys = sorted({(t["method"], int(t["length"])) for t in doc["trials"]})
+    out = {}
+    for method, length in keys:
+        trials = [t for t in doc["trials"] if (t["method"], t["length"]) == (method, length)]
+        jobs = [j for j in doc["jobs"] if j["method"] == method and length in j["lengths"]]
+        out[cell_name(method, length / n_train)] = {
+            "schema": SCHEMA, "label": doc["label"], "model": doc["model"],
+            "method": method, "length": length, "multiple": round(length / n_train, 4),
+            "args": doc["methods"].get(method, {}).get("args"), "jobs": jobs,
+            "cells": cells(trials, n_train), "trials": trials,
+        }  # fmt: skip
+    return out
+
+
 def trial_key(t: Mapping[str, Any]) -> tuple[Any, ...]:
     """What makes a trial unique within one model and device."""
     return (t["method"], t["length"], t["group"], t["seed"], t["haystack"], t["question"])

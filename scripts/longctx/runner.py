@@ -10,13 +10,17 @@ same model, no GPU, ``-c 512``) tokenizes everything, so measuring servers do no
 Memory probes (jobs without haystacks) run first, one at a time, before the lanes start, so the
 all-GPUs peak during a probe is that server's own. The budget: a unit starts only when its
 expected time, scaled by measured / expected so far, still ends before the deadline; a job that
-cannot fit its first unit is skipped ("budget").
-The document is rewritten after every unit, so a run stopped from outside keeps its trials.
+cannot fit its first unit is skipped ("budget"). In a queue plan the workers take the jobs in
+order, and a job starts only when all its missing haystacks fit (so cells are whole or absent).
+A haystack is claimed by the job that runs it, so a later job of the same cell (more haystacks)
+runs only the ones still missing. The document (and the summary, when asked for) is rewritten
+after every unit, so a run stopped from outside keeps its trials.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import shutil
 import threading
 import time
@@ -34,7 +38,7 @@ from .haystack import Built, TokenPool, build, load_token_cache, save_token_cach
 from .memory import MemoryMonitor, device_info, device_used, parse_breakdown, parse_buffers
 from .methods import Method
 from .plan import CostModel, Job, Plan, questions_per_group
-from .server import Server, check_flags, parse_dca, server_version
+from .server import REQUEST_TIMEOUT_S, Server, check_flags, parse_dca, server_version
 from .stats import cells
 from .tasks import Sample, TaskParams, make_sample, score
 
@@ -76,6 +80,9 @@ class RunConfig:
     resume: tuple[dict[str, Any], ...] = ()
     command: tuple[str, ...] = ()
     say: Callable[[str], None] = print
+    summary: Path | None = None  # also write results.summary() here
+    budget_from: float | None = None  # time.monotonic() the budget counts from (default: now)
+    request_timeout_s: float = REQUEST_TIMEOUT_S  # one request to a server (ServerFailed after)
 
 
 @dataclass(frozen=True)
@@ -98,6 +105,10 @@ def unit_seed(base: int, group: str, length: int, index: int) -> int:
     return int(hashlib.sha256(text).hexdigest()[:12], 16)
 
 
+TRUST_S = 30.0
+RATIO_MIN = 0.5
+
+
 @dataclass
 class Budget:
     """The deadline, and how measured unit times compare with the cost model's."""
@@ -109,8 +120,13 @@ class Budget:
 
     @property
     def ratio(self) -> float:
+        """measured / expected; at least 1 until TRUST_S of expected time is measured, then at
+        least RATIO_MIN (a device faster than the cost model lets more in)."""
         with self.lock:
-            return max(1.0, self.measured / self.expected) if self.expected > 0 else 1.0
+            if self.expected <= 0:
+                return 1.0
+            floor = RATIO_MIN if self.expected >= TRUST_S else 1.0
+            return max(floor, self.measured / self.expected)
 
     def allows(self, expected_s: float) -> bool:
         if self.deadline is None:
@@ -121,6 +137,16 @@ class Budget:
         with self.lock:
             self.expected += expected_s
             self.measured += measured_s
+
+    def describe(self) -> dict[str, Any]:
+        """Seconds left before the deadline (None: no budget) and the haystacks' expected and
+        measured seconds so far (their ratio scales the next estimates)."""
+        left = None if self.deadline is None else round(self.deadline - time.monotonic(), 1)
+        ratio = self.ratio
+        with self.lock:
+            expected, measured = round(self.expected, 1), round(self.measured, 1)
+        return {"left_s": left, "expected_s": expected, "measured_s": measured,
+                "ratio": round(ratio, 3)}  # fmt: skip
 
 
 def tokenizer_server(binary: Path, model: ModelRef, work: Path, extra: tuple[str, ...]) -> Server:
@@ -180,10 +206,12 @@ class Run:
         self.trials: list[dict[str, Any]] = [t for d in cfg.resume for t in d["trials"]]
         self.jobs: list[dict[str, Any]] = [j for d in cfg.resume for j in d["jobs"]]
         self.done = results.done_units(self.trials)
+        self.claimed: set[tuple[Any, ...]] = set(self.done)  # done, or taken by a running job
         self.started = time.monotonic()
         self.started_at = datetime.now(UTC).isoformat(timespec="seconds")
         budget = cfg.plan.budget_s
-        self.budget = Budget(None if budget is None else self.started + budget)
+        start = self.started if cfg.budget_from is None else cfg.budget_from
+        self.budget = Budget(None if budget is None else start + budget)
         self.samples: dict[Unit, tuple[Sample, Built]] = {}
         self.building: dict[Unit, threading.Lock] = {}
         self.pool: TokenPool | None = None
@@ -213,6 +241,7 @@ class Run:
                         for n, m in cfg.methods.items()},
             "started": self.started_at,
             "wall_s": round(time.monotonic() - self.started, 1),
+            "budget": self.budget.describe(),
             "jobs": self.jobs,
             "trials": self.trials,
             "cells": cells(self.trials, cfg.model.n_ctx_train),
@@ -220,23 +249,39 @@ class Run:
 
     def save(self) -> None:
         with self.lock:
-            results.write(self.document(), self.cfg.out)
+            doc = self.document()
+            results.write(doc, self.cfg.out)
+            if self.cfg.summary is not None:
+                results.write_summary(doc, self.cfg.summary)
 
     # -- haystacks
 
-    def units(self, job: Job) -> list[Unit]:
-        """The job's haystacks not already done (--resume), index-major so that a budget cut
-        leaves every length and group with about as many haystacks."""
+    def unit_key(self, method: str, unit: Unit) -> tuple[Any, ...]:
+        return (method, unit.length, unit.group_name, unit.seed, unit.index)
+
+    def claim(self, job: Job) -> list[Unit]:
+        """The job's haystacks neither done (--resume, or an earlier job of the cell) nor taken
+        by a running job, now taken; index-major so that a budget cut leaves every length and
+        group with about as many haystacks."""
         out = []
-        for index in range(job.haystacks):
-            for length in job.lengths:
-                for group in self.cfg.plan.groups():
-                    name = group[0] if len(group) == 1 else "combined"
-                    seed = unit_seed(self.cfg.seed, name, length, index)
-                    unit = Unit(length, group, index, seed)
-                    if (job.method, length, name, seed, index) not in self.done:
-                        out.append(unit)
+        with self.lock:
+            for index in range(job.haystacks):
+                for length in job.lengths:
+                    for group in self.cfg.plan.groups():
+                        name = group[0] if len(group) == 1 else "combined"
+                        unit = Unit(length, group, index, unit_seed(self.cfg.seed, name, length,
+                                                                    index))  # fmt: skip
+                        key = self.unit_key(job.method, unit)
+                        if key not in self.claimed:
+                            self.claimed.add(key)
+                            out.append(unit)
         return out
+
+    def release(self, job: Job, units: list[Unit]) -> None:
+        """Give back the claims of `units` that did not finish (a later job may run them)."""
+        with self.lock:
+            keys = {self.unit_key(job.method, u) for u in units}
+            self.claimed -= keys - self.done
 
     def haystack(self, unit: Unit) -> tuple[Sample, Built]:
         """The unit's sample and tokens, built once and shared by every method's job."""
@@ -260,8 +305,21 @@ class Run:
 
     def job_args(self, job: Job) -> tuple[str, ...]:
         method = self.cfg.methods[job.method]
-        rendered = method.render(max(job.lengths), self.cfg.model.n_ctx_train)
-        return (*rendered, *self.cfg.model.server_args, *self.cfg.server_args)
+        model = self.cfg.model
+        rendered = method.render(max(job.lengths), model.n_ctx_train)
+        return (*rendered, *self.slot_cap_args(job, rendered), *model.server_args,
+                *self.cfg.server_args)  # fmt: skip
+
+    def slot_cap_args(self, job: Job, rendered: tuple[str, ...]) -> tuple[str, ...]:
+        """llama-server caps every slot at the model's trained context (GGUF context_length);
+        patch 0078 lifts that cap with --dca on only. The other methods run past the trained
+        length by declaring a context_length as large as the slot (it changes nothing else for
+        plain, linear or YaRN rope: YaRN's original length comes from --yarn-orig-ctx)."""
+        per_slot = self.n_ctx(job) // job.slots
+        dca_on = any(a == "--dca" and b == "on" for a, b in itertools.pairwise(rendered))
+        if dca_on or per_slot <= self.cfg.model.n_ctx_train:
+            return ()
+        return ("--override-kv", f"{self.cfg.model.arch}.context_length=int:{per_slot}")
 
     def n_ctx(self, job: Job) -> int:
         """Slots x (the longest prompt + the longest generation + 64), in multiples of 256."""
@@ -298,6 +356,7 @@ class Run:
         self.budget.record(self.expected_s(unit), time.monotonic() - t0)
         with self.lock:
             self.trials += rows
+            self.done.add(self.unit_key(job.method, unit))
         self.save()
         return sum(r["correct"] for r in rows)
 
@@ -346,7 +405,7 @@ class Run:
             "n_ctx": self.n_ctx(job), "status": "ok", "reason": None, "wall_s": 0.0,
             "memory": {}, "dca": None, "units_planned": 0, "units_done": 0, "log": None,
         }  # fmt: skip
-        units = self.units(job)
+        units = self.claim(job)
         record["units_planned"] = len(units)
         t0 = time.monotonic()
         try:
@@ -357,6 +416,8 @@ class Run:
             record.update(status="failed", reason=exc.one_line())
             if isinstance(exc, ServerFailed):
                 record["log_tail"] = exc.log_tail[-2000:]
+        finally:
+            self.release(job, units)
         record["wall_s"] = round(time.monotonic() - t0, 1)
         self.cfg.say(f"[lane {lane}] {job.label}: {record['status']}"
                      + (f" ({record['reason']})" if record["reason"] else ""))  # fmt: skip
@@ -369,17 +430,26 @@ class Run:
         cfg = self.cfg
         check_flags(cfg.binary, args, f"method {job.method}")
         if job.haystacks and not units:
-            return {"status": "ok", "reason": "already done (--resume)"}
-        first = cfg.cost.start_s + (self.expected_s(units[0]) if units else 0.0)
-        if not self.budget.allows(first):
+            return {"status": "ok", "reason": "already done (an earlier job, or --resume)"}
+        need = [self.expected_s(u) for u in units]
+        if cfg.plan.queue:  # the whole cell, or nothing
+            if not self.budget.allows(cfg.cost.start_s + sum(need) / job.slots):
+                return {"status": "budget", "reason": f"{len(units)} haystack(s) would overrun "
+                        "the budget"}  # fmt: skip
+        elif not self.budget.allows(cfg.cost.start_s + (need[0] if need else 0.0)):
             return {"status": "budget", "reason": "the first haystack would overrun the budget"}
-        log = cfg.work / f"{cfg.label}-{job.method}-{max(job.lengths)}-lane{lane}.log"
+        name = f"{cfg.label}-{job.method}-{max(job.lengths)}-x{job.haystacks}-lane{lane}"
+        log = cfg.work / f"{name}.log"
         before = device_used(shutil.which("nvidia-smi"))[1]
         server = Server.launch(cfg.binary, cfg.model.path, self.n_ctx(job), job.slots, args, log)
+        server.request_timeout_s = cfg.request_timeout_s
         mon = MemoryMonitor(server.pid).start()
         out: dict[str, Any] = {"log": log.name}
         try:
+            t_start = time.monotonic()
             server.wait_ready()
+            out["start_s"] = round(time.monotonic() - t_start, 1)
+            self.budget.record(cfg.cost.start_s, out["start_s"])  # starts count in the ratio too
             if job.haystacks == 0:
                 self.probe(server)
                 out["status"] = "probe"
@@ -395,7 +465,7 @@ class Run:
             mon.sample()
             mon.stop()
             server.stop()
-            log_text = server.log_tail(1 << 22)
+            log_text = server.log_ends()
             out["memory"] = {**mon.peak(), "device_before_mib": before,
                              "buffers": parse_buffers(log_text),
                              "breakdown": parse_breakdown(log_text)}  # fmt: skip
@@ -408,11 +478,21 @@ class Run:
         for job in jobs:
             self.run_job(job, index)
 
+    def worker(self, queue: deque[Job], index: int) -> None:
+        """A queue plan's lane: the next job in order until none is left."""
+        while True:
+            with self.lock:
+                job = queue.popleft() if queue else None
+            if job is None:
+                return
+            self.run_job(job, index)
+
     def execute(self) -> dict[str, Any]:
         """Run every lane to its end or the budget; the final document (also written)."""
         cfg = self.cfg
         cfg.work.mkdir(parents=True, exist_ok=True)
         with tokenizer_server(cfg.binary, cfg.model, cfg.work, cfg.tokenizer_args) as tokenizer:
+            tokenizer.request_timeout_s = cfg.request_timeout_s
             tokenizer.wait_ready()
             cache: dict[int, tuple[int, ...]] = {}
             if cfg.token_cache is not None:
@@ -420,10 +500,16 @@ class Run:
             self.pool = TokenPool(cfg.corpus, tokenizer, cache=cache)
             probes = [j for lane in cfg.plan.lanes for j in lane if j.haystacks == 0]
             self.lane(tuple(probes), -1)  # alone: the all-GPUs peak is then this process's own
-            threads = [
-                threading.Thread(target=self.lane, args=(tuple(j for j in jobs if j.haystacks), i))
-                for i, jobs in enumerate(cfg.plan.lanes)
-            ]
+            if cfg.plan.queue:
+                queue = deque(j for j in cfg.plan.jobs if j.haystacks)
+                threads = [threading.Thread(target=self.worker, args=(queue, i))
+                           for i in range(cfg.plan.workers)]  # fmt: skip
+            else:
+                threads = [
+                    threading.Thread(target=self.lane,
+                                     args=(tuple(j for j in jobs if j.haystacks), i))
+                    for i, jobs in enumerate(cfg.plan.lanes)
+                ]  # fmt: skip
             for t in threads:
                 t.start()
             for t in threads:

@@ -34,7 +34,13 @@ HOST = "127.0.0.1"
 # memory breakdown at exit are only logged at that level).
 FIXED_ARGS = (("--no-kv-unified",), ("--cache-ram", "0"), ("--no-warmup",), ("--no-webui",),
               ("-lv", "4"))  # fmt: skip
-DCA_LINE = re.compile(r"dca\s+= on \(chunk_size = (\d+), local_window = (\d+), chunk_len = (\d+)\)")
+# "dca = on (chunk_size = C, local_window = W, chunk_len = L)" (first 0078), or "dca = on:
+# chunk_size = C [source], local_window = W [source], chunk_len = L, original length = O
+# [source], mscale = on|off (...)" (0078 with issue 14's defaults and --dca-mscale)
+DCA_LINE = re.compile(
+    r"dca\s+= on[ :(]+chunk_size = (\d+)[^\n]*?local_window = (\d+)[^\n]*?chunk_len = (\d+)"
+    r"(?:, original length = (\d+)[^\n]*?, mscale = ([^\n]*))?"
+)
 REQUEST_TIMEOUT_S = 3600.0  # a 1M-token prefill on a slow device
 RETRIES = 3
 # `--port 0` makes the server bind a free port and log it (tools/server/server.cpp); no race
@@ -129,6 +135,7 @@ class Server:
     port: int
     log_path: Path
     proc: subprocess.Popen[bytes]
+    request_timeout_s: float = REQUEST_TIMEOUT_S  # one HTTP request, a long prefill included
 
     @classmethod
     def launch(
@@ -167,6 +174,17 @@ class Server:
     @property
     def pid(self) -> int:
         return self.proc.pid
+
+    def log_ends(self, n: int = 1 << 21) -> str:
+        """The log's first and last `n` bytes (all of it when shorter): what it says at the
+        start (buffers, DCA settings) and at the end (the memory breakdown) of a long log."""
+        try:
+            data = self.log_path.read_bytes()
+        except OSError:
+            return ""
+        if len(data) > 2 * n:
+            data = data[:n] + b"\n...\n" + data[-n:]
+        return data.decode("utf-8", errors="replace")
 
     def log_tail(self, n: int = 3000) -> str:
         try:
@@ -210,12 +228,13 @@ class Server:
     def _url(self, path: str) -> str:
         return f"http://{HOST}:{self.port}{path}"
 
-    def post(self, path: str, body: dict[str, Any], timeout: float = REQUEST_TIMEOUT_S) -> Any:
+    def post(self, path: str, body: dict[str, Any], timeout: float | None = None) -> Any:
         """POST JSON, return the decoded answer; ServerFailed on an HTTP error or a dead server.
 
         A connection refused or reset while the process lives is retried (RETRIES times, after
         0.5 s, 1 s, ...): every request the harness sends is greedy and may be sent again."""
         data = json.dumps(body).encode("utf-8")
+        timeout = self.request_timeout_s if timeout is None else timeout
         for attempt in range(RETRIES + 1):
             req = urllib.request.Request(
                 self._url(path), data=data, headers={"Content-Type": "application/json"}
@@ -279,13 +298,18 @@ class Server:
         self.stop()
 
 
-def parse_dca(log: str) -> dict[str, int] | None:
-    """The DCA settings a server logged at context creation, or None (DCA off)."""
+def parse_dca(log: str) -> dict[str, Any] | None:
+    """The DCA settings a server logged at context creation, or None (DCA off): chunk_size,
+    local_window, chunk_len and, from builds that log them, original_length and mscale (the
+    logged text, e.g. "off (auto: original length unknown)")."""
     found = DCA_LINE.search(log)
     if found is None:
         return None
-    cs, w, cl = map(int, found.groups())
-    return {"chunk_size": cs, "local_window": w, "chunk_len": cl}
+    cs, w, cl, orig, mscale = found.groups()
+    out: dict[str, Any] = {"chunk_size": int(cs), "local_window": int(w), "chunk_len": int(cl)}
+    if orig is not None:
+        out.update(original_length=int(orig), mscale=mscale.strip())
+    return out
 
 
 def server_version(binary: Path) -> str:

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from .conftest import LlamaBuild, compile_native
+from .builds import LlamaBuild, compile_native
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]

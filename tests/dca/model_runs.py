@@ -23,7 +23,7 @@ import numpy.typing as npt
 import pytest
 
 from . import reference as ref
-from .conftest import LlamaBuild, compile_native
+from .builds import LlamaBuild, compile_native
 from .tiny_models import TinySpec, write_tiny_gguf
 
 F32 = npt.NDArray[np.float32]
@@ -52,6 +52,15 @@ TOOL_ARGS = os.environ.get("PATCHCTL_DCA_TOOL_ARGS", "")  # extra dca_logits fla
 ON_GPU = _on_gpu(TOOL_ARGS)
 GPU_PLAIN_FACTOR = 3.0
 GPU_PLAIN_MAX = 5e-2
+# With quantized K/V, CUDA's vector kernel also quantizes the query (to q8_1), which the reference
+# does not model: plain attention measured 0.136 from the reference on the H200 (the CUDA-graph
+# test's model, q8_0 KV, FA on; tree 18a2af37). The sanity bound for those configurations:
+GPU_PLAIN_MAX_QUANT = 0.25
+
+
+def gpu_plain_max(kv_type: str) -> float:
+    """The bound on plain attention's own error against the reference on a GPU, per K/V type."""
+    return GPU_PLAIN_MAX if kv_type in ("f32", "f16") else GPU_PLAIN_MAX_QUANT
 
 
 def _header_digest(build: LlamaBuild) -> str:

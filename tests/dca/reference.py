@@ -38,8 +38,8 @@ NEG_INF = -np.inf
 @dataclass(frozen=True)
 class DcaConfig:
     """DCA parameters: ``chunk_size`` (cs, the largest query position) and ``local_window`` (w);
-    ``mscale_orig`` > 0 turns on the attention scaling of dca-spec §5 for that original training
-    length (see ``mscale_factors``)."""
+    ``mscale_orig`` > 0 turns on the attention scaling of docs/dca.md "mscale" for that original
+    training length (see ``mscale_factors``)."""
 
     chunk_size: int
     local_window: int

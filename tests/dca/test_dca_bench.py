@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import LlamaBuild
+from .builds import LlamaBuild
 from .model_runs import model_path
 
 FORMATS = ("csv", "json", "jsonl", "sql", "md")

@@ -4,8 +4,8 @@ shapes (test_dca_shapes.py) and llama-server (another engineer's part):
 - defaults from the model's original training length: GGUF DCA keys, else
   rope.scaling.original_context_length, else context_length (a guess, warned); the window derived
   from the chunk size; each value logged with where it came from;
-- mscale (dca-spec §5): logits of query i scaled by max(1, 0.1 ln((i+1)/L) + 1)^2 on the queries,
-  never on the cached keys, against the float64 reference;
+- mscale (docs/dca.md "mscale"): logits of query i scaled by max(1, 0.1 ln((i+1)/L) + 1)^2 on
+  the queries, never on the cached keys, against the float64 reference;
 - YaRN: DCA takes priority (no YaRN frequencies on top of DCA's positions), for a YaRN GGUF and
   for --rope-scaling yarn on the command line; chunk_size checked against the original length;
 - non-causal batches (llama_set_causal_attn false, mtmd's image chunks): honoured within a chunk,
@@ -26,6 +26,7 @@ import pytest
 
 from . import reference as ref
 from .model_runs import (
+    GPU_PLAIN_MAX,
     ON_GPU,
     Plan,
     random_tokens,
@@ -265,8 +266,8 @@ def test_mscale_matches_the_reference_and_leaves_the_cache_alone(
 
 
 def test_mscale_factor_is_the_specs() -> None:
-    """dca-spec §5: Qwen2.5-1M (original 262144) at 1,000,000 tokens: mscale 1.1339, squared
-    1.2857; 1 up to the original length."""
+    """max(1, 0.1 ln(L_seq/L) + 1)^2 for Qwen2.5-1M (original 262144) at 1,000,000 tokens: mscale
+    1.1339, squared 1.2857; 1 up to the original length."""
     f = ref.mscale_factors(1_000_000, 262_144)
     assert f[262_143] == 1.0
     assert abs(f[-1] - 1.2857) < 1e-4
@@ -293,12 +294,18 @@ def test_a_yarn_gguf_gets_dca_without_yarn_frequencies(
     over the model's unscaled rope (the reference knows no YaRN), and a warning says so."""
     model = tiny(models_dir, arch, yarn=(4.0, 2048))
     args = (*YARN_PLAN_ARGS, *MSCALE_FLAGS, "--dca-mscale", "off")
-    dump = run_tool(dca_tool, yarn_plan(), model, args, tmp_path)
+    dump = run_tool(dca_tool, yarn_plan(), model, args, tmp_path / "yarn")
     assert "DCA takes priority over YaRN (GGUF rope.scaling.type yarn)" in dump.log
+    # the same weights without the YaRN keys: the same graph, so the same bits (CPU and GPU)
+    unscaled = run_tool(dca_tool, yarn_plan(), tiny(models_dir, arch), args, tmp_path / "plain")
+    assert dump.tokens == unscaled.tokens
+    assert dump.raw == unscaled.raw, "a YaRN GGUF with --dca on differs from the unscaled model"
     err = rel_err_all(
         dump.logits(), reference_logits(model, dump.tokens, ref.RunConfig(dca=YARN_DCA))
     )
-    assert err <= 1e-4, f"YaRN GGUF + DCA vs DCA without YaRN: {err:.3g}"
+    # a GPU is far from the reference on these sharp tiny models (see model_runs.GPU_PLAIN_MAX)
+    bound = GPU_PLAIN_MAX if ON_GPU else 1e-4
+    assert err <= bound, f"YaRN GGUF + DCA vs DCA without YaRN: {err:.3g}"
 
 
 @pytest.mark.parametrize(

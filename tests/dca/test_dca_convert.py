@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import LlamaBuild
+from .builds import LlamaBuild
 from .tiny_models import TinySpec, write_tiny_gguf
 
 # Qwen/Qwen2.5-14B-Instruct-1M config.json (huggingface.co, revision d5c878c)

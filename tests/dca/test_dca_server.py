@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from .conftest import LlamaBuild
+from .builds import LlamaBuild
 from .llama_server import LlamaServer, Reply, ServerFailed
 from .tiny_models import TinySpec, write_tiny_gguf
 
@@ -191,6 +191,27 @@ def test_concurrent_requests_with_flash_attention_complete(
     texts = run_all(server, PROMPTS + PROMPTS[::-1], concurrent=True)
     assert len(texts) == 2 * len(PROMPTS)
     assert server.alive()
+
+
+# ---------------------------------------------------------------------------------------------
+# slots past the training context
+
+
+def test_dca_slots_are_not_capped_at_the_training_context(
+    servers: Servers, tmp_path: Path
+) -> None:
+    """Upstream's llama-server caps every slot at the model's training context; with --dca on it
+    must not (running past it is DCA's purpose). Found on the H200: a 32k-trained model refused a
+    64k prompt with DCA on. Without DCA the cap stays (upstream's behaviour)."""
+    model = write_tiny_gguf(TinySpec("qwen2", n_ctx_train=512), tmp_path / "model")
+    long_prompt = prompt(900, seed=11)  # past the 512 trained positions
+    args = ("-m", str(model), *COMMON, "-np", "1", *EXACT)
+    with_dca = servers.start(*args, *DCA)
+    assert text_of(completion(with_dca, long_prompt))
+    without = servers.start(*args, "--dca", "off")
+    reply = completion(without, long_prompt)
+    assert reply.status == 400, f"HTTP {reply.status}: {reply.body}"
+    assert "exceeds the available context size" in str(reply.body)
 
 
 # ---------------------------------------------------------------------------------------------

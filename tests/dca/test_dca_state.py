@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import LlamaBuild
+from .builds import LlamaBuild
 from .model_runs import build_tool
 from .tiny_models import TinySpec, write_tiny_gguf
 

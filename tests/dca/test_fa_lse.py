@@ -33,7 +33,7 @@ import numpy as np
 import pytest
 
 from . import fa_lse_harness as fa
-from .conftest import LlamaBuild
+from .builds import LlamaBuild
 
 CASES = fa.draw_cases()
 LIVE_CASES = tuple(c for c in CASES if c.mask != "empty")

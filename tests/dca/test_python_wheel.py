@@ -38,7 +38,7 @@ from patchctl.stack import load_stack
 
 from . import reference as ref
 from . import wheel as wheel_build
-from .conftest import LlamaBuild, series_dir
+from .builds import LlamaBuild, series_dir
 from .model_runs import Plan, build_tool, model_path, random_tokens, reference_logits, run_tool
 from .test_dca_config import LOG_INFO, MSCALE_DCA, MSCALE_ORIG, tiny
 from .test_dca_model import DCA, DCA_ON, EXACT, SPEC_EXACT_TOL

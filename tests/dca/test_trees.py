@@ -1,4 +1,4 @@
-"""The DCA tests' tree provisioning (tests/dca/trees.py + conftest.produce) on a tiny CMake
+"""The DCA tests' tree provisioning (tests/dca/trees.py + builds.produce) on a tiny CMake
 upstream: which clean room is used, that unsaved work is never touched, that builds are keyed
 and reused, and that a failed build fails the fixture with the compiler's error."""
 
@@ -17,7 +17,7 @@ from patchctl.cleanroom import default_workdir, load_cleanroom
 from patchctl.errors import BuildStepFailed, DirtyTree
 from patchctl.series import Series, load_series
 
-from . import conftest as dca_conftest
+from . import builds
 from .trees import (
     TerminalProgress,
     TreeBuilder,
@@ -184,23 +184,10 @@ def test_build_failure_fails_the_fixture_with_the_compiler_error(
 
     monkeypatch.setenv("PATCHCTL_DCA_SERIES", str(broken.dir))
     with pytest.raises(pytest.fail.Exception) as failed:
-        dca_conftest.produce("DCA", dca_room, builder)
+        builds.produce("DCA", dca_room, builder)
     message = str(failed.value)
     assert "DCA llama.cpp tree could not be produced" in message
     assert "first errors:" in message and "undeclared_thing" in message
-
-
-def test_env_override_needs_both_variables(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PATCHCTL_UPSTREAM_SRC", "/somewhere")
-    monkeypatch.delenv("PATCHCTL_UPSTREAM_BUILD", raising=False)
-    with pytest.raises(pytest.fail.Exception, match="set both"):
-        dca_conftest.env_build("UPSTREAM")
-    monkeypatch.setenv("PATCHCTL_UPSTREAM_BUILD", "/somewhere/build")
-    tree = dca_conftest.env_build("UPSTREAM")
-    assert tree is not None and tree.bin == Path("/somewhere/build/bin")
-    monkeypatch.delenv("PATCHCTL_DCA_SRC", raising=False)
-    monkeypatch.delenv("PATCHCTL_DCA_BUILD", raising=False)
-    assert dca_conftest.env_build("DCA") is None
 
 
 def test_terminal_progress_prints_start_tenths_and_done() -> None:

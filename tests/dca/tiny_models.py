@@ -1,7 +1,9 @@
 """Tiny random-weight GGUF models for the DCA tests (the project's own generator).
 
-Adapted from shared/tools/make_tiny_gguf.py, with the ``llama`` arch added, a seeded generator
-per model, and the attention sharpness as a parameter.
+Each model is a complete GGUF that llama.cpp loads: the arch's metadata, llama.cpp's "test"
+tokenizer and random weights for every tensor the loader expects, for llama, qwen2, qwen3,
+qwen3moe, gemma3 and gemma4, each drawn from its own seeded generator, with the attention
+sharpness as a parameter (below).
 
 The same generator makes the random-weight models of the shape benchmark
 (scripts/dca_shapes.py): the per-layer shapes of real models (``n_embd``, heads, ``head_dim``,

@@ -5,7 +5,8 @@
 - /completion reads the prompt back as text and answers the question from the needles it holds,
   like a perfect model, except with ``--rope-scaling`` in its flags, where it answers "0";
 - ``timings.cache_n`` is the prefix shared with the slot's previous prompt;
-- it logs llama.cpp-style buffer lines, and exits at once with ``--crash``.
+- it logs llama.cpp-style buffer lines, and exits at once with ``--crash``; with ``--hang`` it
+  never answers a completion.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -35,10 +37,12 @@ HELP = """usage: llama-server [options]
 --rope-scaling {none,linear,yarn}
 --rope-scale N
 --yarn-orig-ctx N
+--override-kv KEY=TYPE:VALUE
 --dca on|off
 --dca-chunk-size N
 --dca-local-window N
 --crash
+--hang
 -lv,   --verbosity, --log-verbosity N
 """
 
@@ -98,6 +102,8 @@ class Handler(BaseHTTPRequestHandler):
             bos = [1] if body.get("add_special") else []
             self._send({"tokens": bos + [ord(c) + 2 for c in body["content"]]})
             return
+        if "--hang" in ARGS:  # a server that never answers a completion
+            time.sleep(3600)
         prompt = body["prompt"]
         slot = int(body.get("id_slot", 0))
         previous = SLOTS.get(slot, [])

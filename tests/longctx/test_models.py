@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -13,24 +11,7 @@ from scripts.longctx import models
 from scripts.longctx.errors import ChecksumMismatch, HarnessError
 from scripts.longctx.models import MODELS, ModelSpec, Wheel
 
-PAYLOAD = [bytes(range(256)) * 5000, b"second part" * 1000]  # 1.29 MB: two 1 MiB parts
-
-
-def _wheels(tmp_path: Path) -> tuple[ModelSpec, Path]:
-    folder = tmp_path / "wheels"
-    folder.mkdir()
-    wheels = []
-    for i, data in enumerate(PAYLOAD, 1):
-        name = f"tiny_part{i}-1.0-py3-none-any.whl"
-        with zipfile.ZipFile(folder / name, "w") as zf:
-            zf.writestr(f"tiny_part{i}/data/m.{i:02d}", data)
-            zf.writestr(f"tiny_part{i}/__init__.py", "")
-        sha = hashlib.sha256((folder / name).read_bytes()).hexdigest()
-        wheels.append(Wheel(f"tiny-part{i}", "1.0", name, sha, f"tiny_part{i}/data/m.{i:02d}"))
-    joined = b"".join(PAYLOAD)
-    spec = ModelSpec("tiny", "tiny.gguf", "llama", 1024, len(joined),
-                     hashlib.sha256(joined).hexdigest(), tuple(wheels))  # fmt: skip
-    return spec, folder
+from .fakes import WHEEL_PAYLOAD, model_wheels
 
 
 @pytest.fixture(autouse=True)
@@ -40,17 +21,17 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_fetch_joins_verified_wheels_into_the_cache(tmp_path: Path, cache: Path) -> None:
-    spec, folder = _wheels(tmp_path)
+    spec, folder = model_wheels(tmp_path)
     path = models.fetch(spec, folder, say=lambda _: None)
     assert path == cache / "sha256" / spec.sha256 / "tiny.gguf"
-    assert path.read_bytes() == b"".join(PAYLOAD)
+    assert path.read_bytes() == b"".join(WHEEL_PAYLOAD)
     for wheel in folder.iterdir():
         wheel.unlink()
     assert models.fetch(spec, folder, say=lambda _: None) == path  # no wheel needed now
 
 
 def test_a_wheel_with_another_sha256_is_refused(tmp_path: Path, cache: Path) -> None:
-    spec, folder = _wheels(tmp_path)
+    spec, folder = model_wheels(tmp_path)
     bad = Wheel(**{**spec.wheels[1].__dict__, "sha256": "0" * 64})
     spec = ModelSpec(**{**spec.__dict__, "wheels": (spec.wheels[0], bad)})
     with pytest.raises(ChecksumMismatch, match="expected 0000"):
@@ -59,7 +40,7 @@ def test_a_wheel_with_another_sha256_is_refused(tmp_path: Path, cache: Path) -> 
 
 
 def test_joined_bytes_must_be_the_pinned_model(tmp_path: Path, cache: Path) -> None:
-    spec, folder = _wheels(tmp_path)
+    spec, folder = model_wheels(tmp_path)
     spec = ModelSpec(**{**spec.__dict__, "wheels": tuple(reversed(spec.wheels))})
     with pytest.raises(ChecksumMismatch, match="joined bytes"):
         models.fetch(spec, folder, say=lambda _: None)
@@ -67,7 +48,7 @@ def test_joined_bytes_must_be_the_pinned_model(tmp_path: Path, cache: Path) -> N
 
 
 def test_a_missing_member_is_named(tmp_path: Path) -> None:
-    spec, folder = _wheels(tmp_path)
+    spec, folder = model_wheels(tmp_path)
     wrong = Wheel(**{**spec.wheels[0].__dict__, "member": "tiny_part1/data/nope"})
     spec = ModelSpec(**{**spec.__dict__, "wheels": (wrong,)})
     with pytest.raises(HarnessError, match="no member tiny_part1/data/nope"):
@@ -75,7 +56,7 @@ def test_a_missing_member_is_named(tmp_path: Path) -> None:
 
 
 def test_pack_and_join_round_trip(tmp_path: Path) -> None:
-    spec, folder = _wheels(tmp_path)
+    spec, folder = model_wheels(tmp_path)
     path = models.fetch(spec, folder, say=lambda _: None)
     parts = models.pack(path, tmp_path / "packed", 1 << 20)
     assert [p.name for p in parts] == ["part00", "part01"]

@@ -93,3 +93,30 @@ def test_plan_validation_and_groups() -> None:
 
 def test_questions_per_group_counts_every_question() -> None:
     assert len(questions_per_group(TASKS, PARAMS)) == 1 + 4 + 1 + 1
+
+
+def test_onecall_tier_is_a_priority_queue_of_whole_cells() -> None:
+    plan = tier_plan("onecall", METHODS, N, H200, PARAMS, lanes=2, budget_s=420,
+                     probes=[("dca", 32)])  # fmt: skip
+    assert plan.queue and plan.workers == 2 and len(plan.lanes) == 1
+    cells = [(j.method, j.lengths[0] // N, j.haystacks) for j in plan.jobs]
+    assert cells[:2] == [("naive", 1, 8), ("dca", 1, 8)]  # the in-range ceiling first
+    first = {(m, x) for m, x, _ in cells[:14]}  # every method at 1x-8x before anything else
+    assert first == {(m, x) for m in ("naive", "dca") for x in (1, 2, 4, 8)} | {
+        (m, x) for m in ("linear", "yarn") for x in (2, 4, 8)}  # fmt: skip
+    assert not any(m == "dca-mscale" and x <= 1 for m, x, _ in cells)  # same as dca there
+    assert cells.index(("dca", 32, 1)) == len(cells) - 2 and cells[-1] == ("dca", 32, 0)
+    assert all(len(j.lengths) == 1 and j.slots == 1 for j in plan.jobs)
+    lines = describe(plan, H200, PARAMS)
+    assert "one queue, 2 worker(s)" in lines[0]
+    sums = [float(line.rsplit("~", 1)[1].split()[0]) for line in lines[1:]]
+    assert sums == sorted(sums)  # a cell named again adds only its missing haystacks
+    assert 380 < sums[11] < 450  # 1x-4x every method and DCA + YaRN at 8x: about the budget
+    with pytest.raises(ConfigError, match="queue plan"):
+        Plan("q", ((), ()), queue=True)
+
+
+def test_the_h200_cost_model_follows_a_quadratic_law_to_256k() -> None:
+    a, c = 35e-6, 0.455e-9  # s per token, s per token^2 (see plan.COSTS)
+    for n in (32_768, 65_536, 131_072, 262_144):
+        assert H200.prefill_s(n) == pytest.approx(a * n + c * n * n, rel=0.05)

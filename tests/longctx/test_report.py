@@ -38,8 +38,8 @@ def test_memory_table() -> None:
     jobs = doc["jobs"]
     assert isinstance(jobs, list)
     jobs[0]["memory"] = {"host_mib": 210.0, "device_mib": None, "device_total_mib": None,
-                                "buffers": {"CPU_Mapped": {"model": 92.1},
-                                            "CPU": {"KV": 56.25, "compute": 14.76}}}
+                         "buffers": {"CPU_Mapped": {"model": 92.1},
+                                     "CPU": {"KV": 56.25, "compute": 14.76}}}  # fmt: skip
     assert "| 92 / 56 / 15 (host) |" in report.memory_table(doc)
 
 
@@ -67,3 +67,8 @@ def test_unknown_kind_and_missing_file(tmp_path: Path) -> None:
         report.render("speed", tmp_path / "r.json")
     with pytest.raises(BadInput, match="cannot read"):
         report.render("accuracy", tmp_path / "r.json")
+
+
+def test_the_numbers_in_docs_dca_md_are_those_of_their_files() -> None:
+    root = Path(__file__).resolve().parents[2]
+    assert report.stale_blocks(root / "docs" / "dca.md", root) == []

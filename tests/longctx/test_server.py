@@ -10,9 +10,14 @@ import pytest
 
 from scripts.longctx.errors import ServerFailed, UnsupportedFlags
 from scripts.longctx.memory import MemoryMonitor, host_peak, parse_breakdown, parse_buffers
-from scripts.longctx.server import Server, _transient, check_flags, flags_in, supported_flags
-
-from .test_runner import fake_bin  # noqa: F401  (fixture)
+from scripts.longctx.server import (
+    Server,
+    _transient,
+    check_flags,
+    flags_in,
+    parse_dca,
+    supported_flags,
+)
 
 
 def test_flags_in_skips_values() -> None:
@@ -20,7 +25,7 @@ def test_flags_in_skips_values() -> None:
     assert flags_in(args) == ("--dca", "-ctk", "--rope-scale", "--x", "-ngl")
 
 
-def test_unsupported_flags_are_named_before_start(fake_bin: Path) -> None:  # noqa: F811
+def test_unsupported_flags_are_named_before_start(fake_bin: Path) -> None:
     assert {"--dca", "-ctk", "--no-kv-unified"} <= supported_flags(fake_bin)
     check_flags(fake_bin, ["--dca", "on", "-ngl", "99"], "dca")
     with pytest.raises(UnsupportedFlags, match="--dca-mscale") as info:
@@ -36,14 +41,14 @@ def test_not_a_server_is_refused(tmp_path: Path) -> None:
         supported_flags(exe)
 
 
-def test_a_server_that_exits_reports_its_log(tmp_path: Path, fake_bin: Path) -> None:  # noqa: F811
+def test_a_server_that_exits_reports_its_log(tmp_path: Path, fake_bin: Path) -> None:
     server = Server.launch(fake_bin, tmp_path / "m.gguf", 512, 1, ["--crash"], tmp_path / "s.log")
     with pytest.raises(ServerFailed, match="exited with code 1") as info:
         server.wait_ready(timeout_s=60)
     assert "asked to crash" in info.value.log_tail
 
 
-def test_server_round_trip_and_stop(tmp_path: Path, fake_bin: Path) -> None:  # noqa: F811
+def test_server_round_trip_and_stop(tmp_path: Path, fake_bin: Path) -> None:
     with Server.launch(fake_bin, tmp_path / "m.gguf", 4096, 2, [], tmp_path / "s.log") as server:
         server.wait_ready(timeout_s=60)
         assert server.port > 0
@@ -99,3 +104,18 @@ def test_host_peak_of_this_process() -> None:
     peak = host_peak(os.getpid())
     assert peak is not None and peak > 10
     assert host_peak(2**22 + 12345) is None
+
+
+def test_parse_dca_reads_both_log_formats() -> None:
+    old = "llama_context: dca                   = on (chunk_size = 3072, local_window = 512, " \
+          "chunk_len = 2560)\n"  # fmt: skip
+    assert parse_dca(old) == {"chunk_size": 3072, "local_window": 512, "chunk_len": 2560}
+    new = ("llama_dca_resolve: dca = on: chunk_size = 24576 [3/4 of the original length "
+           "(ChunkLlama)], local_window = 4096 [1/8 of the original length (ChunkLlama)], "
+           "chunk_len = 20480, original length = 32768 [GGUF context_length], mscale = off "
+           "(auto: original length unknown)\nllama_context: n_ctx = 65536\n")  # fmt: skip
+    assert parse_dca(new) == {
+        "chunk_size": 24576, "local_window": 4096, "chunk_len": 20480, "original_length": 32768,
+        "mscale": "off (auto: original length unknown)",
+    }  # fmt: skip
+    assert parse_dca("llama_context: dca = off\n") is None

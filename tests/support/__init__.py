@@ -6,4 +6,6 @@ repos.py      the one repository builder (new_repo), tree ids and diffs of file 
               a racy same-second edit
 series.py     series directories and projects on fake upstreams
 archives.py   tar archives, hostile members included
+hostile/      the hostile-input matrix's builders (raw archive members, the sandbox with
+              before/after snapshots; tests/test_hostile.py)
 """

@@ -1,0 +1,91 @@
+"""Size and count limits on untrusted inputs, each with an environment variable to raise it.
+
+Every input patchctl reads may come from someone else (an archive from the internet, a series
+file from a shared repository, an mbox from a mailing list); these limits keep a hostile one
+from exhausting memory or disk. A limit that is hit names itself and the variable that raises
+it (docs/reliability.md lists them all).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from patchctl.errors import ConfigError
+
+KIB = 1 << 10
+MIB = 1 << 20
+GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class Limit:
+    """One limit: its environment variable, default value, unit and what it bounds."""
+
+    env: str
+    default: int
+    unit: str  # "bytes" | "members" | "x" (a ratio)
+    what: str
+
+    def value(self) -> int:
+        """The limit in force: the environment variable when set, else the default."""
+        raw = os.environ.get(self.env)
+        if raw is None or raw.strip() == "":
+            return self.default
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            value = 0
+        if value <= 0:
+            raise ConfigError(
+                f"{raw[:40]!r} is not a positive integer",
+                key=self.env,
+                hint=f"set {self.env} to a positive whole number of {self.unit} (or unset it)",
+            )
+        return value
+
+    def hint(self, needed: int | None = None) -> str:
+        """How to raise the limit (for the error that reports it)."""
+        suggestion = f"{self.env}={needed}" if needed is not None else f"{self.env}=<{self.unit}>"
+        return f"if the input is trusted, raise the limit: {suggestion} (default {self.default})"
+
+
+ARCHIVE_BYTES = Limit(
+    "PATCHCTL_MAX_ARCHIVE_BYTES", 8 * GIB, "bytes", "total size of an archive's members"
+)
+ARCHIVE_MEMBERS = Limit(
+    "PATCHCTL_MAX_ARCHIVE_MEMBERS", 250_000, "members", "number of members of an archive"
+)
+ARCHIVE_RATIO = Limit(
+    "PATCHCTL_MAX_ARCHIVE_RATIO", 100, "x", "expanded size / archive size (above 64 MiB)"
+)
+# Below this expanded size the ratio is not checked: small archives of repetitive text can
+# compress 1000:1 and cost nothing.
+RATIO_FLOOR = 64 * MIB
+SERIES_BYTES = Limit("PATCHCTL_MAX_SERIES_BYTES", 1 * MIB, "bytes", "size of series.yaml")
+PATCH_BYTES = Limit(
+    "PATCHCTL_MAX_PATCH_BYTES", 256 * MIB, "bytes", "size of a patch file or an import source"
+)
+DOWNLOAD_BYTES = Limit("PATCHCTL_MAX_DOWNLOAD_BYTES", 4 * GIB, "bytes", "size of a download")
+REGISTRY_BYTES = Limit(
+    "PATCHCTL_MAX_REGISTRY_BYTES", 16 * MIB, "bytes", "size of the marker registry read back"
+)
+INDEX_BYTES = 64 * MIB  # a package index JSON answer (not configurable: real ones are < 1 MiB)
+
+ALL_LIMITS = (
+    ARCHIVE_BYTES,
+    ARCHIVE_MEMBERS,
+    ARCHIVE_RATIO,
+    SERIES_BYTES,
+    PATCH_BYTES,
+    DOWNLOAD_BYTES,
+    REGISTRY_BYTES,
+)
+
+
+def human(n: int) -> str:
+    """A byte count for messages: `1.5 GiB`, `300 KiB`, `12 bytes`."""
+    for unit, size in (("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} bytes"

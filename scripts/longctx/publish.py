@@ -1,0 +1,132 @@
+"""Results files into the repository: a dated folder of data, plots and tables, and docs/dca.md.
+
+``publish(docs, out_dir, doc_md)`` writes, per (model, label) of the given results documents
+(several calls of one plan are merged, repeated trials kept once):
+
+- ``<model>-<label>.json``: the merged results document (every trial; what the tables read);
+- ``<model>-<label>-summary.json``: results.summary (jobs, budget, cells, prefill rates);
+- ``cells/<model>-<label>-<method>-<multiple>x.json``: each cell's raw trials and jobs;
+- ``<model>-<label>-<task>.png``: accuracy vs length per task (plots.py);
+- ``<model>-<label>.md``: the command, device, accuracy / memory / prefill tables, jobs not run;
+
+and makes sure `doc_md` holds generated accuracy and memory blocks for the merged file (inserted
+before the ``<!-- longctx:published -->`` marker when missing), then regenerates every block.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from patchctl.fsio import write_atomic, write_if_changed
+
+from . import plots, report, results
+from .errors import BadInput
+
+MARKER = "<!-- longctx:published -->"
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, (json.dumps(obj, indent=1, ensure_ascii=False) + "\n").encode("utf-8"))
+
+
+def _prefill_table(doc: Mapping[str, Any]) -> str:
+    lines = ["| method | length | haystacks | prefill s (mean) | tokens/s |",
+             "|---|---|---|---|---|"]
+    for r in results.prefill_rates(doc["trials"]):
+        lines.append(f"| {r['method']} | {r['length']} | {r['haystacks']} | {r['prefill_s']} | "
+                     f"{r['tokens_per_s'] or ''} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def _not_run(doc: Mapping[str, Any]) -> list[str]:
+    return [
+        f"- {j['method']}@{','.join(map(str, j['lengths']))} x{j['haystacks']}: {j['status']}"
+        + (f" ({j['reason']})" if j.get("reason") else "")
+        for j in doc["jobs"]
+        if j["status"] not in ("ok", "probe")
+    ]
+
+
+def page(doc: Mapping[str, Any], stem: str) -> str:
+    """The Markdown page of one merged document."""
+    model, device = doc["model"], doc["device"]
+    gpus = ", ".join(str(g.get("name")) for g in device.get("gpus", [])) or (
+        f"{device.get('cpu', '?')} (CPU)"
+    )
+    budget = doc.get("budget") or {}
+    parts = [
+        f"# {model['name']} ({doc['label']}): long-context retrieval\n",
+        f"Model `{model['file']}` (sha256 {model['sha256'][:12]}…, {model['arch']}, trained "
+        f"{model['n_ctx_train']}), {gpus}, server `{doc['server'].get('version', '?')}`, started "
+        f"{doc.get('started', '?')}, {doc.get('wall_s', '?')} s, budget left "
+        f"{budget.get('left_s')} s, measured/expected {budget.get('ratio')}.\n",
+        "Command:\n",
+        "```sh\n" + shlex.join(str(a) for a in doc["command"]) + "\n```\n",
+        "## Accuracy (correct/n [Wilson 95% over questions])\n",
+        report.accuracy_table(doc),
+        "## Memory per server\n",
+        report.memory_table(doc),
+        "## Prefill (llama-server's prompt timing, first question of each haystack)\n",
+        _prefill_table(doc),
+        f"Plots: `{stem}-<task>.png`; per-cell trials: `cells/{stem}-<method>-<multiple>x.json`.\n",
+    ]
+    skipped = _not_run(doc)
+    if skipped:
+        parts += ["## Jobs not run or cut short\n", "\n".join(skipped) + "\n"]
+    return "\n".join(parts)
+
+
+def _block(kind: str, rel: str) -> str:
+    return f"<!-- longctx:table {kind} {rel} -->\n<!-- longctx:end -->\n"
+
+
+def link_doc(doc_md: Path, root: Path, merged: Path, pngs: Sequence[Path], title: str) -> None:
+    """Insert the blocks of `merged` into `doc_md` before MARKER when it has none yet."""
+    rel = merged.resolve().relative_to(root.resolve()).as_posix()
+    text = doc_md.read_text(encoding="utf-8")
+    if f"longctx:table accuracy {rel} -->" in text:
+        return
+    if MARKER not in text:
+        raise BadInput(f"{doc_md} has no {MARKER} line", hint="add it where results belong")
+    links = ", ".join(
+        f"[{p.stem.rsplit('-', 1)[-1]}]({os.path.relpath(p, doc_md.parent)})" for p in pngs
+    )
+    section = (
+        f"#### {title}\n\nPlots: {links}. Data, per-cell trials and the command: "
+        f"`{merged.parent.relative_to(root.resolve()).as_posix()}/`.\n\n"
+        + _block("accuracy", rel) + "\n" + _block("memory", rel) + "\n"
+    )
+    write_if_changed(doc_md, text.replace(MARKER, section + MARKER, 1).encode("utf-8"))
+
+
+def publish(docs: Sequence[Mapping[str, Any]], out_dir: Path, doc_md: Path | None,
+            root: Path) -> list[Path]:  # fmt: skip
+    """Write everything listed in the module docstring; the files written."""
+    made: list[Path] = []
+    out_dir = out_dir.resolve()
+    for (model, label), doc in results.combine(docs).items():
+        stem = f"{model}-{label}"
+        merged = out_dir / f"{stem}.json"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        results.write(doc, merged)
+        results.write_summary(doc, out_dir / f"{stem}-summary.json")
+        made += [merged, out_dir / f"{stem}-summary.json"]
+        for name, cell in results.split_cells(doc).items():
+            _write_json(out_dir / "cells" / f"{stem}-{name}.json", cell)
+            made.append(out_dir / "cells" / f"{stem}-{name}.json")
+        pngs = plots.plot_all(doc, out_dir)
+        made += pngs
+        write_if_changed(out_dir / f"{stem}.md", page(doc, stem).encode("utf-8"))
+        made.append(out_dir / f"{stem}.md")
+        if doc_md is not None:
+            title = f"{model} ({label}, {out_dir.name.removeprefix('longctx-')})"
+            link_doc(doc_md, root, merged, pngs, title)
+    if doc_md is not None:
+        report.update_doc(doc_md, root)
+    return made
