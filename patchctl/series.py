@@ -444,14 +444,18 @@ def _build_upstream(raw: dict[str, Any], kind: str, path: Path) -> Upstream:
     )
 
 
-def _root_from(raw: Any, path: Path) -> str:
-    root = _string(raw, path, "root")
+def _root_from(raw: Any, path: Path, key: str = "root", *, no_slash: bool = False) -> str:
+    """A directory of the upstream tree ('.' for all of it); `no_slash`: without a trailing
+    '/' (extends.root, compared with tree paths as written)."""
+    root = _string(raw, path, key)
     problem = values.root_problem(root)
+    if problem is None and no_slash and root.endswith("/"):
+        problem = "ends with '/'"
     if problem is not None:
         raise ConfigError(
             f"{values.shown(root)} {problem}",
             path=path,
-            key="root",
+            key=key,
             hint="use . or a relative path inside the upstream tree, without '..'",
         )
     return root
@@ -483,15 +487,7 @@ def _extends_from(raw: Any, path: Path) -> Extends:
         raise ConfigError(
             "a series cannot extend itself", path=path, key="extends.series", hint="remove it"
         )
-    root = _string(raw["root"], path, "extends.root")
-    problem = values.root_problem(root) or ("ends with '/'" if root.endswith("/") else None)
-    if problem is not None:
-        raise ConfigError(
-            f"{values.shown(root)} {problem}",
-            path=path,
-            key="extends.root",
-            hint="use . or a relative path inside the upstream tree, without '..'",
-        )
+    root = _root_from(raw["root"], path, "extends.root", no_slash=True)
     return Extends(series=name, root=root, key_order=tuple(raw))
 
 
