@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -33,8 +34,9 @@ from patchctl.git import Git
 from patchctl.journal import RoomJournal
 from patchctl.patchapply import TreePatcher, commit_message, patch_sha256, strict_apply
 from patchctl.progress import Progress, or_null
-from patchctl.series import Patch, Series
+from patchctl.series import Series
 from patchctl.session import series_session
+from patchctl.stack import Entry, check_base_tree, load_stack
 
 
 @dataclass(frozen=True)
@@ -64,40 +66,42 @@ class ApplyReport:
 
 
 def apply_patch(
-    room: Cleanroom, patcher: TreePatcher, series: Series, patch: Patch, parent: AppliedPatch | None
+    room: Cleanroom, patcher: TreePatcher, entry: Entry, parent: AppliedPatch | None
 ) -> AppliedPatch:
-    """Apply one patch strictly to the tree of `parent` (the base when None) and commit it.
+    """Apply one patch of the stack strictly to the tree of `parent` (the base when None),
+    under the entry's root, and commit it.
 
     Only objects are written: the clean room's HEAD, index and files do not move here.
     """
-    data = series.patch_path(patch).read_bytes()
+    patch = entry.patch
+    data = entry.file.read_bytes()
     pre = parent.tree if parent is not None else room.base_tree()
-    tree = strict_apply(patcher, patch, data, series.root, pre)
+    recorded = entry.local_tree(room.git, pre) or pre
+    tree = strict_apply(patcher, patch, data, entry.root, pre, recorded=recorded)
     head = parent.commit if parent is not None else room.base_commit()
     commit = room.git.commit_tree(tree, commit_message(patch, patch_sha256(data)), (head,))
-    return AppliedPatch(patch.id, commit, tree, False, _ladder(patch, tree))
+    return AppliedPatch(patch.id, commit, tree, False, _ladder(room, entry, tree))
 
 
-def _ladder(patch: Patch, tree: str) -> str:
-    if patch.post_tree is None:
+def _ladder(room: Cleanroom, entry: Entry, tree: str) -> str:
+    """The tree vs the recorded post_tree (an inherited patch: the subtree it records)."""
+    if entry.patch.post_tree is None:
         return "unrecorded"
-    return "ok" if patch.post_tree == tree else "mismatch"
+    return "ok" if entry.patch.post_tree == entry.local_tree(room.git, tree) else "mismatch"
 
 
-def reusable_prefix(
-    room: Cleanroom, series: Series, targets: tuple[Patch, ...]
-) -> list[AppliedPatch]:
+def reusable_prefix(room: Cleanroom, targets: Sequence[Entry]) -> list[AppliedPatch]:
     """The applied commits that already match the first target patches byte for byte."""
     kept: list[AppliedPatch] = []
-    matching: list[tuple[str, Patch]] = []
-    for (commit, pid, sha), patch in zip(room.stack(), targets, strict=False):
-        path = series.patch_path(patch)
-        if pid != patch.id or not path.is_file() or sha != patch_sha256(path.read_bytes()):
+    matching: list[tuple[str, Entry]] = []
+    for (commit, pid, sha), entry in zip(room.stack(), targets, strict=False):
+        path = entry.file
+        if pid != entry.id or not path.is_file() or sha != patch_sha256(path.read_bytes()):
             break
-        matching.append((commit, patch))
-    trees = room.git.trees_of([commit for commit, _patch in matching])
-    for (commit, patch), tree in zip(matching, trees, strict=True):
-        kept.append(AppliedPatch(patch.id, commit, tree, True, _ladder(patch, tree)))
+        matching.append((commit, entry))
+    trees = room.git.trees_of([commit for commit, _entry in matching])
+    for (commit, entry), tree in zip(matching, trees, strict=True):
+        kept.append(AppliedPatch(entry.id, commit, tree, True, _ladder(room, entry, tree)))
     return kept
 
 
@@ -110,9 +114,10 @@ def apply_series(
     *,
     known_clean: bool = False,
 ) -> ApplyReport:
-    """Bring a clean (no unsaved work) clean room to base + the series up to `upto`.
+    """Bring a clean (no unsaved work) clean room to base + the series' stack up to `upto`
+    (stack.py: the patches of an extended series first, under its root).
 
-    Commits that already match a prefix of the series are kept; the rest are made in the
+    Commits that already match a prefix of the stack are kept; the rest are made in the
     object store, and the clean room moves once from its HEAD to the last of them with
     `reset --keep`, which rewrites only files that differ (incremental builds stay
     incremental). When a patch fails, the clean room moves to the last good patch instead.
@@ -123,17 +128,19 @@ def apply_series(
     """
     if not known_clean and cleanroom.is_dirty():
         raise DirtyTree(f"{cleanroom.path} has unsaved work", hint="pass --force to back it up")
-    targets = series.upto(upto)
-    kept = reusable_prefix(cleanroom, series, targets)
+    stack = load_stack(series)
+    check_base_tree(stack, cleanroom.git, cleanroom.base_tree())
+    targets = stack.upto(upto)
+    kept = reusable_prefix(cleanroom, targets)
     report = or_null(progress)
     report.start("apply", len(targets))
     report.advance("apply", len(kept))
     applied = list(kept)
     try:
         with TreePatcher(cleanroom.git) as patcher:
-            for patch in targets[len(kept) :]:
+            for entry in targets[len(kept) :]:
                 parent = applied[-1] if applied else None
-                applied.append(apply_patch(cleanroom, patcher, series, patch, parent))
+                applied.append(apply_patch(cleanroom, patcher, entry, parent))
                 report.advance("apply")
     finally:
         target = applied[-1].commit if applied else cleanroom.base_commit()
@@ -141,7 +148,7 @@ def apply_series(
             journal.record(
                 head=cleanroom.head(),
                 reset_to=target,
-                plan=[_planned(series, patch) for patch in targets],
+                plan=[_planned(entry) for entry in targets],
                 root=series.root,
             )
         cleanroom.reset_to(target)
@@ -149,11 +156,12 @@ def apply_series(
     return _report(cleanroom, tuple(applied))
 
 
-def _planned(series: Series, patch: Patch) -> list[str]:
-    """(id, sha256, file) of a patch about to be applied, as the journal records it."""
-    path = series.patch_path(patch)
+def _planned(entry: Entry) -> list[str]:
+    """(id, sha256, file, root) of a patch about to be applied, as the journal records it
+    (root: the directory it applies under; an extended series' patch has its own)."""
+    path = entry.file
     sha = patch_sha256(path.read_bytes()) if path.is_file() else ""
-    return [patch.id, sha, os.fsdecode(path.resolve())]
+    return [entry.id, sha, os.fsdecode(path.resolve()), entry.root]
 
 
 def _report(room: Cleanroom, applied: tuple[AppliedPatch, ...]) -> ApplyReport:
@@ -214,7 +222,7 @@ def cleanroom_apply(
     with series_session(series_path, op="cleanroom apply") as session:
         series = session.series
         if upto is not None:
-            series.index(upto)  # NotFound before anything is touched
+            load_stack(series).index(upto)  # NotFound before anything is touched
         path = session.lock_cleanroom(workdir)
         assert session.room_journal is not None
         return _apply_locked(series, path, upto, force, progress, session.room_journal)

@@ -25,6 +25,7 @@ from patchctl.patchfile import export_patch
 from patchctl.patchparts import split_patch, with_diff
 from patchctl.series import Patch, Series, check_savable
 from patchctl.session import series_session
+from patchctl.stack import load_stack
 
 
 @dataclass(frozen=True)
@@ -80,9 +81,10 @@ def new_patch(
     """`patchctl new`: a series entry for `patch_id` at the top of the stack (not saved).
 
     Every value is checked by the rules series.yaml is loaded with, and the entry's file must
-    not exist yet (a capture would overwrite it; DirtyTree, exit 8).
+    not exist yet (a capture would overwrite it; DirtyTree, exit 8). The id must be unique
+    across the stack (an extended series' ids are taken too).
     """
-    if patch_id in series.ids():
+    if patch_id in load_stack(series).ids():
         raise ConfigError(f"patch {patch_id!r} already exists", path=series.path, key="id")
     problem = values.patch_id_problem(patch_id)
     if problem is not None:
@@ -134,7 +136,8 @@ def stack_position(room: Cleanroom, series: Series, patch_id: str) -> tuple[str,
     Capture needs exactly the patches before `patch_id` applied, plus optionally `patch_id`
     itself on top (a re-capture); anything else would mix other patches' changes in.
     """
-    before = list(series.ids()[: series.index(patch_id)])
+    ordered = load_stack(series)
+    before = list(ordered.ids()[: ordered.index(patch_id)])
     stack = room.stack()
     applied = [pid for _commit, pid, _sha in stack]
     if applied == before:
@@ -184,8 +187,10 @@ def capture_patch(
     Everything the capture and the save after it produce is checked before the first write:
     the updated series loads back, the docs render from the new bytes, every target is
     writable. A failure there leaves patch, series.yaml and clean room as they were.
+    Only the series' own patches are captured here; one of an extended series is refused
+    (stack.own_entry): it records trees of its own upstream and is captured in its own series.
     """
-    patch = series.patch(patch_id)
+    patch = load_stack(series).own_entry(patch_id).patch
     parent, _recapture = stack_position(room, series, patch_id)
     pre = room.git.tree_of(parent)
     post = room.git.snapshot_worktree()

@@ -21,6 +21,7 @@ ROOT_HELP = (
     "  build      Build the clean room; the build dir is keyed by its git tree...\n"
     "  capture    Write everything the clean room changed since the commit...\n"
     "  docs       Regenerate the series README (## Current series) and...\n"
+    "  export     Export the verified series: --sdist writes the patched sdist...\n"
     "  import     Import an existing series on top of the stack, keeping every...\n"
     "  init       Start a series: pin UPSTREAM (sha256 and tree computed),...\n"
     "  new        Add patch ID at the top of the stack; edit the clean room,...\n"
@@ -53,6 +54,7 @@ COMMANDS: dict[str, Command] = {
             "build",
             "capture",
             "docs",
+            "export",
             "import",
             "init",
             "new",
@@ -276,6 +278,47 @@ COMMANDS: dict[str, Command] = {
                 opts=("--check",),
                 kind="flag",
                 help="Write nothing; exit 16 when the docs are stale.",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--json",),
+                kind="flag",
+                help="Print a JSON report on stdout.",
+                choices=(),
+                multiple=False,
+            ),
+        ),
+        subcommands=(),
+    ),
+    "export": Command(
+        help="Export the verified series: --sdist writes the patched sdist (version marked +patchctl).",
+        params=(
+            Param(
+                opts=("--sdist",),
+                kind="flag",
+                help="Write a patched sdist (.tar.gz) that pip builds.",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--series",),
+                kind="file",
+                help="Series directory (or its series.yaml); names the default clean room.",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--workdir",),
+                kind="file",
+                help="Clean-room directory (default: cleanroom/<series name>).",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--output", "-o"),
+                kind="file",
+                help="Output file, or an existing directory for it (default: <project>/dist/).",
                 choices=(),
                 multiple=False,
             ),

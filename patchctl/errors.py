@@ -63,6 +63,10 @@ class NothingToCapture(PatchctlError):
     """The working tree equals the tree before the patch: there is no patch to write."""
 
 
+class SdistError(PatchctlError):
+    """An sdist cannot be exported as asked (its version cannot be marked, a submodule, ...)."""
+
+
 class PatchDoesNotApply(PatchctlError):
     """A patch conflicts with the tree it is applied to."""
 

@@ -187,6 +187,17 @@ def object_id(value: str) -> str:
     return value
 
 
+@dataclass(frozen=True)
+class TreeEntry:
+    """One entry of a tree listed recursively: mode, object type, id, size, raw path bytes."""
+
+    mode: str  # "100644", "100755", "120000" (symlink) or "160000" (gitlink)
+    kind: str  # "blob" or "commit"
+    oid: str
+    size: int  # bytes of the blob (0 for a gitlink)
+    path: bytes
+
+
 class Git:
     """A git repository (or a directory to run git in) driven through the pinned runner."""
 
@@ -307,6 +318,40 @@ class Git:
             return False
         code, _, _ = self.run_full("cat-file", "-e", "--end-of-options", f"{oid}^{{tree}}")
         return code == 0
+
+    def subtree(self, tree: str, path: str) -> str | None:
+        """The tree id of directory `path` inside `tree` (None when it is not a directory)."""
+        oid = self.maybe_rev(f"{tree}:{path}")
+        if oid is None:
+            return None
+        kind = self.text("cat-file", "-t", "--end-of-options", oid)
+        return oid if kind == "tree" else None
+
+    def ls_tree(self, tree: str) -> list[TreeEntry]:
+        """Every file, symlink and gitlink of `tree`, recursively, in git's order."""
+        out = self.run("ls-tree", "-r", "-l", "-z", "--full-tree", "--end-of-options", tree)
+        entries = []
+        for record in out.split(b"\0")[:-1]:
+            meta, path = record.split(b"\t", 1)
+            mode, kind, oid, size = meta.decode("ascii").split()
+            entries.append(TreeEntry(mode, kind, oid, 0 if size == "-" else int(size), path))
+        return entries
+
+    def cat_blobs(self, oids: Sequence[str]) -> list[bytes]:
+        """The bytes of blobs `oids` (full ids), in order, from one `cat-file --batch`: the
+        stored bytes, never filtered or converted (no attributes are involved)."""
+        query = "".join(f"{object_id(oid)}\n" for oid in oids).encode("ascii")
+        out = self.run("cat-file", "--batch", stdin=query)
+        blobs, pos = [], 0
+        for _oid in oids:
+            end = out.index(b"\n", pos)
+            header = out[pos:end].split(b" ")
+            if len(header) != 3 or header[1] != b"blob":
+                raise GitFailed(["git", "cat-file", "--batch"], 0, b"not a blob: " + out[pos:end])
+            size = int(header[2])
+            blobs.append(out[end + 1 : end + 1 + size])
+            pos = end + 1 + size + 1
+        return blobs
 
     def cat_file(self, kind: str, oid: str) -> bytes:
         """The raw bytes of object `oid`, which must be of type `kind` (blob, commit, tree)."""

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from patchctl import values
 from patchctl.docs import render_docs
-from patchctl.errors import ConfigError, NotFound
+from patchctl.errors import ConfigError, NotFound, PatchctlError
 from patchctl.fsio import check_writable, refuse_overwrite, write_new
 from patchctl.git import Git, scratch_repo
 from patchctl.limits import PATCH_BYTES, human
@@ -34,6 +34,7 @@ from patchctl.patchparts import regenerated
 from patchctl.progress import Progress, or_null
 from patchctl.series import Patch, Series, check_savable
 from patchctl.session import series_session
+from patchctl.stack import compose, load_stack
 from patchctl.values import PATCH_ID
 
 QUILT_SERIES = "series"
@@ -399,6 +400,15 @@ def _last_tree(series: Series, base: str) -> str:
     return last.post_tree
 
 
+def _stack_base(series: Series, git: Git, upstream: str) -> str:
+    """The tree imported patches go on when the series has none yet: the upstream tree, or
+    for a series that extends another, the upstream with that series' patches applied."""
+    composed, why = compose(load_stack(series), git, upstream)
+    if composed is None:
+        raise PatchctlError(why, hint="fix the extended series first (patchctl verify --all)")
+    return composed
+
+
 def _create(path: Path, data: bytes) -> bool:
     write_new(path, data)
     return True
@@ -421,7 +431,7 @@ def import_patches(
     regenerated so that they apply exactly (their header kept)."""
     kind, incoming = read_source(source)
     origin = f"{kind}:{source.name}"
-    taken = set(series.ids())
+    taken = set(load_stack(series).ids())
     start = len(series.patches) + 1
     entries = []
     for i, item in enumerate(incoming):
@@ -492,7 +502,7 @@ def import_series(
     the series and clean-room locks; series.yaml and the docs saved."""
     with series_session(series_path, op="import") as session:
         room = session.cleanroom(workdir)
-        base = room.base_tree()
+        base = _stack_base(session.series, room.git, room.base_tree())
         result = import_patches(
             session.series,
             source,

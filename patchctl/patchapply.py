@@ -486,10 +486,22 @@ class TreePatcher:
 # ----------------------------------------------------------------------------- the strict check
 
 
-def strict_apply(patcher: TreePatcher, patch: Patch, data: bytes, root: str, tree: str) -> str:
+def strict_apply(
+    patcher: TreePatcher,
+    patch: Patch,
+    data: bytes,
+    root: str,
+    tree: str,
+    *,
+    recorded: str | None = None,
+) -> str:
     """The tree `patch` makes of `tree` when it applies exactly (no offset, no fuzz); else
-    PatchDoesNotApply (3), PatchDrift (10) or AlreadyApplied (11). Nothing is checked out."""
-    if patch.post_tree and patch.post_tree == tree and patch.pre_tree != tree:
+    PatchDoesNotApply (3), PatchDrift (10) or AlreadyApplied (11). Nothing is checked out.
+
+    `recorded`: `tree` as the patch's own series records trees (the subtree an extended
+    series' patch was captured in, stack.Entry.local_tree); `tree` itself when None."""
+    local = tree if recorded is None else recorded
+    if patch.post_tree and patch.post_tree == local and patch.pre_tree != local:
         raise already_applied(patch, "the tree equals its recorded post_tree")
     result = patcher.apply(tree, data, root)
     outcome = result.outcome

@@ -7,7 +7,8 @@ The command writes its intent to the clean room's journal (journal.RoomJournal,
   (`stage: building`) or swapped in with two renames (`stage: swapping`: the old one goes to
   `aside`, which is deleted afterwards only with `discard`: it held nothing of the user's);
 - `head`, `reset_to`, `plan`, `root`: the commit the clean room was at (with no unsaved work),
-  where `reset --keep` takes it, and the patches about to be applied (id, sha256, file);
+  where `reset --keep` takes it, and the patches about to be applied (id, sha256, file and
+  the directory each applies under; `root` for a journal without one);
 - `backup`: unsaved work `--force` saved and is about to discard.
 
 `recover_room` runs when the next command takes the clean room's lock. A half-built clean
@@ -172,16 +173,20 @@ def _known_trees(room: Cleanroom, data: dict[str, Any], backup: Backup | None) -
 def _inflight(room: Cleanroom, data: dict[str, Any]) -> str | None:
     """The tree the next patch of the journal's plan makes from HEAD (None when it cannot be
     known: nothing left to apply, the stack is not a prefix of the plan, the file changed)."""
-    plan = [(str(e[0]), str(e[1]), str(e[2])) for e in data.get("plan", [])]
+    default_root = str(data.get("root", "."))
+    plan = [
+        (str(e[0]), str(e[1]), str(e[2]), str(e[3]) if len(e) > 3 else default_root)
+        for e in data.get("plan", [])
+    ]
     stack = [(pid, sha) for _commit, pid, sha in room.stack()]
-    if len(stack) >= len(plan) or [(p, s) for p, s, _f in plan[: len(stack)]] != stack:
+    if len(stack) >= len(plan) or [(p, s) for p, s, _f, _r in plan[: len(stack)]] != stack:
         return None
-    _pid, sha, file = plan[len(stack)]
+    _pid, sha, file, root = plan[len(stack)]
     patch = Path(file)
     if file_sha256(patch) != sha:
         return None
     with temp_index(room.git) as index:
         index.read_tree(room.head_tree())
-        if not apply_to_index(index, patch.read_bytes(), str(data.get("root", "."))).ok:
+        if not apply_to_index(index, patch.read_bytes(), root).ok:
             return None
         return index.write_tree()

@@ -36,6 +36,8 @@ MAX_DEPTH = 20  # YAML nesting; the schema needs 4
 MAX_MESSAGE = 200  # characters of a YAML library message kept in an error
 # Names in the series directory that patchctl writes itself: never a patch file.
 RESERVED_FILES = frozenset({SERIES_FILE, "readme.md"})
+# `extends.series`: the name of a sibling series directory (no separator, no `.`/`..`).
+SERIES_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 UPSTREAM_KEYS = ("kind", "url", "path", "package", "version", "sha256", "subdir", "tree", "commit")
 PATCH_KEYS = (
@@ -50,7 +52,8 @@ PATCH_KEYS = (
     "imported",
     "sha256",
 )
-SERIES_KEYS = ("version", "upstream", "root", "patches")
+SERIES_KEYS = ("version", "upstream", "extends", "root", "patches")
+EXTENDS_KEYS = ("series", "root")
 # Which upstream keys each kind requires / allows.
 KIND_REQUIRED: dict[str, tuple[str, ...]] = {
     "pypi-sdist": ("package", "version", "sha256"),
@@ -92,6 +95,17 @@ class Upstream:
 
 
 @dataclass(frozen=True)
+class Extends:
+    """`extends:`: another series of the same project whose patches come first in this
+    series' stack, applied under `root` (where that series' upstream tree lies in this one's).
+    Stack semantics (loading the other series, checks, the combined stack): stack.py."""
+
+    series: str  # a sibling directory of this series' directory, e.g. `llamafile`
+    root: str  # a relative directory of this series' upstream tree, e.g. `vendor/llama.cpp`
+    key_order: tuple[str, ...] = field(default=(), compare=False, repr=False)
+
+
+@dataclass(frozen=True)
 class Patch:
     """One entry of the series."""
 
@@ -118,6 +132,7 @@ class Series:
     root: str = "."
     version: int = SCHEMA_VERSION
     key_order: tuple[str, ...] = field(default=(), compare=False, repr=False)
+    extends: Extends | None = None
     # The leading comment block of the file, kept on save (other comments are not).
     header: str = field(default="", compare=False, repr=False)
 
@@ -322,7 +337,8 @@ def _series_from(data: dict[str, Any], path: Path) -> Series:
     upstream = _upstream_from(data.get("upstream"), path)
     root = _root_from(data.get("root", "."), path)
     patches = _patches_from(data.get("patches", []), path)
-    return Series(path, upstream, patches, root, SCHEMA_VERSION, tuple(data))
+    extends = _extends_from(data.get("extends"), path) if "extends" in data else None
+    return Series(path, upstream, patches, root, SCHEMA_VERSION, tuple(data), extends)
 
 
 def _reject_unknown(data: Mapping[Any, Any], allowed: Iterable[str], path: Path, at: str) -> None:
@@ -449,17 +465,51 @@ def _build_upstream(raw: dict[str, Any], kind: str, path: Path) -> Upstream:
     )
 
 
-def _root_from(raw: Any, path: Path) -> str:
-    root = _string(raw, path, "root")
+def _root_from(raw: Any, path: Path, key: str = "root", *, no_slash: bool = False) -> str:
+    """A directory of the upstream tree ('.' for all of it); `no_slash`: without a trailing
+    '/' (extends.root, compared with tree paths as written)."""
+    root = _string(raw, path, key)
     problem = values.root_problem(root)
+    if problem is None and no_slash and root.endswith("/"):
+        problem = "ends with '/'"
     if problem is not None:
         raise ConfigError(
             f"{values.shown(root)} {problem}",
             path=path,
-            key="root",
+            key=key,
             hint="use . or a relative path inside the upstream tree, without '..'",
         )
     return root
+
+
+def _extends_from(raw: Any, path: Path) -> Extends:
+    """`extends: {series: NAME, root: DIR}`; NAME is a sibling series directory (never a path,
+    so it cannot leave the directory holding the series), DIR a relative path without `..`."""
+    if not isinstance(raw, dict):
+        raise ConfigError(
+            "must be a mapping",
+            path=path,
+            key="extends",
+            hint="use `extends: {series: llamafile, root: vendor/llama.cpp}`",
+        )
+    _reject_unknown(raw, EXTENDS_KEYS, path, "extends.")
+    for key in EXTENDS_KEYS:
+        if raw.get(key) is None:
+            raise ConfigError("required", path=path, key=f"extends.{key}", hint="add it")
+    name = _string(raw["series"], path, "extends.series")
+    if not SERIES_NAME.fullmatch(name) or name in (".", ".."):
+        raise ConfigError(
+            f"{values.shown(name)} is not the name of a series directory",
+            path=path,
+            key="extends.series",
+            hint="name a sibling series directory, e.g. `llamafile` (no path separators)",
+        )
+    if name == path.parent.name:
+        raise ConfigError(
+            "a series cannot extend itself", path=path, key="extends.series", hint="remove it"
+        )
+    root = _root_from(raw["root"], path, "extends.root", no_slash=True)
+    return Extends(series=name, root=root, key_order=tuple(raw))
 
 
 def _patches_from(raw: Any, path: Path) -> tuple[Patch, ...]:
@@ -668,6 +718,11 @@ def series_to_dict(series: Series) -> dict[str, Any]:
         "upstream": _upstream_dict(series.upstream),
         "patches": [_patch_dict(p) for p in series.patches],
     }
+    if series.extends is not None:
+        ext = series.extends
+        values["extends"] = _ordered(
+            {"series": ext.series, "root": ext.root}, EXTENDS_KEYS, ext.key_order
+        )
     if series.root != "." or "root" in series.key_order:
         values["root"] = series.root
     return _ordered(values, SERIES_KEYS, series.key_order)

@@ -15,6 +15,7 @@ from patchctl.cleanroom import Cleanroom, default_workdir, load_cleanroom, same_
 from patchctl.journal import JOURNAL, room_journal_path
 from patchctl.patchapply import patch_sha256
 from patchctl.series import Series, load_series, series_dir, series_file
+from patchctl.stack import Entry, load_stack
 
 
 @dataclass(frozen=True)
@@ -25,22 +26,20 @@ class CleanroomStatus:
     series: Series | None  # None when there is no series file (a clean room on its own)
     stack: list[tuple[str, str, str | None]]
     dirty: list[str]
+    entries: tuple[Entry, ...] = ()  # the series' stack (stack.py), extended series first
 
     def pending(self) -> list[str]:
-        """Series patches not applied in the clean room."""
-        if self.series is None:
-            return []
+        """Patches of the series' stack not applied in the clean room."""
         applied = [pid for _c, pid, _s in self.stack]
-        return [pid for pid in self.series.ids() if pid not in applied]
+        return [e.id for e in self.entries if e.id not in applied]
 
     def stale(self) -> list[str]:
         """Applied patches whose file changed since they were applied."""
-        if self.series is None:
-            return []
+        files = {e.id: e.file for e in self.entries}
         stale = []
         for _commit, pid, sha in self.stack:
-            if pid in self.series.ids():
-                path = self.series.patch_path(pid)
+            if pid in files:
+                path = files[pid]
                 if not path.is_file() or patch_sha256(path.read_bytes()) != sha:
                     stale.append(pid)
         return stale
@@ -85,4 +84,5 @@ def cleanroom_status(series_path: Path, workdir: Path | None = None) -> Cleanroo
     path = series_file(Path(series_path))
     room = load_cleanroom(workdir if workdir is not None else default_workdir(series_dir(path)))
     series = load_series(path, check_files=False) if path.is_file() else None
-    return CleanroomStatus(room, series, room.stack(), room.dirty_paths())
+    entries = () if series is None else load_stack(series).entries
+    return CleanroomStatus(room, series, room.stack(), room.dirty_paths(), entries)

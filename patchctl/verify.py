@@ -42,6 +42,7 @@ from patchctl.patchapply import Outcome, TreePatcher, drift_summary, patch_sha25
 from patchctl.patchfile import diff_tree_pairs, render_patch
 from patchctl.progress import Progress, or_null
 from patchctl.series import Patch, Series, load_series
+from patchctl.stack import Stack, compose, load_stack
 
 STEPS = ("chain", "forward", "reverse", "reexport", "markers")
 
@@ -213,14 +214,18 @@ def verify_series(
     ids: Sequence[str] | None = None,
     progress: Progress | None = None,
     base: str | None = None,
+    *,
+    start: str | None = None,
 ) -> VerifyReport:
     """Verify the patches `ids` (all when None) of `series`; objects come from `sources`.
 
-    The chain starts at upstream.tree, else `base` (the clean room's), else the first pre_tree.
+    The chain starts at `start` when given (a series that extends another: the tree after the
+    extended series' patches), else upstream.tree, else `base` (the clean room's), else the
+    first pre_tree. Only the series' own patches are checked (verify_stack adds the others).
     """
     wanted = set(series.ids() if ids is None else ids)
     positions = sorted({series.index(pid) for pid in wanted})  # NotFound for an unknown id
-    start = base_tree(series, base)
+    start = start or base_tree(series, base)
     markers = tuple(dict.fromkeys(m for p in series.patches for m in p.markers))
     prog = or_null(progress)
     prog.start("verify", 2 * len(positions))
@@ -252,6 +257,54 @@ def verify_series(
         reports = _assemble(trips, checks.result(), earlier, markers, upstream.result())
     prog.done("verify")
     return VerifyReport(series.name, start, tuple(reports))
+
+
+def verify_stack(
+    stack: Stack,
+    sources: Sequence[Path],
+    ids: Sequence[str] | None = None,
+    progress: Progress | None = None,
+    base: str | None = None,
+) -> VerifyReport:
+    """Verify the patches `ids` (all when None) of a series' stack (stack.py).
+
+    A series that extends another: the extended series' patches are verified as that series
+    (their recorded trees are of its upstream, the subtree at `extends.root`), and the own
+    patches from the tree this series' upstream becomes with the extended series applied.
+    """
+    if stack.base is None:
+        return verify_series(stack.series, sources, ids, progress, base)
+    wanted = stack.ids() if ids is None else tuple(dict.fromkeys(ids))
+    entries = [stack.entry(pid) for pid in wanted]  # NotFound for an unknown id
+    inherited = [e.id for e in entries if e.inherited]
+    own = [e.id for e in entries if not e.inherited]
+    start = base_tree(stack.series, base)
+    reports: list[PatchReport] = []
+    if inherited:
+        reports += verify_series(stack.base, sources, inherited, progress).patches
+    if own:
+        reports += _verify_own(stack, sources, own, progress, start)
+    return VerifyReport(stack.series.name, start, tuple(reports))
+
+
+def _verify_own(
+    stack: Stack, sources: Sequence[Path], own: list[str], progress: Progress | None, start: str
+) -> tuple[PatchReport, ...]:
+    """The own patches of an extending series, walked from the composed tree (stack.compose),
+    which is written into a scratch repository that the walk then reads as one more source."""
+    with scratch_repo(sources) as git:
+        if not git.has_tree(start):
+            raise NotFound(
+                f"upstream tree {start} is not in {', '.join(map(str, sources))}",
+                hint="materialize the clean room first: patchctl cleanroom apply",
+            )
+        composed, why = compose(stack, git, start)
+        if composed is None:
+            return tuple(
+                PatchReport(p, tuple(StepResult(s, False, why) for s in STEPS)) for p in own
+            )
+        report = verify_series(stack.series, [*sources, git.repo], own, progress, start=composed)
+        return report.patches
 
 
 def upstream_markers(git: Git, tree: str, markers: tuple[str, ...]) -> frozenset[str]:
@@ -519,12 +572,13 @@ def verify(
     """`patchctl verify`: the patches `ids` (all when None), objects from the clean room (it
     may be missing when `objects` are given) and `objects`; the docs checked alongside."""
     series = load_series(series_path)
+    stack = load_stack(series)
     room = _cleanroom(series, workdir, required=not objects)
     sources = [*([] if room is None else [room.path]), *objects]
     base = None if room is None else room.base_tree()
     with ThreadPoolExecutor(max_workers=1) as pool:
         docs = pool.submit(stale_docs, series)  # pure Python: overlaps the git processes
-        report = verify_series(series, sources, ids, progress, base)
+        report = verify_stack(stack, sources, ids, progress, base)
         stale = docs.result()
     return VerifyOutcome(report, tuple(stale))
 

@@ -13,6 +13,7 @@ from support.series import NEW_FILE_PATCH, make_project
 from patchctl.cli import main
 
 FILES = {
+    "PKG-INFO": b"Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n",
     "main.c": b"int main(void) { return 0; }\n",
     "CMakeLists.txt": b"cmake_minimum_required(VERSION 3.14)\nproject(demo C)\n"
     b"add_executable(demo main.c)\n",
@@ -60,6 +61,9 @@ def every_command(capsys: pytest.CaptureFixture[str], root: Path, series: str) -
     assert status["pin_matches_series"] is True
     plan = ok("build", "--dry-run", "--backend", "cmake")
     assert plan["tree"] == str(room) and plan["tree_id"] == status["tree"]
+    sdist = ok("export", "--sdist", "--output", str(root))
+    assert sdist["path"] == str(root / f"demo-{sdist['version']}.tar.gz")
+    assert sdist["version"] == f"1.0+patchctl.{status['tree'][:12]}"
     return series_dir
 
 
@@ -86,6 +90,7 @@ def test_every_command_takes_the_series_dir_or_its_file_alike(
         ("capture", "0001-x"),
         ("verify",),
         ("import", "nothing.patch"),
+        ("export", "--sdist"),
     ],
     ids=lambda a: a[0],
 )

@@ -1053,6 +1053,8 @@ def test_import_never_overwrites_a_patch_file(project: Sandbox, run: Run) -> Non
 
 
 def test_quilt_duplicates_get_unique_ids(project: Sandbox, run: Run) -> None:
+    # The name's number (7) is kept while it is not below the patch's place in the stack, so
+    # importing the same name twice derives the same id twice: the second gets `-2`.
     quilt = project.root / "quilt"
     quilt.mkdir()
     # a number at or above the patch's place is kept (a lower one is replaced by the place:

@@ -168,6 +168,46 @@ def test_invalid_values_name_file_and_key(good: Path, edit: tuple[str, str], key
     assert exc.hint
 
 
+EXTENDS = "version: 1\nextends:\n  series: base\n  root: vendor/lib\n"
+
+
+def test_extends_is_read_and_saved_byte_identically(good: Path) -> None:
+    text = GOOD.replace("version: 1\n", EXTENDS)
+    (good / "series.yaml").write_text(text)
+    series = load_series(good)
+    assert series.extends is not None
+    assert (series.extends.series, series.extends.root) == ("base", "vendor/lib")
+    save_series(series)
+    assert (good / "series.yaml").read_text() == text
+    assert load_series(REPO / "patches" / "llamafile").extends is None
+
+
+@pytest.mark.parametrize(
+    ("extends", "key"),
+    [
+        ("extends: llamafile\n", "extends"),
+        ("extends:\n  series: base\n", "extends.root"),
+        ("extends:\n  root: vendor\n", "extends.series"),
+        ("extends:\n  series: base\n  root: vendor\n  colour: red\n", "extends.colour"),
+        ("extends:\n  series: ../base\n  root: vendor\n", "extends.series"),
+        ("extends:\n  series: a/b\n  root: vendor\n", "extends.series"),
+        ("extends:\n  series: ..\n  root: vendor\n", "extends.series"),
+        ("extends:\n  series: .hidden\n  root: vendor\n", "extends.series"),
+        ("extends:\n  series: series\n  root: vendor\n", "extends.series"),  # itself
+        ("extends:\n  series: 7\n  root: vendor\n", "extends.series"),
+        ("extends:\n  series: base\n  root: ../up\n", "extends.root"),
+        ("extends:\n  series: base\n  root: /abs\n", "extends.root"),
+        ("extends:\n  series: base\n  root: vendor//lib/\n", "extends.root"),
+        ("extends:\n  series: base\n  root: 'a\\\\b'\n", "extends.root"),
+        ("extends:\n  series: base\n  root: vendor/lib/\n", "extends.root"),
+        ("extends:\n  series: base\n  root: vendor/.git\n", "extends.root"),
+    ],
+)
+def test_invalid_extends_names_the_key(good: Path, extends: str, key: str) -> None:
+    (good / "series.yaml").write_text(GOOD.replace("version: 1\n", "version: 1\n" + extends))
+    assert expect_config_error(good, key).hint
+
+
 def test_duplicate_id_is_rejected(good: Path) -> None:
     (good / "series.yaml").write_text(GOOD.replace("id: 0002-second", "id: 0001-first"))
     exc = expect_config_error(good, "patches[1].id")

@@ -6,7 +6,9 @@ works on a fresh machine with no configuration:
 
 - ``dca_build``: the clean room of the shipped series (``patches/llamafile``, or
   ``$PATCHCTL_DCA_SERIES``) with all its patches applied, built with the cmake backend;
-- ``upstream_build``: a clean room of the same upstream with no patch applied, built alike.
+- ``upstream_build``: a clean room of the same upstream with no patch applied, built alike;
+- ``python_wheel`` / ``python_site``: the llama-cpp-python series exported as an sdist, built
+  into a wheel by pip and installed into a temporary directory (tests/dca/wheel.py).
 
 The first run downloads the upstream sdist into patchctl's cache and builds both trees (about
 ten minutes on two cores; ccache makes later cold builds fast); later runs reuse the builds.
@@ -25,6 +27,9 @@ from pathlib import Path
 
 import pytest
 
+from patchctl.errors import PatchctlError
+
+from . import wheel as python_wheel_build
 from .builds import LlamaBuild, provide, terminal_say
 from .model_runs import build_tool
 from .trees import TreeBuilder, dca_room, upstream_room
@@ -51,6 +56,28 @@ def dca_build(request: pytest.FixtureRequest) -> LlamaBuild:
 def upstream_build(request: pytest.FixtureRequest) -> LlamaBuild:
     """The unpatched upstream tree: the env override, else the bare upstream built by patchctl."""
     return provide("UPSTREAM", upstream_room, _builder(request))
+
+
+@pytest.fixture(scope="session")
+def python_wheel(pytestconfig: pytest.Config) -> python_wheel_build.Wheel:
+    """The patched llama-cpp-python wheel: the Python series exported by patchctl as an sdist
+    and built by pip (both cached; tests/dca/wheel.py). A failure fails the test, never skips."""
+    try:
+        return python_wheel_build.wheel(terminal_say(pytestconfig))
+    except (PatchctlError, RuntimeError) as exc:
+        pytest.fail(f"the llama-cpp-python wheel could not be produced: {exc}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def python_site(
+    python_wheel: python_wheel_build.Wheel, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """The wheel installed (`pip install --no-deps --target`) into a temporary directory: put it
+    first on PYTHONPATH to import the patched `llama_cpp`."""
+    try:
+        return python_wheel_build.install(python_wheel, tmp_path_factory.mktemp("site"))
+    except RuntimeError as exc:
+        pytest.fail(str(exc), pytrace=False)
 
 
 @pytest.fixture(scope="session")

@@ -41,12 +41,13 @@ from patchctl.cleanroom import (
 )
 from patchctl.errors import DirtyTree
 from patchctl.series import Series
+from patchctl.stack import load_stack
 
-TARGETS = ("ggml", "llama", "llama-common", "llama-bench", "llama-server")
+TARGETS = ("ggml", "llama", "llama-common", "llama-bench", "llama-server", "llama-completion")
 """What the DCA tests link or run: libggml{,-base,-cpu}.so (probes), libllama and libllama-common
 (tests/native/dca_logits.cpp, dca_state.cpp), llama-bench (test_dca_bench.py, its output
-columns) and llama-server (test_dca_server.py).
-test-backend-ops and the other tools are not needed."""
+columns), llama-server (test_dca_server.py) and llama-completion (test_python_wheel.py: the
+Python bindings' greedy text against it). test-backend-ops and the other tools are not needed."""
 
 TEST_SUFFIX = "-test"
 UPSTREAM_SUFFIX = "-upstream"
@@ -81,8 +82,9 @@ def at_target(room: Cleanroom, series: Series) -> bool:
     if not same_pin(room, series) or _unsaved(room) is not None:
         return False
     stack = room.stack()
-    kept = reusable_prefix(room, series, series.patches)
-    return len(kept) == len(series.patches) == len(stack)
+    targets = load_stack(series).entries
+    kept = reusable_prefix(room, targets)
+    return len(kept) == len(targets) == len(stack)
 
 
 def bring_to(series: Series, path: Path, say: Say) -> Cleanroom:
@@ -107,7 +109,7 @@ def bring_to(series: Series, path: Path, say: Say) -> Cleanroom:
             say(f"materializing {series.upstream.describe()} into {path}")
             room = create_cleanroom(series, path, TerminalProgress(say))
         if not at_target(room, series):
-            say(f"{path}: applying {len(series.patches)} patch(es) of {series.path}")
+            say(f"{path}: applying {len(load_stack(series).entries)} patch(es) of {series.path}")
         apply_series(series, room)
         return room
 

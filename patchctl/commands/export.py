@@ -1,0 +1,59 @@
+"""`patchctl export --sdist`: the series' patched tree as an installable sdist tarball."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from patchctl.options import DEFAULT_SERIES, JsonOpt, SeriesOpt, WorkdirOpt
+
+if TYPE_CHECKING:
+    from patchctl.export import SdistExport
+
+
+def register(app: typer.Typer) -> None:
+    """Add `patchctl export` to the app."""
+    app.command("export")(export_command)
+
+
+def export_command(
+    sdist: Annotated[
+        bool, typer.Option("--sdist", help="Write a patched sdist (.tar.gz) that pip builds.")
+    ] = False,
+    series: SeriesOpt = DEFAULT_SERIES,
+    workdir: WorkdirOpt = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="Output file, or an existing directory for it (default: <project>/dist/).",
+        ),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Export the verified series: --sdist writes the patched sdist (version marked +patchctl)."""
+    if not sdist:
+        raise typer.BadParameter("choose what to export: --sdist", param_hint="--sdist")
+    from patchctl.console import RichProgress
+    from patchctl.export import export_sdist
+
+    with RichProgress(enabled=False if as_json else None) as progress:
+        result = export_sdist(series, output, workdir, progress)
+    render_export(result, as_json)
+
+
+def render_export(result: SdistExport, as_json: bool) -> None:
+    """Where the sdist went, its sha256 and version; or the JSON document."""
+    from patchctl.console import out, print_json
+
+    if as_json:
+        print_json(result.to_json())
+        return
+    out.print(f"wrote {result.path} ({result.size} bytes, {result.files} files)")
+    out.print(f"  version {result.version} (upstream {result.upstream_version})")
+    out.print(f"  sha256  {result.sha256}")
+    out.print(f"  tree    {result.tree}")
+    out.print(f"  install: pip install {result.path}")
