@@ -3,7 +3,8 @@
 The archive (`llamafile-6b46419-nomodels.tar.xz`: the tree without its test models and two
 large sources, `third_party/sqlite/sqlite3.c` and `stable-diffusion.cpp/vocab.hpp`) is not
 downloaded: it is looked up at `$PATCHCTL_TEST_LLAMAFILE_ARCHIVE`, else in `shared/upstreams/`
-beside the repository (or one level further up, for a git worktree). Without it every test
+beside the repository (or one level further up, for a git worktree), else in patchctl's own
+cache by its sha256 (where any earlier clean room of it stored it). Without it every test
 here is SKIPPED, with a reason that says so: a skip is never a pass.
 
 What runs on it:
@@ -36,6 +37,7 @@ from patchctl.build.plan import plan_build
 from patchctl.build.run import _export_tree, execute_plan
 from patchctl.cli import main
 from patchctl.git import Git
+from patchctl.upstream import find_cached
 
 pytestmark = [pytest.mark.integration]
 
@@ -87,7 +89,7 @@ def find_archive() -> Path | None:
         candidate = base / "shared" / "upstreams" / ARCHIVE_NAME
         if candidate.is_file():
             return candidate
-    return None
+    return find_cached(ARCHIVE_SHA)  # checked against the sha256
 
 
 ARCHIVE = find_archive()
@@ -95,7 +97,8 @@ if ARCHIVE is None:
     pytestmark.append(
         pytest.mark.skip(
             reason=f"SKIPPED, NOT TESTED: the real llamafile archive {ARCHIVE_NAME} is absent "
-            "(set PATCHCTL_TEST_LLAMAFILE_ARCHIVE or put it in shared/upstreams/)"
+            "(set PATCHCTL_TEST_LLAMAFILE_ARCHIVE, put it in shared/upstreams/ or in "
+            "patchctl's cache)"
         )
     )
 
