@@ -106,11 +106,16 @@ def pinned_flags() -> tuple[str, ...]:
     return tuple(flags)
 
 
-TEMP_NAME = re.compile(r"patchctl-(?:home|index|scratch|apply)-(\d+)-[^/]*")
+TEMP_KINDS = ("home", "index", "scratch", "apply")
+"""The kinds of temporary directory patchctl makes (`temp_prefix`); the sweep knows each."""
+TEMP_NAME = re.compile(rf"patchctl-(?:{'|'.join(TEMP_KINDS)})-(\d+)-[^/]*")
 
 
 def temp_prefix(kind: str) -> str:
-    """The name prefix of this process's temporary directories: `patchctl-<kind>-<pid>-`."""
+    """The name prefix of this process's temporary directories: `patchctl-<kind>-<pid>-`
+    (`kind` one of TEMP_KINDS, so that `sweep_temp_dirs` removes them after a kill)."""
+    if kind not in TEMP_KINDS:
+        raise ValueError(f"temporary directory kind {kind!r} is not in TEMP_KINDS")
     return f"patchctl-{kind}-{os.getpid()}-"
 
 
