@@ -21,6 +21,7 @@ import json
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -56,8 +57,19 @@ def process_used_mib(pid: int) -> float | None:
 def measure(cmd: list[str]) -> dict[str, Any]:
     baseline = device_used_mib()
     t0 = time.time()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            errors="replace")
+    # the log goes to a file: read from a pipe only at the end, a verbose run fills the pipe and
+    # blocks in write() forever (the process then never ends)
+    with tempfile.TemporaryFile(mode="w+", errors="replace") as sink:
+        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
+        peaks = poll_peaks(proc)
+        sink.seek(0)
+        log = sink.read()
+    return summarize(cmd, proc.returncode, t0, baseline, peaks, log)
+
+
+def poll_peaks(proc: subprocess.Popen[Any]) -> tuple[float | None, float | None]:
+    """Peak per-process and device used memory while `proc` runs, nvidia-smi every 0.1 s."""
     peak_proc: float | None = None
     peak_dev: float | None = None
     while proc.poll() is None:
@@ -65,7 +77,12 @@ def measure(cmd: list[str]) -> dict[str, Any]:
         peak_proc = p if p is not None and (peak_proc is None or p > peak_proc) else peak_proc
         peak_dev = d if d is not None and (peak_dev is None or d > peak_dev) else peak_dev
         time.sleep(0.1)
-    log = proc.stdout.read() if proc.stdout else ""
+    return peak_proc, peak_dev
+
+
+def summarize(cmd: list[str], rc: int, t0: float, baseline: float | None,
+              peaks: tuple[float | None, float | None], log: str) -> dict[str, Any]:
+    peak_proc, peak_dev = peaks
     keep = [ln for ln in log.splitlines()
             if re.search(r"buffer size|memory breakdown|CUDA0 \(|Host  |error|failed", ln)]
     self_mib = None
@@ -73,7 +90,7 @@ def measure(cmd: list[str]) -> dict[str, Any]:
         m = re.search(r"CUDA0 \(.*?\(\s*(\d+)\s*=", ln)
         if m:
             self_mib = float(m.group(1))
-    return {"command": cmd, "rc": proc.returncode, "wall_s": round(time.time() - t0, 1),
+    return {"command": cmd, "rc": rc, "wall_s": round(time.time() - t0, 1),
             "baseline_device_mib": baseline, "peak_process_mib": peak_proc,
             "peak_device_mib": peak_dev,
             "peak_device_minus_baseline_mib": (peak_dev - baseline

@@ -306,7 +306,10 @@ class Run:
     def job_args(self, job: Job) -> tuple[str, ...]:
         method = self.cfg.methods[job.method]
         model = self.cfg.model
-        rendered = method.render(max(job.lengths), model.n_ctx_train)
+        # the scale factor covers the whole slot (prompt + question + answer), as published YaRN and
+        # linear configs size it by the served context: llama-server caps a slot at n_train x factor
+        # for YaRN, so a factor of length / n_train would refuse a prompt of exactly that length
+        rendered = method.render(self.n_ctx(job) // job.slots, model.n_ctx_train)
         return (*rendered, *self.slot_cap_args(job, rendered), *model.server_args,
                 *self.cfg.server_args)  # fmt: skip
 

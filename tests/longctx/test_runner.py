@@ -13,7 +13,7 @@ from scripts.longctx import results
 from scripts.longctx.haystack import load_token_cache
 from scripts.longctx.methods import BUILTIN, Method
 from scripts.longctx.plan import COSTS, Job, Plan, assign_lanes, grid_jobs, lengths_of
-from scripts.longctx.runner import RATIO_MIN, Budget, ModelRef, RunConfig, run, unit_seed
+from scripts.longctx.runner import RATIO_MIN, Budget, ModelRef, Run, RunConfig, run, unit_seed
 from scripts.longctx.tasks import TaskParams
 
 from .fakes import corpus
@@ -175,3 +175,18 @@ def test_a_request_that_hangs_fails_its_job_after_the_timeout(
     jobs = {j["method"]: j for j in doc["jobs"]}
     assert jobs["hang"]["status"] == "failed" and "timed out" in jobs["hang"]["reason"]
     assert jobs["naive"]["status"] == "ok" and len(doc["trials"]) == QUESTIONS
+
+
+def test_scaled_rope_covers_the_whole_slot(tmp_path: Path, fake_bin: Path) -> None:
+    # llama-server caps a YaRN slot at n_train x factor: a factor of length / n_train refused a
+    # prompt of exactly that length (HTTP 400 at 262144 tokens on the H200); the factor now
+    # covers the slot (prompt + question + answer), as served-context YaRN configs do
+    methods = [BUILTIN["yarn"], BUILTIN["linear"]]
+    cfg = _config(tmp_path, fake_bin, methods, _grid(methods, (2,), 1))
+    runner = Run(cfg)
+    for name in ("yarn", "linear"):
+        job = Job(name, (2 * N,), 1, slots=2)
+        args = runner.job_args(job)
+        factor = float(args[args.index("--rope-scale") + 1])
+        slot = runner.n_ctx(job) // job.slots
+        assert slot > 2 * N and factor * N >= slot and factor < 2.2
