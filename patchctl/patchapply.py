@@ -541,15 +541,15 @@ def fuzz_drift(patcher: TreePatcher, tree: str, data: bytes, root: str) -> list[
 # ----------------------------------------------------------------------------- lenient replay
 #
 # import, refresh and rebase must know what a drifted patch does on a base it was not made
-# on: the tree it produces there and how it got there. `replay` applies it to an index of
-# patchctl's own (`replay_tree` to a tree object, through a TreePatcher), exactly if it can,
-# else at an offset (git's default), else with fuzz (the `-C1` of the diagnosis above) --
-# never to a clean room -- and says which hunks needed what.
+# on: the tree it produces there and how it got there. `replay_tree` applies it to a tree
+# object through a TreePatcher, exactly if it can, else at an offset (git's default), else with
+# fuzz (the `-C1` of the diagnosis above) -- never to a clean room -- and says which hunks
+# needed what.
 
 
 @dataclass(frozen=True)
 class Replayed:
-    """A patch applied leniently to an index: the tree it gave and the hunks that drifted."""
+    """A patch applied leniently to a tree: the tree it gave and the hunks that drifted."""
 
     post: str
     drift: tuple[Drift, ...]  # one entry per drifted hunk: fuzz wins over offset
@@ -573,24 +573,6 @@ def per_hunk(drift: list[Drift]) -> tuple[Drift, ...]:
     return tuple(dict.fromkeys(kept))
 
 
-def replay(
-    index: Index, data: bytes, root: str, patch_id: str, *, onto: str = "", hint: str = ""
-) -> Replayed:
-    """Apply patch bytes to `index` exactly, at an offset, or with fuzz (in that order).
-
-    A patch that does not apply even with fuzz is a conflict (PatchDoesNotApply, exit 3,
-    naming the file and hunk of the exact attempt, with `onto` and `hint` in its message);
-    the index is then unchanged.
-    """
-    exact = apply_to_index(index, data, root)
-    if exact.ok:
-        return Replayed(index.write_tree(), per_hunk(exact.drift()))
-    fuzzy = Outcome(*index.apply(data, apply_flags(root, context=FUZZ_CONTEXT)))
-    if not fuzzy.ok:
-        raise _replay_conflict(patch_id, data, exact, root, onto, hint)
-    return Replayed(index.write_tree(), per_hunk(fuzzy.drift()))
-
-
 def replay_tree(
     patcher: TreePatcher,
     tree: str,
@@ -601,9 +583,11 @@ def replay_tree(
     onto: str = "",
     hint: str = "",
 ) -> Replayed:
-    """`replay` on tree objects: patch bytes applied to `tree` exactly, at an offset, or with
-    fuzz (in that order) through a TreePatcher, so each patch costs the paths it touches, not
-    the whole tree. The same conflict (exit 3) when even fuzz does not apply."""
+    """Patch bytes applied to `tree` exactly, at an offset, or with fuzz (in that order) through
+    a TreePatcher, so each patch costs the paths it touches, not the whole tree.
+
+    A patch that does not apply even with fuzz is a conflict (PatchDoesNotApply, exit 3,
+    naming the file and hunk of the exact attempt, with `onto` and `hint` in its message)."""
     exact = patcher.apply(tree, data, root)
     if exact.outcome.ok and exact.tree is not None:
         return Replayed(exact.tree, per_hunk(exact.outcome.drift()))

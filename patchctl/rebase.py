@@ -3,7 +3,7 @@
 How (in the series' clean room, under the series and clean-room locks for every run):
 1. The new upstream is pinned (pinning.py: sha256, full commit) and materialized; its tree
    becomes a new base commit in the clean room's repository. The old series is replayed on
-   the old base (patchapply.replay) into one commit per patch, so every patch has an old
+   the old base (patchapply.replay_tree) into one commit per patch, so every patch has an old
    "before" and "after" tree whatever its format.
 2. Each patch, in order, onto the new base plus the patches rebased before it: if its bytes
    apply exactly, that is its result; otherwise the three-way merge of its old commit onto
@@ -60,11 +60,12 @@ from patchctl.errors import (
 )
 from patchctl.git import Git, Index, Merged, scratch_repo, temp_index
 from patchctl.patchapply import (
+    TreePatcher,
     apply_to_index,
     commit_message,
     failing_hunks,
     patch_sha256,
-    replay,
+    replay_tree,
 )
 from patchctl.patchparts import regenerated
 from patchctl.pinning import Where, parse_upstream, pin
@@ -339,13 +340,12 @@ def _old_commits(room: Cleanroom, series: Series) -> list[str]:
     """One commit per patch on the old base, as `cleanroom apply` would make them (a drifted
     patch replayed at its offset or with fuzz, as it applies elsewhere)."""
     commits: list[str] = []
-    parent = room.base_commit()
-    with temp_index(room.git) as index:
-        index.read_tree(room.base_tree())
+    parent, tree = room.base_commit(), room.base_tree()
+    hint = "the series does not apply to its own upstream: fix it before rebasing"
+    with TreePatcher(room.git) as patcher:
         for patch in series.patches:
             data = series.patch_path(patch).read_bytes()
-            hint = "the series does not apply to its own upstream: fix it before rebasing"
-            tree = replay(index, data, series.root, patch.id, hint=hint).post
+            tree = replay_tree(patcher, tree, data, series.root, patch.id, hint=hint).post
             message = commit_message(patch, patch_sha256(data))
             parent = room.git.commit_tree(tree, message, (parent,))
             commits.append(parent)

@@ -15,6 +15,7 @@ from support.drift import (
     QUILT_HEADER,
     SIGNATURE,
     V2,
+    drifted_project,
     rebase_ready,
     resolve_conflicts,
 )
@@ -33,6 +34,8 @@ from patchctl.errors import (
     PatchDoesNotApply,
     SeriesChanged,
 )
+from patchctl.git import temp_index
+from patchctl.patchapply import FUZZ_CONTEXT, apply_flags
 from patchctl.patchparts import split_patch
 from patchctl.rebase import rebase, rebase_abort, rebase_continue, rebase_skip
 from patchctl.refresh import refresh
@@ -268,3 +271,28 @@ def test_onto_an_archive_already_in_the_tree_cache(tmp_path: Path) -> None:
     assert series.upstream.tree == other.series.upstream.tree
     assert (room / "a.c").read_bytes() == b"0\none\ntwo (patched)\nthree\n"
     assert main(["verify", "--all", "--series", str(series_dir)]) == 0
+
+
+def test_the_old_series_is_replayed_with_its_drift_as_a_whole_index_would(tmp_path: Path) -> None:
+    # the unrefreshed series: its patches apply to their own upstream only at an offset or with
+    # fuzz; each old commit's tree is the one `git apply --cached` (offsets) or `-C1` (fuzz) on a
+    # whole index of the previous tree gives
+    series_dir = drifted_project(tmp_path)
+    series = load_series(series_dir)
+    room = load_cleanroom(room_of(series_dir))
+    commits = rebase_module._old_commits(room, series)
+    assert len(commits) == len(series.patches)
+    git = room.git
+    tree = room.base_tree()
+    fuzzed = 0
+    for patch, commit in zip(series.patches, commits, strict=True):
+        data = series.patch_path(patch).read_bytes()
+        with temp_index(git) as index:
+            index.read_tree(tree)
+            if index.apply(data, apply_flags(series.root))[0] != 0:
+                fuzzy = apply_flags(series.root, context=FUZZ_CONTEXT)
+                assert index.apply(data, fuzzy)[0] == 0, patch.id
+                fuzzed += 1
+            tree = index.write_tree()
+        assert git.tree_of(commit) == tree, patch.id
+    assert fuzzed  # the series holds a patch that needs fuzz on its own upstream
