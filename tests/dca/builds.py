@@ -197,6 +197,8 @@ def _cache_key(source: Path, build: LlamaBuild, flags: Sequence[str]) -> str:
     """Hash of what the binary depends on at compile time: source, flags, tree, headers."""
     digest = hashlib.sha256()
     digest.update(source.read_bytes())
+    for local in sorted(source.parent.glob("*.h")):  # the tools' own shared headers (dca_tool.h)
+        digest.update(local.name.encode() + b"\0" + local.read_bytes())
     digest.update("\0".join([str(build.src), str(build.bin), *flags]).encode())
     for include_dir in build.include_dirs:
         for header in sorted(include_dir.glob("*.h")):

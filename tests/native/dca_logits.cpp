@@ -22,9 +22,7 @@
 // OUT receives, for each sequence in order, one float32 row of n_vocab logits per token position
 // (prompt tokens, then generated ones). OUT.tokens receives one line per sequence: all its token ids.
 
-#include "arg.h"
-#include "common.h"
-#include "llama.h"
+#include "dca_tool.h"
 #include "log.h"
 
 #include <algorithm>
@@ -242,28 +240,12 @@ int run(int argc, char ** argv) {
     const plan p = read_plan(argv[1]);
     const std::string out = argv[2];
 
-    // argv[3] ("--") becomes the program name for the common parser
-    std::vector<char *> cargv(argv + 3, argv + argc);
-    cargv[0] = argv[0];
-    common_params params;
-    if (!common_params_parse((int) cargv.size(), cargv.data(), params, LLAMA_EXAMPLE_PARALLEL)) {
-        return 2;
+    dca_tool tool;
+    if (const int err = dca_tool_start(argc, argv, 3, tool)) {
+        return err;
     }
-    common_init();
-    llama_backend_init();
-
-    llama_model * model = llama_model_load_from_file(params.model.path.c_str(), common_model_params_to_llama(params));
-    if (model == nullptr) {
-        std::fprintf(stderr, "failed to load model %s\n", params.model.path.c_str());
-        return 1;
-    }
-    llama_context * ctx = llama_init_from_model(model, common_context_params_to_llama(params));
-    if (ctx == nullptr) {
-        std::fprintf(stderr, "failed to create context\n");
-        llama_model_free(model);
-        return 1;
-    }
-    const int n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
+    llama_context * ctx     = tool.ctx;
+    const int       n_vocab = tool.n_vocab;
 
     std::vector<seq_state> seqs(p.seqs.size());
     for (size_t s = 0; s < p.seqs.size(); ++s) {
@@ -293,9 +275,7 @@ int run(int argc, char ** argv) {
         std::fprintf(stderr, "dca_logits: %s\n", e.what());
         rc = 1;
     }
-    llama_free(ctx);
-    llama_model_free(model);
-    llama_backend_free();
+    dca_tool_stop(tool);
     return rc;
 }
 
