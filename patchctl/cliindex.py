@@ -323,6 +323,13 @@ COMMANDS: dict[str, Command] = {
                 multiple=False,
             ),
             Param(
+                opts=("--force",),
+                kind="flag",
+                help="Replace the file --output names if it exists.",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
                 opts=("--json",),
                 kind="flag",
                 help="Print a JSON report on stdout.",

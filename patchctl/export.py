@@ -11,14 +11,22 @@ temporary file beside the target and renamed over it. Layout and version: sdist.
 
 from __future__ import annotations
 
+import glob
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from patchctl.cleanroom import open_cleanroom
-from patchctl.errors import ConfigError, NotFound, PatchctlError, SdistError, VerifyFailed
-from patchctl.fsio import sha256_file
+from patchctl.errors import (
+    ConfigError,
+    DirtyTree,
+    NotFound,
+    PatchctlError,
+    SdistError,
+    VerifyFailed,
+)
+from patchctl.fsio import process_alive, sha256_file
 from patchctl.git import Git, TreeEntry, scratch_repo, temp_index
 from patchctl.patchapply import apply_to_index, conflict, drift_error
 from patchctl.progress import Progress, or_null
@@ -155,9 +163,11 @@ def _plan(git: Git, tree: str) -> _Plan:
     return _Plan(tree, entries, pkg_info_field(pkg_info, "Name"), old, new, edits)
 
 
-def target_path(series: Series, output: Path | None, filename: str) -> Path:
+def target_path(series: Series, output: Path | None, filename: str, force: bool = False) -> Path:
     """Where the tarball goes: `output` (a file, or an existing directory to put it in), else
-    `<project>/dist/`; NotFound when the directory is missing, PatchctlError when unwritable."""
+    `<project>/dist/` (patchctl's own folder: an earlier export there is replaced). NotFound when
+    the directory is missing, PatchctlError when unwritable, DirtyTree (exit 8) when `output`
+    names a file that exists, unless `force`."""
     if output is None:
         folder = project_root(series.dir) / DIST_DIR
         folder.mkdir(parents=True, exist_ok=True)
@@ -165,8 +175,15 @@ def target_path(series: Series, output: Path | None, filename: str) -> Path:
     target = output / filename if output.is_dir() else output
     if not target.parent.is_dir():
         raise NotFound(f"directory {target.parent} does not exist", hint="create it first")
-    if target.exists() and not target.is_file():
-        raise PatchctlError(f"{target} exists and is not a file", hint="choose another --output")
+    if target.is_symlink() or (target.exists() and not target.is_file()):
+        raise PatchctlError(
+            f"{target} exists and is not a regular file", hint="choose another --output"
+        )
+    if target.exists() and not force:
+        raise DirtyTree(
+            f"{target} already exists; refusing to overwrite it",
+            hint="choose another --output, or add --force to replace it",
+        )
     if not os.access(target.parent, os.W_OK):
         raise PatchctlError(f"{target.parent} is not writable", hint="choose another --output")
     return target
@@ -191,14 +208,33 @@ def _files(git: Git, plan: _Plan) -> Iterator[tuple[TreeEntry, bytes]]:
 
 
 def _write(git: Git, plan: _Plan, layout: Layout, target: Path, progress: Progress) -> None:
-    """The tarball, written beside `target` and renamed over it."""
+    """The tarball, written beside `target` and renamed over it (the partial files of killed
+    exports of the same name are removed first)."""
     names = [os.fsdecode(e.path) for e in plan.entries]
-    part = target.with_name(f".{target.name}.part{os.getpid()}")
+    sweep_partials(target)
+    part = target.with_name(f"{PART_PREFIX.format(name=target.name)}{os.getpid()}")
     try:
         write_sdist(part, layout, _files(git, plan), names, progress)
         os.replace(part, target)
     finally:
         part.unlink(missing_ok=True)
+
+
+PART_PREFIX = ".{name}.part"  # + the writer's pid
+
+
+def sweep_partials(target: Path) -> list[Path]:
+    """Remove `.NAME.part<pid>` beside `target` left by exports that were killed (their process
+    is gone); a partial file of a running export is left alone."""
+    prefix = PART_PREFIX.format(name=target.name)
+    removed = []
+    for path in target.parent.glob(glob.escape(prefix) + "*"):
+        pid = path.name[len(prefix) :]
+        stale = pid.isdigit() and not process_alive(int(pid))
+        if stale and path.is_file() and not path.is_symlink():
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
 
 
 def _original(series: Series, progress: Progress | None) -> Path:
@@ -213,8 +249,11 @@ def export_sdist(
     output: Path | None = None,
     workdir: Path | None = None,
     progress: Progress | None = None,
+    *,
+    force: bool = False,
 ) -> SdistExport:
-    """`patchctl export --sdist`: the patched sdist of the series (objects from its clean room)."""
+    """`patchctl export --sdist`: the patched sdist of the series (objects from its clean room).
+    An existing file named by `output` is replaced only with `force`."""
     series = load_series(series_path)
     stack = load_stack(series)
     check_exportable(series)
@@ -232,7 +271,7 @@ def export_sdist(
         tree = patched_tree(stack, git, start)
         prog.done("apply")
         plan = _plan(git, tree)
-        target = target_path(series, output, sdist_filename(plan.name, plan.new))
+        target = target_path(series, output, sdist_filename(plan.name, plan.new), force)
         _write(git, plan, layout, target, prog)
     return SdistExport(
         path=target,

@@ -189,3 +189,14 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: stream.read(BLOCK), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` exists (someone else's process counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from patchctl import killpoint
 from patchctl.errors import GitFailed, NotFound, PatchctlError
+from patchctl.fsio import process_alive
 from patchctl.values import GIT_SCHEMES
 
 IDENTITY_NAME = "patchctl"
@@ -126,20 +127,10 @@ def sweep_temp_dirs() -> list[Path]:
     removed = []
     for path in root.glob("patchctl-*-*-*"):
         found = TEMP_NAME.fullmatch(path.name)
-        if found and path.is_dir() and not path.is_symlink() and not _alive(int(found[1])):
+        if found and path.is_dir() and not path.is_symlink() and not process_alive(int(found[1])):
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process
-    return True
 
 
 @cache

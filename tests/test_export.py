@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import subprocess
 import sys
 import tarfile
@@ -16,7 +17,7 @@ import pytest
 from patchctl.apply import cleanroom_apply
 from patchctl.capture import add_patch, capture
 from patchctl.cleanroom import open_cleanroom
-from patchctl.errors import ConfigError, NotFound, VerifyFailed
+from patchctl.errors import ConfigError, DirtyTree, NotFound, VerifyFailed
 from patchctl.export import export_sdist
 from patchctl.progress import RecordingProgress
 from patchctl.series import Extends, Series, Upstream, load_series, save_series
@@ -190,3 +191,30 @@ def test_everything_is_checked_before_the_first_write(package: Path, tmp_path: P
 def test_the_default_output_is_the_project_dist_dir(package: Path) -> None:
     result = export_sdist(package)
     assert result.path.parent == package.parent.parent / "dist"
+    again = export_sdist(package)  # patchctl's own folder: an earlier export there is replaced
+    assert again.path == result.path and again.sha256 == result.sha256
+
+
+def test_an_existing_output_file_is_replaced_only_with_force(package: Path, tmp_path: Path) -> None:
+    mine = tmp_path / "mine.tar.gz"
+    mine.write_bytes(b"the user's own file")
+    with pytest.raises(DirtyTree, match="refusing to overwrite") as info:
+        export_sdist(package, mine)
+    assert info.value.exit_code == 8 and "--force" in (info.value.hint or "")
+    assert mine.read_bytes() == b"the user's own file"
+    result = export_sdist(package, mine, force=True)
+    assert result.path == mine and hashlib.sha256(mine.read_bytes()).hexdigest() == result.sha256
+
+
+def test_partial_files_of_killed_exports_are_swept(package: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    name = export_sdist(package, out).path.name
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = out / f".{name}.part{dead.pid}"  # its process is gone
+    running = out / f".{name}.part{os.getppid()}"  # a process that runs (this test's parent)
+    for path in (stale, running):
+        path.write_bytes(b"half a tarball")
+    export_sdist(package, out, force=True)
+    assert not stale.exists() and running.exists()

@@ -32,6 +32,9 @@ def export_command(
             help="Output file, or an existing directory for it (default: <project>/dist/).",
         ),
     ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace the file --output names if it exists.")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Export the verified series: --sdist writes the patched sdist (version marked +patchctl)."""
@@ -41,7 +44,7 @@ def export_command(
     from patchctl.export import export_sdist
 
     with RichProgress(enabled=False if as_json else None) as progress:
-        result = export_sdist(series, output, workdir, progress)
+        result = export_sdist(series, output, workdir, progress, force=force)
     render_export(result, as_json)
 
 
