@@ -13,7 +13,7 @@ import pytest
 from support.kill import SCENARIOS, World, prepare, trial
 
 # The commands whose kill points matter most, each killed at two seeded points.
-BOUNDED = ("apply-update", "capture", "import")
+BOUNDED = ("apply-update", "capture", "import", "refresh")
 
 
 @pytest.mark.parametrize("name", BOUNDED)

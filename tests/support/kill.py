@@ -282,6 +282,25 @@ def build_docs(world: World) -> None:
     path.write_bytes(path.read_bytes().replace(b"title: Patch 2", b"title: Patch two"))
 
 
+def build_refresh(world: World) -> None:
+    """The upstream grew lines above every hunk, so each patch applies only at an offset; the
+    clean room is made. `refresh --all` rewrites the three patch files (headers kept)."""
+    (world.root / "home").mkdir(parents=True)
+    (world.root / "tmp").mkdir()
+    patches = _patches(world)
+    shifted = {
+        name: b"/* upstream moved on */\n/* two lines */\n" + data
+        if name.endswith((".c", ".h"))
+        else data
+        for name, data in BASE.items()
+    }
+    _series(world, _upstream(world, shifted), patches)
+    with world.inside():
+        from patchctl.cleanroom import create_cleanroom, default_workdir
+
+        create_cleanroom(load_series(world.series), default_workdir(world.series))
+
+
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in (
@@ -316,12 +335,23 @@ SCENARIOS: dict[str, Scenario] = {
             "new",
             build_new,
             lambda w: [
-                "new", "0004-four", "--title", "Patch 4", "--marker", "// m4",
-                "--series", str(w.series),
+                "new",
+                "0004-four",
+                "--title",
+                "Patch 4",
+                "--marker",
+                "// m4",
+                "--series",
+                str(w.series),
             ],
             rerun_after_recovery=False,
         ),
         Scenario("docs", build_docs, lambda w: ["docs", "--series", str(w.series)]),
+        Scenario(
+            "refresh",
+            build_refresh,
+            lambda w: ["refresh", "--all", "--series", str(w.series)],
+        ),
     )
 }
 
@@ -412,9 +442,7 @@ class Prepared:
     seconds: float
 
 
-def run_patchctl(
-    world: World, argv: list[str], **env: str
-) -> subprocess.Popen[bytes]:
+def run_patchctl(world: World, argv: list[str], **env: str) -> subprocess.Popen[bytes]:
     """Start `python -m patchctl ARGV` in its own process group in the world."""
     return subprocess.Popen(
         [sys.executable, "-m", "patchctl", *argv],
