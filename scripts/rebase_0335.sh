@@ -7,7 +7,9 @@
 #
 #   1. the series directory becomes a fresh copy of patches/llamafile (ABOUT.md and
 #      resolutions.diff kept);
-#   2. `patchctl rebase --onto llama-cpp-python==0.3.35` stops at the conflicts (exit 3);
+#   2. `patchctl cleanroom apply` puts cleanroom/llamafile-0.3.35 on the copy's pin (0.3.36 + the
+#      series; the rebase starts from there), then `patchctl rebase --onto llama-cpp-python==0.3.35`
+#      stops at the conflicts (exit 3);
 #   3. resolutions.diff (from the conflict blocks and 0.3.36-only code git's merge leaves, to the
 #      resolved files) is applied to the clean room with patch(1). When 0078-dca changed where a
 #      resolution applies, patch refuses (nothing is changed): resolve the conflict blocks in
@@ -33,6 +35,8 @@ if [ "${SKIP_TO:-}" != continue ]; then
   for f in ABOUT.md resolutions.diff; do cp "$series/$f" "$keep/$f"; done
   rm -rf "$series" && cp -r patches/llamafile "$series"
   cp "$keep/ABOUT.md" "$keep/resolutions.diff" "$series/"
+  echo "== patchctl cleanroom apply --series $series (the room back on the copy's 0.3.36 pin)"
+  "$pc" cleanroom apply --series "$series"
   echo "== patchctl rebase --onto llama-cpp-python==0.3.35 --series $series"
   rc=0; "$pc" rebase --onto llama-cpp-python==0.3.35 --series "$series" || rc=$?
   if [ "$rc" = 3 ]; then
