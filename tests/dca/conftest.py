@@ -32,6 +32,7 @@ from patchctl.errors import PatchctlError
 from . import wheel as python_wheel_build
 from .builds import LlamaBuild, provide, terminal_say
 from .model_runs import build_tool
+from .tiny_models import TinyModels, tokenizer_for
 from .trees import TreeBuilder, dca_room, upstream_room
 
 
@@ -93,6 +94,7 @@ def upstream_tool(upstream_build: LlamaBuild) -> Path:
 
 
 @pytest.fixture(scope="session")
-def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Where the tiny GGUF models of a session are written."""
-    return tmp_path_factory.mktemp("tiny-models")
+def models_dir(tmp_path_factory: pytest.TempPathFactory, dca_build: LlamaBuild) -> TinyModels:
+    """Where the tiny GGUF models of a session are written, with the tokenizer the DCA tree
+    loads (tiny_models.tokenizer_for: "no_vocab" on a llama.cpp older than the "test" one)."""
+    return TinyModels(tmp_path_factory.mktemp("tiny-models"), tokenizer_for(dca_build.src))

@@ -24,7 +24,7 @@ import pytest
 
 from . import reference as ref
 from .builds import LlamaBuild, compile_native
-from .tiny_models import TinySpec, write_tiny_gguf
+from .tiny_models import TinyModels, TinySpec
 
 F32 = npt.NDArray[np.float32]
 
@@ -82,8 +82,8 @@ def build_tool(build: LlamaBuild, source: str = "dca_logits.cpp") -> Path:
     return compile_native(source, build, flags, link_flags=("-lllama-common", "-lllama"))
 
 
-def model_path(models_dir: Path, arch: str) -> Path:
-    return write_tiny_gguf(TinySpec(arch), models_dir)
+def model_path(models: TinyModels, arch: str) -> Path:
+    return models.write(TinySpec(arch))
 
 
 @dataclass(frozen=True)

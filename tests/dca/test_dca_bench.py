@@ -14,6 +14,7 @@ import pytest
 
 from .builds import LlamaBuild
 from .model_runs import model_path
+from .tiny_models import TinyModels
 
 FORMATS = ("csv", "json", "jsonl", "sql", "md")
 BENCH = ("-p", "16", "-n", "0", "-r", "1", "-t", "2", "-fa", "1")
@@ -51,7 +52,7 @@ def columns(fmt: str, out: str) -> list[str]:
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_bench_columns_without_dca_equal_upstream(
-    fmt: str, dca_build: LlamaBuild, upstream_build: LlamaBuild, models_dir: Path
+    fmt: str, dca_build: LlamaBuild, upstream_build: LlamaBuild, models_dir: TinyModels
 ) -> None:
     model = model_path(models_dir, "llama")
     want = columns(fmt, bench(upstream_build, model, fmt))
@@ -61,7 +62,7 @@ def test_bench_columns_without_dca_equal_upstream(
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_bench_gains_a_dca_column_with_dca(
-    fmt: str, dca_build: LlamaBuild, upstream_build: LlamaBuild, models_dir: Path
+    fmt: str, dca_build: LlamaBuild, upstream_build: LlamaBuild, models_dir: TinyModels
 ) -> None:
     model = model_path(models_dir, "llama")
     plain = columns(fmt, bench(upstream_build, model, fmt))

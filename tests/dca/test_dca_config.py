@@ -37,7 +37,7 @@ from .model_runs import (
     single_plan,
     tolerance,
 )
-from .tiny_models import TinySpec, write_tiny_gguf
+from .tiny_models import TinyModels, TinySpec
 
 EXACT = ("-ctk", "f32", "-ctv", "f32", "-fa", "off")
 FLASH = ("-fa", "on")
@@ -71,8 +71,8 @@ def resolved(log: str) -> Resolved:
     return Resolved(int(m[1]), m[2], int(m[3]), m[4], int(m[6]), m[7], m[8].strip())
 
 
-def tiny(models_dir: Path, arch: str = "llama", **meta: Any) -> Path:
-    return write_tiny_gguf(replace(TinySpec(arch), **meta), models_dir)
+def tiny(models_dir: TinyModels, arch: str = "llama", **meta: Any) -> Path:
+    return models_dir.write(replace(TinySpec(arch), **meta))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -137,7 +137,7 @@ DEFAULTS = {
 
 @pytest.mark.parametrize("case", list(DEFAULTS))
 def test_defaults_come_from_the_original_length_and_are_logged(
-    case: str, dca_tool: Path, models_dir: Path, tmp_path: Path
+    case: str, dca_tool: Path, models_dir: TinyModels, tmp_path: Path
 ) -> None:
     c = DEFAULTS[case]
     model = tiny(models_dir, **c.meta)
@@ -152,7 +152,7 @@ def test_defaults_come_from_the_original_length_and_are_logged(
 
 
 def test_a_cli_value_wins_and_mscale_can_be_forced(
-    dca_tool: Path, models_dir: Path, tmp_path: Path
+    dca_tool: Path, models_dir: TinyModels, tmp_path: Path
 ) -> None:
     model = tiny(models_dir)
     args = ("-c", "512", "--dca", "on", "--dca-chunk-size", "4096", "--dca-mscale", "on", *LOG_INFO)
@@ -171,7 +171,7 @@ def test_chunk_size_is_checked_against_the_original_length(
     chunk: int,
     original: str,
     dca_tool: Path,
-    models_dir: Path,
+    models_dir: TinyModels,
     tmp_path: Path,
 ) -> None:
     """chunk_size <= context_length (8192) but > the original length: refused, naming it."""
@@ -184,7 +184,9 @@ def test_chunk_size_is_checked_against_the_original_length(
     assert not out.exists()
 
 
-def test_dca_values_without_dca_on_warn(dca_tool: Path, models_dir: Path, tmp_path: Path) -> None:
+def test_dca_values_without_dca_on_warn(
+    dca_tool: Path, models_dir: TinyModels, tmp_path: Path
+) -> None:
     model = tiny(models_dir)
     quiet = run_tool(dca_tool, single_plan(8), model, ("-c", "512"), tmp_path / "quiet")
     args = ("-c", "512", "--dca-chunk-size", "64", "--dca-mscale", "on")
@@ -201,7 +203,7 @@ def test_dca_values_without_dca_on_warn(dca_tool: Path, models_dir: Path, tmp_pa
     "before any context (scripts/device/dca_shapes_cuda.sh runs it)",
 )
 def test_split_mode_tensor_is_refused_at_context_creation(
-    dca_tool: Path, models_dir: Path, tmp_path: Path
+    dca_tool: Path, models_dir: TinyModels, tmp_path: Path
 ) -> None:
     model = tiny(models_dir)
     args = ("-c", "512", "-sm", "tensor", "-fa", "on", "--dca", "on")
@@ -230,7 +232,7 @@ def mscale_plan() -> Plan:
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("arch", ["qwen2", "gemma3"])
 def test_mscale_matches_the_reference_and_leaves_the_cache_alone(
-    arch: str, mode: str, dca_tool: Path, models_dir: Path, tmp_path: Path
+    arch: str, mode: str, dca_tool: Path, models_dir: TinyModels, tmp_path: Path
 ) -> None:
     """The model's GGUF gives the original length 128 (auto = on). llama.cpp must match the
     reference that scales each query row's logits by its own factor, with keys cached unscaled
@@ -288,7 +290,7 @@ def yarn_plan() -> Plan:
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
 def test_a_yarn_gguf_gets_dca_without_yarn_frequencies(
-    arch: str, dca_tool: Path, models_dir: Path, tmp_path: Path
+    arch: str, dca_tool: Path, models_dir: TinyModels, tmp_path: Path
 ) -> None:
     """A GGUF with YaRN rope scaling (factor 4, original 2048): with --dca on the result is DCA
     over the model's unscaled rope (the reference knows no YaRN), and a warning says so."""
@@ -317,7 +319,7 @@ def test_a_yarn_gguf_gets_dca_without_yarn_frequencies(
     ids=["yarn", "linear"],
 )
 def test_command_line_rope_scaling_does_not_stack_on_dca(
-    rope_flags: tuple[str, ...], dca_tool: Path, models_dir: Path, tmp_path: Path
+    rope_flags: tuple[str, ...], dca_tool: Path, models_dir: TinyModels, tmp_path: Path
 ) -> None:
     """--rope-scaling on the command line with --dca on: the same logits as without it (DCA's
     positions use the model's own rope), and a warning."""
@@ -348,7 +350,7 @@ def noncausal_plan(n_text: int, n_image: int) -> Plan:
 
 @pytest.mark.parametrize("mode", list(MODES))
 def test_noncausal_batch_with_chunk_covering_the_sequence_equals_plain(
-    mode: str, dca_tool: Path, models_dir: Path, tmp_path: Path
+    mode: str, dca_tool: Path, models_dir: TinyModels, tmp_path: Path
 ) -> None:
     """gemma3: 40 text tokens, a 30-token non-causal batch, 30 causal tokens, 4 generated; DCA with
     a chunk covering them (chunk_len 112) equals plain attention, which lets the non-causal
@@ -369,7 +371,7 @@ def test_noncausal_batch_with_chunk_covering_the_sequence_equals_plain(
 
 
 def test_noncausal_batch_across_a_chunk_boundary_is_refused(
-    dca_tool: Path, models_dir: Path, tmp_path: Path
+    dca_tool: Path, models_dir: TinyModels, tmp_path: Path
 ) -> None:
     """Positions 40..69 with chunk_len 56: llama_decode fails with an error naming the boundary
     (no query of chunk 0 could see the chunk-1 keys after it); plain attention decodes it."""
@@ -403,7 +405,7 @@ def slots_plan(n_seq: int = 4) -> Plan:
 
 @pytest.mark.parametrize("layout", ["unified-kv", "split-kv"])
 def test_interleaved_sequences_never_grow_the_compute_buffer(
-    layout: str, dca_tool: Path, models_dir: Path, tmp_path: Path
+    layout: str, dca_tool: Path, models_dir: TinyModels, tmp_path: Path
 ) -> None:
     """Four sequences as llama-server's default slots: the compute buffer after the run equals the
     one reserved at context creation (llama_context's destructor warns "does not match

@@ -41,7 +41,7 @@ from .model_runs import (
     rel_err_all,
     run_tool,
 )
-from .tiny_models import TinySpec, write_tiny_gguf
+from .tiny_models import TinySpec, tokenizer_for, write_tiny_gguf
 
 DCA = ref.DcaConfig(
     chunk_size=320, local_window=64
@@ -72,8 +72,9 @@ def graphs_tool(dca_build: LlamaBuild) -> Path:
 
 
 @pytest.fixture(scope="session")
-def issue_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    spec = TinySpec("qwen2", n_embd=256, n_ff=384, n_head=4, n_head_kv=2, head_dim=64)
+def issue_model(tmp_path_factory: pytest.TempPathFactory, dca_build: LlamaBuild) -> Path:
+    spec = TinySpec("qwen2", n_embd=256, n_ff=384, n_head=4, n_head_kv=2, head_dim=64,
+                    tokenizer=tokenizer_for(dca_build.src))
     return write_tiny_gguf(spec, tmp_path_factory.mktemp("graph-models"))
 
 

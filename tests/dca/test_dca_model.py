@@ -50,7 +50,7 @@ from .model_runs import (
     single_plan,
     tolerance,
 )
-from .tiny_models import ARCHS
+from .tiny_models import ARCHS, TinyModels
 
 CHUNK_SIZE, LOCAL_WINDOW = 64, 8  # chunk_len 56: 300 tokens span 6 chunks
 DCA = ref.DcaConfig(chunk_size=CHUNK_SIZE, local_window=LOCAL_WINDOW)
@@ -122,7 +122,7 @@ def test_dca_off_is_byte_identical_to_upstream(
     plan_name: str,
     dca_tool: Path,
     upstream_tool: Path,
-    models_dir: Path,
+    models_dir: TinyModels,
     tmp_path: Path,
 ) -> None:
     model = model_path(models_dir, arch)
@@ -150,7 +150,7 @@ def run_plain_and_wide_dca(
 @pytest.mark.parametrize("fa", ["off", "on"])
 @pytest.mark.parametrize("arch", VARIANTS)
 def test_dca_on_single_chunk_equals_plain(
-    arch: str, fa: str, dca_tool: Path, models_dir: Path, tmp_path: Path
+    arch: str, fa: str, dca_tool: Path, models_dir: TinyModels, tmp_path: Path
 ) -> None:
     """100 tokens, chunk_size 128, local window 16: chunk_len 112 covers the whole sequence."""
     model = model_path(models_dir, arch)
@@ -163,7 +163,7 @@ def test_dca_on_single_chunk_equals_plain(
 
 @pytest.mark.parametrize("arch", VARIANTS)
 def test_dca_on_up_to_chunk_size_equals_plain_exact(
-    arch: str, dca_tool: Path, models_dir: Path, tmp_path: Path
+    arch: str, dca_tool: Path, models_dir: TinyModels, tmp_path: Path
 ) -> None:
     """129 = chunk_size + 1 tokens over two chunks (chunk_len 112): every DCA distance is still the
     true distance, so with the exact path DCA must equal plain attention."""
@@ -206,7 +206,7 @@ _RESULTS: dict[tuple[str, str, str], MultiChunkResult] = {}
 
 
 def multichunk_result(
-    arch: str, mode: str, layout: str, tool: Path, models_dir: Path, work: Path
+    arch: str, mode: str, layout: str, tool: Path, models_dir: TinyModels, work: Path
 ) -> MultiChunkResult:
     """Run the multi-chunk plan with --dca off and on (cached per arch, mode and KV layout)."""
     key = (arch, mode, layout)
@@ -232,7 +232,7 @@ def multichunk_result(
 @pytest.mark.parametrize("layout", list(KV_LAYOUTS))
 @pytest.mark.parametrize("arch", EXACT_REFERENCE_ARCHS)
 def test_multichunk_exact_matches_reference(
-    arch: str, layout: str, dca_tool: Path, models_dir: Path, tmp_path: Path
+    arch: str, layout: str, dca_tool: Path, models_dir: TinyModels, tmp_path: Path
 ) -> None:
     r = multichunk_result(arch, "exact", layout, dca_tool, models_dir, tmp_path)
     assert r.plain_err <= (GPU_PLAIN_MAX if ON_GPU else 1e-4), (
@@ -255,7 +255,7 @@ FLASH_CASES = [
 
 @pytest.mark.parametrize(("arch", "layout", "mode"), FLASH_CASES)
 def test_multichunk_flash_attn_matches_reference(
-    arch: str, layout: str, mode: str, dca_tool: Path, models_dir: Path, tmp_path: Path
+    arch: str, layout: str, mode: str, dca_tool: Path, models_dir: TinyModels, tmp_path: Path
 ) -> None:
     r = multichunk_result(arch, mode, layout, dca_tool, models_dir, tmp_path)
     assert r.plain_err <= (GPU_PLAIN_MAX if ON_GPU else 1e-2), (
@@ -280,7 +280,7 @@ MISTAKE_CASES = [
 
 @pytest.mark.parametrize(("arch", "mode", "mistake"), MISTAKE_CASES)
 def test_each_deliberate_mistake_is_caught(
-    arch: str, mode: str, mistake: str, dca_tool: Path, models_dir: Path, tmp_path: Path
+    arch: str, mode: str, mistake: str, dca_tool: Path, models_dir: TinyModels, tmp_path: Path
 ) -> None:
     r = multichunk_result(arch, mode, "split-kv", dca_tool, models_dir, tmp_path)
     assert r.dca_err <= r.tolerance, "llama.cpp DCA must match the correct reference first"
@@ -302,7 +302,7 @@ OFF_BY_ONE = {
 @pytest.mark.parametrize("change", list(OFF_BY_ONE))
 @pytest.mark.parametrize("arch", REFERENCE_ARCHS)
 def test_llamacpp_position_change_of_one_is_detected(
-    arch: str, change: str, dca_tool: Path, models_dir: Path, tmp_path: Path
+    arch: str, change: str, dca_tool: Path, models_dir: TinyModels, tmp_path: Path
 ) -> None:
     """chunk_size+1 with local_window+1 keeps chunk_len (only the succ clamp and the inter
     position move by one); local_window+1 shifts chunk_len by one."""
@@ -325,7 +325,7 @@ def test_sequences_span_three_or_more_chunks() -> None:
 
 @pytest.mark.parametrize("arch", VARIANTS)
 def test_multichunk_split_decode_equals_one_shot(
-    arch: str, dca_tool: Path, models_dir: Path, tmp_path: Path
+    arch: str, dca_tool: Path, models_dir: TinyModels, tmp_path: Path
 ) -> None:
     """All six archs (also those without a numpy reference): 300 tokens over 6 chunks give the
     same DCA logits prefilled in one ubatch as in ubatches of 40 plus single-token decode steps
@@ -394,7 +394,7 @@ def _seq_rm_err(case: SeqRmCase, tool: Path, model: Path, args: Sequence[str], w
 @pytest.mark.parametrize("mode", ["exact", "flash"])
 @pytest.mark.parametrize("arch", ["llama", "gemma3"])
 def test_dca_after_seq_rm_equals_fresh_run(
-    arch: str, mode: str, case: str, dca_tool: Path, models_dir: Path, tmp_path: Path
+    arch: str, mode: str, case: str, dca_tool: Path, models_dir: TinyModels, tmp_path: Path
 ) -> None:
     """After llama_memory_seq_rm the new logits equal a fresh run's as closely as plain
     attention's do (see SEQ_RM_CASES)."""
@@ -430,7 +430,7 @@ BAD_VALUES: dict[str, tuple[tuple[str, ...], str]] = {
 
 @pytest.mark.parametrize("case", list(BAD_VALUES))
 def test_bad_dca_values_fail_with_a_message_naming_the_flag(
-    case: str, dca_tool: Path, models_dir: Path, tmp_path: Path
+    case: str, dca_tool: Path, models_dir: TinyModels, tmp_path: Path
 ) -> None:
     """Bad values end with an error naming the flag: an exit code, never an abort or logits."""
     flags, flag = BAD_VALUES[case]
@@ -478,7 +478,7 @@ def test_each_position_mistake_changes_the_spec_example(mistake: str) -> None:
     assert (dist.tolist() != SPEC_EXAMPLE_DISTANCES) == moves_positions
 
 
-def test_reference_dca_is_exact_up_to_chunk_size(models_dir: Path) -> None:
+def test_reference_dca_is_exact_up_to_chunk_size(models_dir: TinyModels) -> None:
     """For sequences of at most chunk_size + 1 tokens DCA equals plain attention."""
     m = ref.load_model(model_path(models_dir, "qwen2"))
     toks = random_tokens(CHUNK_SIZE + 1, seed=3)
@@ -490,7 +490,7 @@ def test_reference_dca_is_exact_up_to_chunk_size(models_dir: Path) -> None:
     assert changed > 1e-3, "a sharp model must see the first compressed distance"
 
 
-def test_reference_lse_merge_equals_union_softmax(models_dir: Path) -> None:
+def test_reference_lse_merge_equals_union_softmax(models_dir: TinyModels) -> None:
     """The float64 LSE merge of the three partial softmaxes == one softmax over their union."""
     rng = np.random.default_rng(5)
     n, hd = 150, 16
@@ -513,7 +513,7 @@ def test_reference_lse_merge_equals_union_softmax(models_dir: Path) -> None:
     [(a, "exact") for a in EXACT_REFERENCE_ARCHS] + [(a, "flash") for a in REFERENCE_ARCHS],
 )
 def test_reference_matches_upstream_plain_attention(
-    arch: str, mode: str, upstream_tool: Path, models_dir: Path, tmp_path: Path
+    arch: str, mode: str, upstream_tool: Path, models_dir: TinyModels, tmp_path: Path
 ) -> None:
     """Validates the reference model code itself against the unpatched build (no DCA)."""
     model = model_path(models_dir, arch)

@@ -25,6 +25,7 @@ import itertools
 import re
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ import pytest
 
 from .builds import LlamaBuild
 from .llama_server import LlamaServer, Reply, ServerFailed
-from .tiny_models import TinySpec, write_tiny_gguf
+from .tiny_models import TinySpec, tokenizer_for, write_tiny_gguf
 
 DCA = ("--dca", "on", "--dca-chunk-size", "320", "--dca-local-window", "64")  # chunk_len 256
 EXACT = ("-ctk", "f32", "-ctv", "f32", "-fa", "off")
@@ -60,13 +61,16 @@ def server_bin(dca_build: LlamaBuild) -> Path:
 
 
 @pytest.fixture(scope="session")
-def server_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def server_models(
+    tmp_path_factory: pytest.TempPathFactory, dca_build: LlamaBuild
+) -> dict[str, Path]:
     """The target (trained context 8192) and a draft with the same weights and vocabulary but a
     trained context of 256, shorter than the target's --dca-chunk-size 320."""
     root = tmp_path_factory.mktemp("server-models")
+    target = TinySpec("qwen2", tokenizer=tokenizer_for(dca_build.src))
     return {
-        "target": write_tiny_gguf(TinySpec("qwen2"), root / "target"),
-        "draft": write_tiny_gguf(TinySpec("qwen2", n_ctx_train=256), root / "draft"),
+        "target": write_tiny_gguf(target, root / "target"),
+        "draft": write_tiny_gguf(replace(target, n_ctx_train=256), root / "draft"),
     }
 
 
@@ -198,12 +202,13 @@ def test_concurrent_requests_with_flash_attention_complete(
 
 
 def test_dca_slots_are_not_capped_at_the_training_context(
-    servers: Servers, tmp_path: Path
+    servers: Servers, dca_build: LlamaBuild, tmp_path: Path
 ) -> None:
     """Upstream's llama-server caps every slot at the model's training context; with --dca on it
     must not (running past it is DCA's purpose). Found on the H200: a 32k-trained model refused a
     64k prompt with DCA on. Without DCA the cap stays (upstream's behaviour)."""
-    model = write_tiny_gguf(TinySpec("qwen2", n_ctx_train=512), tmp_path / "model")
+    spec = TinySpec("qwen2", n_ctx_train=512, tokenizer=tokenizer_for(dca_build.src))
+    model = write_tiny_gguf(spec, tmp_path / "model")
     long_prompt = prompt(900, seed=11)  # past the 512 trained positions
     args = ("-m", str(model), *COMMON, "-np", "1", *EXACT)
     with_dca = servers.start(*args, *DCA)

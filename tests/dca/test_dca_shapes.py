@@ -32,6 +32,7 @@ from .model_runs import (
     run_tool,
     tolerance,
 )
+from .tiny_models import TinyModels
 
 SHAPES = {"cs320-w64": (320, 64), "cs576-w64": (576, 64)}
 MODES = {"exact": ("-ctk", "f32", "-ctv", "f32", "-fa", "off"), "flash": ("-fa", "on")}
@@ -77,7 +78,7 @@ def plans_taken(log: str) -> list[UbatchPlan]:
 @pytest.mark.parametrize("shape", list(SHAPES))
 @pytest.mark.parametrize("arch", ARCHS)
 def test_production_shape_matches_reference(
-    arch: str, shape: str, mode: str, dca_tool: Path, models_dir: Path, tmp_path: Path
+    arch: str, shape: str, mode: str, dca_tool: Path, models_dir: TinyModels, tmp_path: Path
 ) -> None:
     cs, w = SHAPES[shape]
     model = model_path(models_dir, arch)

@@ -27,7 +27,7 @@ import pytest
 
 from .builds import LlamaBuild
 from .model_runs import build_tool
-from .tiny_models import TinySpec, write_tiny_gguf
+from .tiny_models import TinyModels, TinySpec, tokenizer_for
 
 KINDS = ("full", "seq", "mem")
 N_PROMPT, N_GEN = 700, 12  # chunk_len 256: the prompt spans three chunks, decoding crosses none
@@ -82,9 +82,11 @@ def upstream_state_tool(upstream_build: LlamaBuild) -> Path:
 
 
 @pytest.fixture(scope="session")
-def state_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    out = tmp_path_factory.mktemp("state-models")
-    return {arch: write_tiny_gguf(TinySpec(arch), out) for arch in ("qwen2", "gemma3")}
+def state_models(
+    tmp_path_factory: pytest.TempPathFactory, dca_build: LlamaBuild
+) -> dict[str, Path]:
+    models = TinyModels(tmp_path_factory.mktemp("state-models"), tokenizer_for(dca_build.src))
+    return {arch: models.write(TinySpec(arch)) for arch in ("qwen2", "gemma3")}
 
 
 def run_state(tool: Path, mode: str, file: Path, model: Path, args: Sequence[str]) -> Run:

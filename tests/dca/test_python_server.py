@@ -27,6 +27,7 @@ import pytest
 
 from .model_runs import model_path
 from .test_dca_model import DCA
+from .tiny_models import TinyModels
 
 HOST = "127.0.0.1"
 READY_S = 120.0
@@ -125,7 +126,7 @@ CONFIGURED_BY = {"command-line": _command_line, "config-file": _config_file}
 
 @pytest.mark.parametrize("configured_by", list(CONFIGURED_BY))
 def test_the_server_answers_a_completion_with_dca_on(
-    configured_by: str, python_site: Path, models_dir: Path, tmp_path: Path
+    configured_by: str, python_site: Path, models_dir: TinyModels, tmp_path: Path
 ) -> None:
     model = model_path(models_dir, "qwen2")
     port = _free_port()

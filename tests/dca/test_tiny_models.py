@@ -8,7 +8,7 @@ import gguf
 import numpy as np
 import pytest
 
-from .tiny_models import TinySpec, build_tensors, write_tiny_gguf
+from .tiny_models import TinyModels, TinySpec, build_tensors, tokenizer_for, write_tiny_gguf
 
 
 def _field(reader: gguf.GGUFReader, key: str) -> object:
@@ -60,3 +60,50 @@ def test_gemma3_layer_pattern(tmp_path: Path) -> None:
 def test_unknown_weight_type_is_rejected() -> None:
     with pytest.raises(ValueError, match="weight_type 'q4_k'"):
         build_tensors(TinySpec("qwen2", weight_type="q4_k"))
+
+
+def test_no_vocab_tokenizer_has_no_token_list_and_its_own_file_name(tmp_path: Path) -> None:
+    # llama.cpp older than the "test" tokenizer (llama-cpp-python 0.3.35) loads "no_vocab" with
+    # <arch>.vocab_size; the weights are the same, the cached file is not
+    spec = TinySpec("gemma3", tokenizer="no_vocab")
+    assert spec.file_name() != TinySpec("gemma3").file_name()
+    reader = gguf.GGUFReader(str(write_tiny_gguf(spec, tmp_path)))
+    assert _field(reader, "tokenizer.ggml.model") == "no_vocab"
+    assert _field(reader, "gemma3.vocab_size") == spec.n_vocab
+    assert reader.get_field("tokenizer.ggml.tokens") is None
+    test = gguf.GGUFReader(str(write_tiny_gguf(TinySpec("gemma3"), tmp_path)))
+    assert _field(test, "tokenizer.ggml.model") == "test"
+    assert len(_field(test, "tokenizer.ggml.tokens")) == spec.n_vocab  # type: ignore[arg-type]
+    embd = {t.name: bytes(t.data) for t in reader.tensors}
+    assert embd == {t.name: bytes(t.data) for t in test.tensors}
+
+
+def test_unknown_tokenizer_is_rejected(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="tokenizer 'gpt2'"):
+        write_tiny_gguf(TinySpec("qwen2", tokenizer="gpt2"), tmp_path)
+    assert not list(tmp_path.iterdir())
+
+
+def _tree(root: Path, vocab_source: str) -> Path:
+    (root / "src").mkdir(parents=True)
+    (root / "src" / "llama-vocab.cpp").write_text(vocab_source)
+    return root
+
+
+def test_tokenizer_is_picked_by_what_the_tree_loads(tmp_path: Path) -> None:
+    new = _tree(tmp_path / "new", 'if (tokenizer_model == "no_vocab") {}\n'
+                'else if (tokenizer_model == "test") { type = LLAMA_VOCAB_TYPE_TEST; }\n')
+    old = _tree(tmp_path / "old", 'if (tokenizer_model == "no_vocab") {}\n'
+                'else if (tokenizer_model == "llama") {}\n')
+    assert tokenizer_for(new) == "test"
+    assert tokenizer_for(old) == "no_vocab"
+    with pytest.raises(ValueError, match=r"llama-vocab\.cpp"):
+        tokenizer_for(tmp_path / "none")
+
+
+def test_tiny_models_write_with_their_tokenizer(tmp_path: Path) -> None:
+    models = TinyModels(tmp_path, "no_vocab")
+    path = models.write(TinySpec("llama"))
+    assert path == tmp_path / TinySpec("llama", tokenizer="no_vocab").file_name()
+    assert _field(gguf.GGUFReader(str(path)), "tokenizer.ggml.model") == "no_vocab"
+    assert TinyModels(tmp_path).write(TinySpec("llama")).name == TinySpec("llama").file_name()

@@ -1,7 +1,7 @@
 """Tiny random-weight GGUF models for the DCA tests (the project's own generator).
 
-Each model is a complete GGUF that llama.cpp loads: the arch's metadata, llama.cpp's "test"
-tokenizer and random weights for every tensor the loader expects, for llama, qwen2, qwen3,
+Each model is a complete GGUF that llama.cpp loads: the arch's metadata, a tokenizer (below)
+and random weights for every tensor the loader expects, for llama, qwen2, qwen3,
 qwen3moe, gemma3 and gemma4, each drawn from its own seeded generator, with the attention
 sharpness as a parameter (below).
 
@@ -19,14 +19,19 @@ K after normalisation. Both default to values that give score standard deviation
 
 Notes:
  - numpy shapes are the REVERSE of ggml ne: ggml {n_embd, n_vocab} -> numpy (n_vocab, n_embd).
- - the llama.cpp "test" tokenizer is used (src/llama-vocab.cpp: tokenizer_model == "test").
+ - the tokenizer (``tokenizer``): llama.cpp's "test" tokenizer (src/llama-vocab.cpp:
+   tokenizer_model == "test"; text in 5-byte chunks, so the server and Python tests can send
+   text), or "no_vocab" with ``<arch>.vocab_size``: token ids only, but loaded by every llama.cpp,
+   also by those older than the "test" tokenizer (llama-cpp-python 0.3.35's). ``tokenizer_for``
+   picks the one a source tree loads; ``TinyModels`` writes a session's models with it. The
+   weights do not depend on the tokenizer.
  - every tensor written must be consumed by the loader ("wrong number of tensors").
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +42,7 @@ import numpy.typing as npt
 ARCHS: tuple[str, ...] = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "gemma4")
 QK_NORM_ARCHS: frozenset[str] = frozenset({"qwen3", "qwen3moe", "gemma3", "gemma4"})
 N_EXPERT = 4
+TOKENIZERS: tuple[str, ...] = ("test", "no_vocab")
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,7 @@ class TinySpec:
     layers: int = 0  # 0: the tests' layer count (2; gemma4 5 or 6)
     swa_pattern: int = 2  # gemma3: every swa_pattern-th layer is global, the others sliding-window
     weight_type: str = "f32"  # "f32" or "q8_0" (the 2-D projection matrices)
+    tokenizer: str = "test"  # one of TOKENIZERS (see the module notes)
 
     @property
     def arch(self) -> str:
@@ -113,6 +120,8 @@ class TinySpec:
             )
         if (self.layers, self.swa_pattern, self.weight_type) != (0, 2, "f32"):
             shape += f"-L{self.layers}-p{self.swa_pattern}-{self.weight_type}"
+        if self.tokenizer != "test":
+            shape += f"-tk{self.tokenizer}"
         return (
             f"tiny-{self.variant}-s{self.seed}-qk{self.qk_scale:g}-n{self.qk_norm_scale:g}"
             f"-vo{self.vo_scale:g}-w{self.sliding_window}-e{self.embd_scale:g}{meta}-f3-g4{shape}.gguf"
@@ -168,6 +177,11 @@ def _common_kv(wr: gguf.GGUFWriter, spec: TinySpec) -> None:
     wr.add_rope_dimension_count(spec.head_dim)
     wr.add_layer_norm_rms_eps(1e-6)
     wr.add_rope_freq_base(10000.0)
+    if spec.tokenizer == "no_vocab":
+        # llama-vocab.cpp: no tokens, n_tokens from <arch>.vocab_size (token_embd's rows)
+        wr.add_tokenizer_model("no_vocab")
+        wr.add_vocab_size(spec.n_vocab)
+        return
     wr.add_tokenizer_model("test")
     wr.add_token_list([f"tok_{i}" for i in range(spec.n_vocab)])
     wr.add_token_scores([0.0] * spec.n_vocab)
@@ -269,8 +283,33 @@ def build_tensors(spec: TinySpec) -> Tensors:
     return t
 
 
+def tokenizer_for(src: Path) -> str:
+    """The tokenizer of TOKENIZERS that the llama.cpp source tree `src` loads: "test" when its
+    src/llama-vocab.cpp knows it, else "no_vocab" (which every llama.cpp loads)."""
+    vocab = src / "src" / "llama-vocab.cpp"
+    try:
+        text = vocab.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise ValueError(f"{vocab}: cannot read the tree's tokenizers ({exc.strerror})") from exc
+    return "test" if 'tokenizer_model == "test"' in text else "no_vocab"
+
+
+@dataclass(frozen=True)
+class TinyModels:
+    """Where a session's tiny models are written, with the tokenizer the tree under test loads."""
+
+    dir: Path
+    tokenizer: str = "test"
+
+    def write(self, spec: TinySpec) -> Path:
+        """`spec` (its tokenizer replaced by this set's) written under `dir`; its path."""
+        return write_tiny_gguf(replace(spec, tokenizer=self.tokenizer), self.dir)
+
+
 def write_tiny_gguf(spec: TinySpec, out_dir: Path) -> Path:
     """Write the model to ``out_dir`` (reused if already there) and return its path."""
+    if spec.tokenizer not in TOKENIZERS:
+        raise ValueError(f"tokenizer {spec.tokenizer!r}: use one of {', '.join(TOKENIZERS)}")
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / spec.file_name()
     if path.exists():
