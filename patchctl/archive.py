@@ -36,6 +36,7 @@ be told of each file as it is written, so that hashing the tree overlaps reading
 from __future__ import annotations
 
 import errno
+import io
 import lzma
 import os
 import re
@@ -51,7 +52,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Protocol
+from typing import IO, Protocol, cast
 
 from patchctl.errors import NotFound, PatchctlError, ToolchainMissing, UnsafeArchive
 from patchctl.limits import ARCHIVE_BYTES, ARCHIVE_MEMBERS, ARCHIVE_RATIO, RATIO_FLOOR, human
@@ -265,12 +266,39 @@ def _tar_member(archive: Path, info: tarfile.TarInfo) -> Member:
 
 def _tar_opener(tar: tarfile.TarFile, info: tarfile.TarInfo) -> Opener:
     def opener() -> IO[bytes]:
+        source = tar.fileobj
+        if info.isreg() and not info.issparse() and source and source.tell() == info.offset_data:
+            # the stream is at the member's bytes (its header was just read): read them from
+            # it directly, without tarfile's per-member file object (80,000 in a kernel)
+            return cast(IO[bytes], _Slice(source, info.size))
         stream = tar.extractfile(info)
         if stream is None:
             raise tarfile.ReadError(f"cannot read {info.name!r}")
         return stream
 
     return opener
+
+
+class _Reads(Protocol):
+    def read(self, size: int, /) -> bytes: ...
+
+
+class _Slice(io.RawIOBase):
+    """The next `size` bytes of a stream, read from where it is (a short read at its end)."""
+
+    def __init__(self, stream: _Reads, size: int) -> None:
+        super().__init__()
+        self._stream = stream
+        self._left = size
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        want = self._left if size < 0 else min(size, self._left)
+        data = self._stream.read(want) if want else b""
+        self._left -= len(data)
+        return data
 
 
 def _zip_members(archive: Path, zf: zipfile.ZipFile) -> Iterator[_Raw]:

@@ -784,7 +784,7 @@ class Pipe:
     objects (one process instead of one per object). stderr goes to a temporary file, so a
     chatty process can never block on a full pipe; it is quoted when the process fails."""
 
-    def __init__(self, git: Git, *args: str) -> None:
+    def __init__(self, git: Git, *args: str, env: Mapping[str, str] | None = None) -> None:
         self.args = ("git", *args)
         self._errors = tempfile.TemporaryFile()  # noqa: SIM115 (closed in close())
         self._proc = subprocess.Popen(
@@ -792,7 +792,7 @@ class Pipe:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._errors,
-            env=hermetic_env(git.repo),
+            env=hermetic_env(git.repo, env),
         )
 
     def ask(self, request: bytes) -> None:
@@ -849,6 +849,14 @@ class Pipe:
         self._errors.close()
 
 
+# update-index frees the buffers of each object it writes (zlib's among them) at the top of
+# its heap, and glibc gives that memory back to the kernel and asks for it again at the next
+# file: two brk calls and fresh zeroed pages per file. A trim threshold above those buffers
+# keeps them (measured on a kernel tree: git add makes 19 brk calls for 3,000 files,
+# update-index 12,585, and half its system time went there). Other allocators ignore it.
+FEED_MALLOC = {"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=67108864"}
+
+
 class IndexFeed:
     """Stages files into `git`'s index while they are being written: one `git update-index
     --add -z --stdin` reads their paths (relative to the work tree named at `start`, which may
@@ -867,7 +875,8 @@ class IndexFeed:
 
     def start(self, root: Path) -> None:
         """Start git with `root` as the work tree the paths given to `add` are relative to."""
-        self._pipe = Pipe(self.git, f"--work-tree={root}", "update-index", "--add", "-z", "--stdin")
+        args = (f"--work-tree={root}", "update-index", "--add", "-z", "--stdin")
+        self._pipe = Pipe(self.git, *args, env=FEED_MALLOC)
 
     def add(self, path: str) -> None:
         """Stage `path` (a file or symlink under the work tree, complete on disk)."""
