@@ -768,6 +768,7 @@ class _Extraction:
         if self.guess is None:
             first, slash, _rest = member.name.partition("/")
             self.guess = first if (slash or member.kind == "dir") else ""
+            self.dirs.fd(self.guess, member.name)  # the sink's work tree must exist
             self.sink.start(self.root / self.guess)
             self.started = self.sink
         elif self.guess and not (
