@@ -15,18 +15,22 @@ Usage (from the project root; not run in CI):
    clean-room creation.
 4. `patchctl import debian/patches/series`: the series as Debian ships it (hunks at an offset
    are noted; strict apply refuses those patches, exit 10, which is checked).
-5. Refresh: every patch with offset notes is regenerated from the trees import recorded
-   (its header bytes kept, then `git diff-tree -p --binary --full-index pre post`), the others
-   kept byte for byte; the refreshed quilt series is imported into a second series (no drift).
-   After the lifecycle issue's `refresh` is merged, `patchctl refresh` does this step.
+5. `patchctl refresh --all`: the drifted patches are rewritten in place (header bytes kept,
+   diff regenerated); the others are left byte for byte.
 6. `patchctl cleanroom apply` of the refreshed series (165 patches) vs the reference
    `git apply --index` loop of the same files on the reference repository, and vs
    `patch -p1 --fuzz=0` (quilt's engine, as `quilt push -a --fuzz=0`) of Debian's own files on
    a fresh `tar x`: all three final trees must be equal.
 7. `patchctl verify --all`, `verify FIRST`, `verify TOP` of the refreshed series.
+8. The rt series on top: imported as shipped, `refresh --all`, applied (the 165 first commits
+   kept), verified, and compared with `patch -p1 --fuzz=0` of Debian's rt files.
 
 Every step runs as a subprocess; wall seconds and the child's peak RSS are recorded. This is a
 measurement, not a test: it writes JSON with every number and the commands.
+
+`--steps create --repeat N` runs only steps 2 and 3, N times each, back to back (reference
+first), and records every run and the medians: on a shared machine, the creation ratio of
+one run is at the mercy of whatever else runs during it.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -44,14 +49,12 @@ from pathlib import Path
 from typing import Any
 
 from patchctl.git import Git, hermetic_env
-from patchctl.patchfile import diff_trees
 from patchctl.series import load_series
 
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
 KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 CACHE = Path(os.environ.get("PATCHCTL_TEST_CACHE") or Path.home() / ".cache" / "patchctl-test")
-DIFF_START = (b"--- ", b"diff --git ", b"Index: ")
 
 
 # ----------------------------------------------------------------------------- the source
@@ -149,26 +152,6 @@ def write_series(directory: Path, orig: Path) -> Path:
     return directory
 
 
-def refreshed_quilt(series_dir: Path, room: Path, drifted: set[str], target: Path) -> Path:
-    """A quilt directory of the imported series: drifted patches regenerated from their
-    recorded trees (header kept), the others byte for byte."""
-    series = load_series(series_dir)
-    git = Git(room)
-    target.mkdir(parents=True)
-    names = []
-    for patch in series.patches:
-        data = series.patch_path(patch).read_bytes()
-        if patch.id in drifted:
-            assert patch.pre_tree and patch.post_tree
-            lines = data.splitlines(keepends=True)
-            first = next(i for i, line in enumerate(lines) if line.startswith(DIFF_START))
-            data = b"".join(lines[:first]) + diff_trees(git, patch.pre_tree, patch.post_tree)
-        (target / f"{patch.id}.patch").write_bytes(data)
-        names.append(f"{patch.id}.patch")
-    (target / "series").write_text("".join(f"{n}\n" for n in names))
-    return target
-
-
 def quilt_files(series: Path) -> str:
     """The patch files a quilt series file lists, space-separated (for a shell loop)."""
     return " ".join(
@@ -190,106 +173,130 @@ def worktree_tree(directory: Path) -> str:
     return Git(directory).write_tree()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workdir", type=Path, required=True)
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--package", default="linux", help="another source package (a smoke run)")
-    parser.add_argument("--patchctl", default=str(Path(sys.executable).parent / "patchctl"))
-    args = parser.parse_args()
-    work = args.workdir.resolve()
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    src = fetch_source(CACHE, args.package)
-    orig = next(src.glob("*.orig.tar.*"))
-    debian_tar = next(src.glob("*.debian.tar.*"))
-    subprocess.run(["tar", "xf", str(debian_tar), "-C", str(work)], check=True)
-    quilt = work / "debian" / "patches"
-    env = {**os.environ, "PATCHCTL_CACHE_DIR": str(work / "cache")}  # an empty cache
-    pc = [args.patchctl]
-    r: dict[str, Any] = {}
-    top = orig.name.split(".orig")[0].replace("_", "-")  # linux-6.1.176
-
-    # 2. reference clean room
-    ref = work / "ref"
+def create_steps(
+    r: dict[str, Any], pc: list[str], work: Path, orig: Path, env: dict[str, str], run: str = ""
+) -> Path:
+    """Steps 2 and 3: the reference clean room (`ref<run>`), then patchctl's (`room<run>`,
+    from an empty cache); the series directory made for it."""
+    ref = work / f"ref{run}"
     ref.mkdir()
     step(
         r,
-        "ref_create",
+        f"ref_create{run}",
         shell(
             f"tar xf {orig} -C {ref} --strip-components=1 && cd {ref} && git init -q && "
             "git add -A -f && git -c gc.auto=0 -c user.name=b -c user.email=b@b commit -q -m base"
         ),
         cwd=ref,
     )
-    base_tree = Git(ref).tree_of("HEAD")
-
-    # 3. clean-room creation, empty cache
-    s1 = write_series(work / "p1" / "patches" / "kernel", orig)
-    room = work / "room"
+    s1 = write_series(work / f"p1{run}" / "patches" / "kernel", orig)
     step(
         r,
-        "patchctl_create",
-        [*pc, "cleanroom", "apply", "--series", str(s1), "--workdir", str(room), "--json"],
-        env=env,
-    )
-
-    # 4. import Debian's series as shipped; strict apply refuses the drifted ones
-    out = step(
-        r,
-        "patchctl_import",
+        f"patchctl_create{run}",
         [
             *pc,
-            "import",
-            str(quilt / "series"),
+            "cleanroom",
+            "apply",
             "--series",
             str(s1),
             "--workdir",
-            str(room),
+            str(work / f"room{run}"),
             "--json",
         ],
-        env=env,
+        env={**env, "PATCHCTL_CACHE_DIR": str(work / f"cache{run}")},  # an empty cache
     )
+    return s1
+
+
+def machine() -> dict[str, Any]:
+    git = subprocess.run(["git", "--version"], capture_output=True, text=True).stdout.strip()
+    return {
+        "cpus": os.cpu_count(),
+        "load_avg": os.getloadavg(),
+        "python": platform.python_version(),
+        "git": git,
+    }
+
+
+def only_create(args: argparse.Namespace, pc: list[str], work: Path, orig: Path) -> None:
+    """`--steps create`: steps 2 and 3, `--repeat` times; every run and the medians."""
+    r: dict[str, Any] = {}
+    loads = []
+    for run in range(args.repeat):
+        loads.append(os.getloadavg())
+        create_steps(r, pc, work, orig, dict(os.environ), f"-{run}")
+        for name in (f"ref-{run}", f"room-{run}", f"cache-{run}"):
+            shutil.rmtree(work / name, ignore_errors=True)  # disk: 3 GB a run
+    ref = statistics.median(r[f"ref_create-{i}"]["wall_s"] for i in range(args.repeat))
+    ours = statistics.median(r[f"patchctl_create-{i}"]["wall_s"] for i in range(args.repeat))
+    ratios = [
+        round(r[f"patchctl_create-{i}"]["wall_s"] / r[f"ref_create-{i}"]["wall_s"], 2)
+        for i in range(args.repeat)
+    ]
+    result = {
+        "orig": orig.name,
+        "orig_sha256": sha256(orig),
+        "runs": args.repeat,
+        "median_s": {"ref_create": ref, "patchctl_create": ours},
+        "ratio_of_medians": round(ours / ref, 2),
+        "ratio_per_run": ratios,
+        "load_avg_before_each_run": loads,
+        "steps": r,
+        "machine": machine(),
+        "command": " ".join(sys.argv),
+    }
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps({k: result[k] for k in ("median_s", "ratio_of_medians", "ratio_per_run")}))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workdir", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--package", default="linux", help="another source package (a smoke run)")
+    parser.add_argument("--patchctl", default=str(Path(sys.executable).parent / "patchctl"))
+    parser.add_argument("--steps", choices=("all", "create"), default="all")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of --steps create")
+    args = parser.parse_args()
+    work = args.workdir.resolve()
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    src = fetch_source(CACHE, args.package)
+    orig = next(src.glob("*.orig.tar.*"))
+    pc = [args.patchctl]
+    if args.steps == "create":
+        only_create(args, pc, work, orig)
+        return
+    debian_tar = next(src.glob("*.debian.tar.*"))
+    subprocess.run(["tar", "xf", str(debian_tar), "-C", str(work)], check=True)
+    quilt = work / "debian" / "patches"
+    env = {**os.environ, "PATCHCTL_CACHE_DIR": str(work / "cache")}
+    r: dict[str, Any] = {}
+    top = orig.name.split(".orig")[0].replace("_", "-")  # linux-6.1.176
+
+    # 2, 3. the reference clean room, then patchctl's from an empty cache
+    s1 = create_steps(r, pc, work, orig, dict(os.environ))
+    ref, room = work / "ref", work / "room"
+    base_tree = Git(ref).tree_of("HEAD")
+    where = ["--series", str(s1), "--workdir", str(room), "--json"]
+
+    # 4. import Debian's series as shipped; strict apply refuses the drifted ones
+    out = step(r, "patchctl_import", [*pc, "import", str(quilt / "series"), *where], env=env)
     imported = json.loads(out)["imported"]
     drifted = {e["id"] for e in imported if e.get("drift")}
     ids = [e["id"] for e in imported]
-    step(
-        r,
-        "patchctl_apply_as_shipped",
-        [*pc, "cleanroom", "apply", "--series", str(s1), "--workdir", str(room), "--json"],
-        ok=(10,),
-        env=env,
-    )
+    step(r, "patchctl_apply_as_shipped", [*pc, "cleanroom", "apply", *where], ok=(10,), env=env)
 
-    # 5. refresh (regenerate the drifted patches), import the refreshed series
-    fresh = refreshed_quilt(s1, room, drifted, work / "refreshed")
-    s2 = write_series(work / "p2" / "patches" / "kernel", orig)
-    out = step(
-        r,
-        "patchctl_import_refreshed",
-        [
-            *pc,
-            "import",
-            str(fresh / "series"),
-            "--series",
-            str(s2),
-            "--workdir",
-            str(room),
-            "--json",
-        ],
-        env=env,
-    )
-    assert not any(e.get("drift") for e in json.loads(out)["imported"]), "refresh left drift"
+    # 5. refresh the drifted patches in place
+    out = step(r, "patchctl_refresh", [*pc, "refresh", "--all", *where], env=env)
+    refreshed = {e["id"] for e in json.loads(out)["patches"] if e["refreshed"]}
+    assert refreshed == drifted, ("refresh rewrote other patches", refreshed ^ drifted)
 
     # 6. strict apply of all patches vs the git apply loop and quilt's engine
-    out = step(
-        r,
-        "patchctl_apply",
-        [*pc, "cleanroom", "apply", "--series", str(s2), "--workdir", str(room), "--json"],
-        env=env,
-    )
+    out = step(r, "patchctl_apply", [*pc, "cleanroom", "apply", *where], env=env)
     patchctl_tree = json.loads(out)["tree"]
-    files = " ".join(str(fresh / f"{pid}.patch") for pid in ids)
+    series = load_series(s1)
+    files = " ".join(str(series.patch_path(series.patch(pid))) for pid in ids)
     step(
         r,
         "ref_git_apply_index_loop",
@@ -322,12 +329,7 @@ def main() -> None:
         ("verify_first", [ids[0]]),
         ("verify_top", [ids[-1]]),
     ):
-        step(
-            r,
-            f"patchctl_{name}",
-            [*pc, "verify", *which, "--series", str(s2), "--workdir", str(room), "--json"],
-            env=env,
-        )
+        step(r, f"patchctl_{name}", [*pc, "verify", *which, *where], env=env)
 
     def ratio(a: str, b: str) -> float:
         return round(float(r[a]["wall_s"]) / float(r[b]["wall_s"]), 2)
@@ -339,6 +341,7 @@ def main() -> None:
         "files": len(Git(ref).run("ls-files", "-z").split(b"\0")) - 1,
         "patches": len(ids),
         "drifted_as_shipped": len(drifted),
+        "refreshed": len(refreshed),
         "base_tree": base_tree,
         "final_tree": {
             "patchctl": patchctl_tree,
@@ -353,62 +356,34 @@ def main() -> None:
             "verify_top_vs_verify_first": ratio("patchctl_verify_top", "patchctl_verify_first"),
         },
         "steps": r,
-        "machine": {
-            "cpus": os.cpu_count(),
-            "load_avg": os.getloadavg(),
-            "python": platform.python_version(),
-            "git": subprocess.run(
-                ["git", "--version"], capture_output=True, text=True
-            ).stdout.strip(),
-        },
+        "machine": machine(),
         "command": " ".join(sys.argv),
     }
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: result[k] for k in ("trees_equal", "ratios")}, indent=2))
     rt_series = work / "debian" / "patches-rt" / "series"
     if rt_series.is_file():
-        result["rt"] = rt(pc, env, s2, room, qdir, rt_series, work)
+        result["rt"] = rt(pc, env, where, qdir, rt_series)
+        result["machine_after_rt"] = machine()
         args.out.write_text(json.dumps(result, indent=2) + "\n")
         print(json.dumps(result["rt"], indent=2))
 
 
 def rt(
-    pc: list[str],
-    env: dict[str, str],
-    s2: Path,
-    room: Path,
-    qdir: Path,
-    rt_series: Path,
-    work: Path,
+    pc: list[str], env: dict[str, str], where: list[str], qdir: Path, rt_series: Path
 ) -> dict[str, Any]:
-    """The rt series on top: imported onto the refreshed series, its drifted patches refreshed,
-    the whole stack imported again (a third series) and applied (the first patches are kept:
-    same ids and bytes), verified, and compared with quilt's engine on the same tree."""
+    """The rt series on top: imported onto the refreshed series as shipped, its drifted
+    patches refreshed in place, applied (the first patches' commits are kept: same ids and
+    bytes), verified, and compared with quilt's engine on the same tree."""
     r: dict[str, Any] = {}
-    where = ["--workdir", str(room), "--json"]
-    out = step(
-        r,
-        "patchctl_import_rt",
-        [*pc, "import", str(rt_series), "--series", str(s2), *where],
-        env=env,
-    )
+    out = step(r, "patchctl_import_rt", [*pc, "import", str(rt_series), *where], env=env)
     imported = json.loads(out)["imported"]
     drifted = {e["id"] for e in imported if e.get("drift")}
-    fresh = refreshed_quilt(s2, room, drifted, work / "refreshed-rt")
-    s3 = write_series(work / "p3" / "patches" / "kernel", Path(load_series(s2).upstream.path or ""))
-    step(
-        r,
-        "patchctl_import_refreshed_all",
-        [*pc, "import", str(fresh / "series"), "--series", str(s3), *where],
-        env=env,
-    )
-    out = step(
-        r, "patchctl_apply_rt", [*pc, "cleanroom", "apply", "--series", str(s3), *where], env=env
-    )
+    out = step(r, "patchctl_refresh_rt", [*pc, "refresh", "--all", *where], env=env)
+    refreshed = {e["id"] for e in json.loads(out)["patches"] if e["refreshed"]}
+    out = step(r, "patchctl_apply_rt", [*pc, "cleanroom", "apply", *where], env=env)
     tree = json.loads(out)["tree"]
-    step(
-        r, "patchctl_verify_all_rt", [*pc, "verify", "--all", "--series", str(s3), *where], env=env
-    )
+    step(r, "patchctl_verify_all_rt", [*pc, "verify", "--all", *where], env=env)
     step(
         r,
         "ref_patch_fuzz0_loop_rt",
@@ -422,6 +397,7 @@ def rt(
     return {
         "patches": len(imported),
         "drifted_as_shipped": len(drifted),
+        "refreshed": len(refreshed),
         "final_tree": {"patchctl": tree, "patch_fuzz0_loop": quilt_tree},
         "trees_equal": tree == quilt_tree,
         "steps": r,

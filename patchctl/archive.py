@@ -1,32 +1,45 @@
 """Safe extraction of upstream archives (.tar.* and .zip), which may come from the internet.
 
-Three stages, and nothing is written before the first two have passed:
-1. scan: every member's header is read with the limits of patchctl.limits in force (member
-   count, total size, compression ratio), so a bomb stops at its first header past a limit;
-   a corrupt or truncated archive stops here with the archive library's message;
-2. check: names (no `..`, no absolute path, no control characters), types (files, dirs and
-   symlinks; hard links become copies; devices and fifos are refused), the tree as a whole (a
-   path named twice, a member under a file or a symlink, a member that changes type), and
-   every symlink resolved through the other symlinks of the tree (a chain of links that each
+One pass over the archive (a .tar.xz is decompressed once), every member checked as it comes
+and before its bytes are written, into a private staging directory inside the destination;
+the tree becomes visible (is moved into place) only after the checks that need the whole
+archive have passed:
+1. as each member's header is read: the limits of patchctl.limits (member count, total size,
+   compression ratio), so a bomb stops at its first header past a limit; its name (no `..`, no
+   absolute path, no control characters); its type (files, dirs and symlinks; hard links
+   become copies; devices and fifos are refused); its place in the tree so far (a path named
+   twice, a member under a file or a symlink, a member that changes type). A regular file is
+   then written, its size bounded by its header; symlinks and hard links are only recorded;
+2. at the end of the archive (a corrupt or truncated one stops with the archive library's
+   message; gzip's CRC and xz's block checks are read to the end): the single top directory
+   and `subdir` are resolved, every hard link must name a regular file of the archive, and
+   every symlink is resolved through the other symlinks of the tree (a chain of links that each
    look internal but climb out together is refused). Python's own `tarfile.data_filter`
-   (3.11.4+, 3.12) is applied as well where it exists; these checks do not rely on it;
-3. write: every member is created relative to a directory descriptor, component by component,
-   with O_NOFOLLOW and O_EXCL: nothing is ever written through a symlink or over an existing
-   entry, whatever is on disk. A failure here (a checksum error in the last member, a full
-   disk) removes everything written.
+   (3.11.4+, 3.12) is applied to the links as well where it exists (for files and
+   directories it checks only what the name checks above already refuse); these checks do not
+   rely on it. Then the links are made and the selected tree is moved into the destination.
+
+Writing never follows a symlink: every member is created relative to a directory descriptor
+opened component by component with O_NOFOLLOW, with O_EXCL, and no symlink exists in the
+staging directory before the checks of stage 2 have passed. Any failure (a hostile member
+late in the archive, a checksum error in the last member, a full disk) removes everything
+written; nothing is ever written outside the destination.
 
 A `.tar.zst` is decoded by the `zstd` command first (bounded by the same limits as it is
-decoded); the three stages then run on the decoded tar.
+decoded); the same pass then runs on the decoded tar.
 
 Members are written with git's view of modes: regular files 0644 or 0755, symlinks as
-symlinks, hard links as copies, directories 0755.
+symlinks, hard links as copies, directories 0755. A `Sink` (git's index, in upstream.py) can
+be told of each file as it is written, so that hashing the tree overlaps reading the archive.
 """
 
 from __future__ import annotations
 
 import errno
+import io
 import lzma
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -34,12 +47,12 @@ import tarfile
 import tempfile
 import zipfile
 import zlib
-from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Protocol, cast
 
 from patchctl.errors import NotFound, PatchctlError, ToolchainMissing, UnsafeArchive
 from patchctl.limits import ARCHIVE_BYTES, ARCHIVE_MEMBERS, ARCHIVE_RATIO, RATIO_FLOOR, human
@@ -57,6 +70,8 @@ MAX_NAME = 4096  # bytes of a member path
 MAX_COMPONENT = 255  # bytes of one path component (NAME_MAX)
 MAX_LINK = 4096  # bytes of a symlink target
 MAX_HOPS = 40  # symlinks followed while resolving one target (the kernel's limit)
+CONTROL = re.compile("[\x00-\x1f\x7f]")  # refused in member names
+PROGRESS_STEP = 256  # members read between two progress events
 # What the archive libraries raise for damaged input (gzip's BadGzipFile is an OSError).
 READ_ERRORS = (
     tarfile.TarError,
@@ -89,6 +104,24 @@ class ExtractResult:
 
     files: int
     dropped: tuple[str, ...]
+    sunk: bool = False  # the sink was told of every file and symlink, named as in the tree
+
+
+class Sink(Protocol):
+    """Told of each regular file and symlink as extraction writes it.
+
+    `start(root)` comes first, once: the directory the paths given to `add` are relative to
+    (a staging directory, predicted from the first member to become the tree's top). `flush`
+    comes before that directory's contents move into place: the sink must be done reading
+    them. Whether the prediction held (every path named as in the final tree) is
+    `ExtractResult.sunk`; when it did not, the sink's view is to be thrown away.
+    """
+
+    def start(self, root: Path) -> None: ...
+
+    def add(self, path: str) -> None: ...
+
+    def flush(self) -> None: ...
 
 
 def is_archive(path: Path) -> bool:
@@ -127,11 +160,12 @@ def _check_name(archive: Path, name: str) -> str:
     parts = [p for p in name.split("/") if p not in ("", ".")]
     if ".." in parts or ("\\" in name and ".." in name.split("\\")):
         raise _unsafe(archive, name, "contains '..'")
-    if any(ord(c) < 0x20 or c == "\x7f" for c in name):
+    if CONTROL.search(name):
         raise _unsafe(archive, name, "has a control character in its name")
     encoded = name.encode("utf-8", "surrogateescape")
-    if len(encoded) > MAX_NAME or any(
-        len(p.encode("utf-8", "surrogateescape")) > MAX_COMPONENT for p in parts
+    if len(encoded) > MAX_NAME or (
+        len(encoded) > MAX_COMPONENT
+        and any(len(p.encode("utf-8", "surrogateescape")) > MAX_COMPONENT for p in parts)
     ):
         raise _unsafe(archive, name, "has a name longer than the file system allows")
     return "/".join(parts)
@@ -232,12 +266,39 @@ def _tar_member(archive: Path, info: tarfile.TarInfo) -> Member:
 
 def _tar_opener(tar: tarfile.TarFile, info: tarfile.TarInfo) -> Opener:
     def opener() -> IO[bytes]:
+        source = tar.fileobj
+        if info.isreg() and not info.issparse() and source and source.tell() == info.offset_data:
+            # the stream is at the member's bytes (its header was just read): read them from
+            # it directly, without tarfile's per-member file object (80,000 in a kernel)
+            return cast(IO[bytes], _Slice(source, info.size))
         stream = tar.extractfile(info)
         if stream is None:
             raise tarfile.ReadError(f"cannot read {info.name!r}")
         return stream
 
     return opener
+
+
+class _Reads(Protocol):
+    def read(self, size: int, /) -> bytes: ...
+
+
+class _Slice(io.RawIOBase):
+    """The next `size` bytes of a stream, read from where it is (a short read at its end)."""
+
+    def __init__(self, stream: _Reads, size: int) -> None:
+        super().__init__()
+        self._stream = stream
+        self._left = size
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        want = self._left if size < 0 else min(size, self._left)
+        data = self._stream.read(want) if want else b""
+        self._left -= len(data)
+        return data
 
 
 def _zip_members(archive: Path, zf: zipfile.ZipFile) -> Iterator[_Raw]:
@@ -293,23 +354,37 @@ EXTENSION_HEADERS = (
 MAX_HEADER = 1 << 20  # a pax header or GNU long name (real ones are well under 64 KiB)
 
 
+def _open_archive(archive: Path) -> IO[bytes]:
+    """The archive file, opened for reading (the one place its bytes are read from)."""
+    return archive.open("rb")
+
+
 @contextmanager
-def _members(archive: Path) -> Iterator[list[_Raw]]:
-    """Every member of the archive (scanned within the limits); the archive stays open."""
+def _members(archive: Path) -> Iterator[Iterator[_Raw]]:
+    """The members of the archive, in order, scanned within the limits as they are read.
+
+    One pass: a tar member's bytes can be read (its opener) until the next member is asked
+    for, and then only by seeking back (a second decompression, which extraction avoids).
+    The archive stays open until the context ends; read errors become UnsafeArchive.
+    """
     try:
         if archive.name.lower().endswith(".zip"):
             _check_zip_directory(archive)
-            with zipfile.ZipFile(archive) as zf:
-                yield list(_zip_members(archive, zf))
+            with _open_archive(archive) as raw, zipfile.ZipFile(raw) as zf:
+                yield _zip_members(archive, zf)
             return
         if archive.name.lower().endswith(ZSTD_SUFFIX):
-            with _zstd_decoded(archive) as plain, tarfile.open(
-                fileobj=plain, mode="r:", tarinfo=_BoundedTarInfo
-            ) as tar:
-                yield list(_tar_members(archive, tar))
+            with (
+                _zstd_decoded(archive) as plain,
+                tarfile.open(fileobj=plain, mode="r:", tarinfo=_BoundedTarInfo) as tar,
+            ):
+                yield _tar_members(archive, tar)
             return
-        with tarfile.open(archive, "r:*", tarinfo=_BoundedTarInfo) as tar:
-            yield list(_tar_members(archive, tar))
+        with (
+            _open_archive(archive) as raw,
+            tarfile.open(fileobj=raw, mode="r:*", tarinfo=_BoundedTarInfo) as tar,
+        ):
+            yield _tar_members(archive, tar)
     except PatchctlError:
         raise
     except _HugeHeader as exc:
@@ -383,24 +458,30 @@ def _check_zip_directory(archive: Path) -> None:
 # ----------------------------------------------------------------------------- checking
 
 
-def _check_tree(archive: Path, members: list[Member]) -> None:
-    """Refuse a path named twice, a member under a file or link, and a change of type."""
-    kinds: dict[str, str] = {}
-    for member in members:
+class _TreeCheck:
+    """The tree so far, as members come: refuses a path named twice, a member under a file or
+    link, and a change of type."""
+
+    def __init__(self, archive: Path) -> None:
+        self.archive = archive
+        self.kinds: dict[str, str] = {}
+
+    def add(self, member: Member) -> None:
+        kinds = self.kinds
         parts = member.name.split("/") if member.name else []
         for i in range(1, len(parts)):
             parent = "/".join(parts[:i])
             kind = kinds.setdefault(parent, "dir")
             if kind != "dir":
-                raise _unsafe(archive, member.name, f"lies under {_show(parent)}, a {kind}")
+                raise _unsafe(self.archive, member.name, f"lies under {_show(parent)}, a {kind}")
         kind = "file" if member.kind == "hardlink" else member.kind
         seen = kinds.get(member.name)
         if seen is None:
             kinds[member.name] = kind
         elif seen != kind:
-            raise _unsafe(archive, member.name, f"changes type from {seen} to {kind}")
+            raise _unsafe(self.archive, member.name, f"changes type from {seen} to {kind}")
         elif kind != "dir":
-            raise _unsafe(archive, member.name, "appears twice in the archive")
+            raise _unsafe(self.archive, member.name, "appears twice in the archive")
 
 
 def _check_hardlinks(archive: Path, members: list[Member]) -> dict[str, Member]:
@@ -458,12 +539,18 @@ def _escapes(name: str, links: dict[str, str]) -> str | None:
 
 
 def _data_filter(archive: Path, plans: list[_Plan], dest: Path) -> None:
-    """Python's own tarfile `data` filter on every tar member written (where Python has it)."""
+    """Python's own tarfile `data` filter on every tar link written (where Python has it).
+
+    Files and directories are left out: for them the filter checks only the name (absolute,
+    or outside `dest` once resolved, which nothing on disk can change here: the tree is not in
+    place yet), and `_check_name` refuses more than it does; resolving 80,000 names took
+    seconds of a kernel-sized extraction.
+    """
     data_filter = getattr(tarfile, "data_filter", None)
     if data_filter is None:
         return  # Python < 3.11.4: the checks above stand alone
     for plan in plans:
-        if plan.info is None:
+        if plan.info is None or plan.member.kind not in ("symlink", "hardlink"):
             continue
         try:
             data_filter(plan.info.replace(name=plan.dest, deep=False), str(dest))
@@ -477,11 +564,10 @@ def _data_filter(archive: Path, plans: list[_Plan], dest: Path) -> None:
 
 @dataclass(frozen=True)
 class _Plan:
-    """A member to write: its destination name and how to open its bytes."""
+    """A member of the tree: its destination name (and its tar header, for the data filter)."""
 
     member: Member
     dest: str
-    open: Opener
     info: tarfile.TarInfo | None = None
 
 
@@ -504,7 +590,10 @@ def _relocate(name: str, prefix: str) -> str | None:
 
 
 def _is_dropped(name: str) -> bool:
-    return any(part.lower() in DROPPED_NAMES for part in name.split("/"))
+    lowered = name.lower()
+    if not any(dropped in lowered for dropped in DROPPED_NAMES):
+        return False  # the common case, without splitting the name
+    return any(part in DROPPED_NAMES for part in lowered.split("/"))
 
 
 def relative_subdir(names: Sequence[str], subdir: str | None) -> str:
@@ -532,28 +621,44 @@ def archive_subdir(archive: Path, subdir: str | None) -> str:
     return relative_subdir(names, subdir)
 
 
-def _select(archive: Path, raw: list[_Raw], subdir: str | None) -> tuple[list[_Plan], list[str]]:
-    names = [r.member.name for r in raw]
+def _select(
+    archive: Path,
+    members: list[Member],
+    subdir: str | None,
+    infos: Mapping[str, tarfile.TarInfo],
+) -> tuple[str, list[_Plan], list[str]]:
+    """The archive path of the tree's top (`prefix`), the members under it (with their tar
+    headers where `infos` has them), and the names dropped."""
+    names = [m.name for m in members]
     top = _strip_top(names)
     prefix = "/".join(p for p in (top, relative_subdir(names, subdir)) if p)
     plans: list[_Plan] = []
     dropped: list[str] = []
-    for item in raw:
-        dest = _relocate(item.member.name, prefix)
+    for member in members:
+        dest = _relocate(member.name, prefix)
         if dest is None or dest == "":
             continue
         if _is_dropped(dest):
             dropped.append(dest)
             continue
-        plans.append(_Plan(item.member, dest, item.open, item.info))
-    if subdir and not plans:
+        plans.append(_Plan(member, dest, infos.get(member.name)))
+    if subdir and (not plans or _unwritten(prefix)):
         stripped = f" (its single top directory {top + '/'!r} is stripped first)" if top else ""
         raise NotFound(
             f"{archive.name}: no member under {subdir!r}{stripped}",
             hint="upstream.subdir is the path inside the archive's top directory, "
             "e.g. vendor/llama.cpp",
         )
-    return plans, dropped
+    return prefix, plans, dropped
+
+
+def _unwritten(name: str) -> bool:
+    """True for a member not written while streaming: a dropped name below the first
+    component (the first may be the top directory, which is stripped)."""
+    lowered = name.lower()
+    if not any(dropped in lowered for dropped in DROPPED_NAMES):
+        return False  # the common case, without splitting the name
+    return any(part in DROPPED_NAMES for part in lowered.split("/")[1:])
 
 
 # ----------------------------------------------------------------------------- writing
@@ -561,79 +666,195 @@ def _select(archive: Path, raw: list[_Raw], subdir: str | None) -> tuple[list[_P
 
 _NOFOLLOW_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_OLD_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-class _Writer:
-    """Creates members under a directory descriptor, never following a symlink on disk."""
+class _Dirs:
+    """Descriptors of the directories under a root, each opened relative to its parent's with
+    O_NOFOLLOW (and made when missing), so nothing is reached through a symlink on disk. The
+    most recent ones stay open: archive members come grouped by directory."""
 
-    def __init__(
-        self, archive: Path, root_fd: int, files: dict[str, Member], openers: dict[str, Opener]
-    ) -> None:
+    KEEP = 64
+
+    def __init__(self, archive: Path, root_fd: int) -> None:
         self.archive = archive
         self.root_fd = root_fd
-        self.files = files
-        self.openers = openers
+        self.open: OrderedDict[str, int] = OrderedDict()
 
-    @contextmanager
-    def _parent(self, plan: _Plan) -> Iterator[tuple[int, str]]:
-        """(descriptor of the member's directory, its leaf name); directories made as needed."""
-        *dirs, leaf = plan.dest.split("/")
-        fd = os.dup(self.root_fd)
+    def fd(self, path: str, member: str) -> int:
+        """The descriptor of directory `path` ('' is the root), made as needed for `member`."""
+        if not path:
+            return self.root_fd
+        found = self.open.get(path)
+        if found is not None:
+            self.open.move_to_end(path)
+            return found
+        parent, _sep, leaf = path.rpartition("/")
+        parent_fd = self.fd(parent, member)
+        with suppress(FileExistsError):
+            os.mkdir(leaf, 0o755, dir_fd=parent_fd)
         try:
-            for part in dirs:
-                with suppress(FileExistsError):
-                    os.mkdir(part, 0o755, dir_fd=fd)
-                child = self._open_dir(fd, part, plan)
-                os.close(fd)
-                fd = child
-            yield fd, leaf
-        finally:
-            os.close(fd)
-
-    def _open_dir(self, fd: int, part: str, plan: _Plan) -> int:
-        try:
-            return os.open(part, _NOFOLLOW_DIR, dir_fd=fd)
+            fd = os.open(leaf, _NOFOLLOW_DIR, dir_fd=parent_fd)
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.ENOTDIR):
                 raise _unsafe(
                     self.archive,
-                    plan.member.name,
-                    f"would be written through {part!r}, a symlink or file on disk",
+                    member,
+                    f"would be written through {leaf!r}, a symlink or file on disk",
                 ) from None
             raise
+        self.open[path] = fd
+        if len(self.open) > self.KEEP:
+            os.close(self.open.popitem(last=False)[1])
+        return fd
 
-    def write(self, plan: _Plan) -> None:
-        member = plan.member
-        with self._parent(plan) as (fd, leaf):
-            if member.kind == "dir":
-                self._mkdir(fd, leaf, plan)
-            elif member.kind == "symlink":
-                os.symlink(member.target, leaf, dir_fd=fd)
+    def close(self) -> None:
+        for fd in self.open.values():
+            os.close(fd)
+        self.open.clear()
+
+
+def _split(name: str) -> tuple[str, str]:
+    parent, _sep, leaf = name.rpartition("/")
+    return parent, leaf
+
+
+class _Extraction:
+    """One pass over the members into the staging directory `dirs.root_fd`, then the checks
+    that need the whole archive, the links, and the move of the tree into `dest`."""
+
+    def __init__(
+        self, archive: Path, root: Path, dirs: _Dirs, report: Progress, sink: Sink | None
+    ) -> None:
+        self.archive = archive
+        self.root = root  # the staging directory (dirs.root_fd)
+        self.dirs = dirs
+        self.report = report
+        self.sink = sink  # None once the guess below failed
+        self.started: Sink | None = None
+        self.tree = _TreeCheck(archive)
+        self.members: list[Member] = []
+        self.infos: dict[str, tarfile.TarInfo] = {}  # the links' tar headers (data filter)
+        self.unwritten: dict[str, Opener] = {}  # files not written (dropped names)
+        self.guess: str | None = None  # the predicted top (sink paths are relative to it)
+
+    # ----- the pass
+
+    def take(self, raw: _Raw) -> None:
+        """Check one member against the tree so far; write it if it is a file."""
+        member = raw.member
+        self.tree.add(member)
+        self.members.append(member)
+        self._predict(member)
+        if member.kind == "dir":
+            self.dirs.fd(member.name, member.name)
+        elif member.kind == "file":
+            if _unwritten(member.name):
+                self.unwritten[member.name] = raw.open
             else:
-                source = self.files[member.target] if member.kind == "hardlink" else member
-                opener = self.openers[source.name] if member.kind == "hardlink" else plan.open
-                self._write_file(fd, leaf, source, opener)
+                self._write_file(member.name, member, raw.open)
+                self._tell(member.name)
+        elif raw.info is not None:
+            self.infos[member.name] = raw.info
+        if len(self.members) % PROGRESS_STEP == 0:
+            self.report.advance("extract", PROGRESS_STEP)
 
-    def _mkdir(self, fd: int, leaf: str, plan: _Plan) -> None:
+    def _predict(self, member: Member) -> None:
+        """Guess the tree's top from the first member (a directory, or a name with a `/`,
+        names it; a top-level file means there is none); give up at the first member outside
+        it."""
+        if self.sink is None:
+            return
+        if self.guess is None:
+            first, slash, _rest = member.name.partition("/")
+            self.guess = first if (slash or member.kind == "dir") else ""
+            self.dirs.fd(self.guess, member.name)  # the sink's work tree must exist
+            self.sink.start(self.root / self.guess)
+            self.started = self.sink
+        elif self.guess and not (
+            member.name == self.guess or member.name.startswith(self.guess + "/")
+        ):
+            self.sink = None  # not the top: the final names will differ from those told
+
+    def _tell(self, name: str) -> None:
+        if self.sink is None or self.guess is None:
+            return
+        path = name[len(self.guess) + 1 :] if self.guess else name
+        if not _is_dropped(path):
+            self.sink.add(path)
+
+    def _write_file(self, name: str, source: Member, opener: Opener) -> None:
+        parent, leaf = _split(name)
+        out = os.open(leaf, _NEW_FILE, 0o600, dir_fd=self.dirs.fd(parent, name))
         try:
-            os.mkdir(leaf, 0o755, dir_fd=fd)
-        except FileExistsError:
-            if not stat.S_ISDIR(os.stat(leaf, dir_fd=fd, follow_symlinks=False).st_mode):
-                raise _unsafe(
-                    self.archive, plan.member.name, "collides with a file on disk"
-                ) from None
-
-    def _write_file(self, fd: int, leaf: str, source: Member, opener: Opener) -> None:
-        out_fd = os.open(leaf, _NEW_FILE, 0o600, dir_fd=fd)
-        with os.fdopen(out_fd, "wb") as out:
             written = 0
             with _reading(self.archive), opener() as stream:
                 while block := _read(self.archive, stream):
                     written += len(block)
                     if written > source.size:
                         raise _unsafe(self.archive, source.name, "holds more bytes than declared")
-                    out.write(block)
-            os.fchmod(out.fileno(), 0o755 if source.executable else 0o644)
+                    _write_fully(out, block)
+            os.fchmod(out, 0o755 if source.executable else 0o644)
+        finally:
+            os.close(out)
+
+    # ----- the end
+
+    def finish(self, dest: Path, dest_fd: int, subdir: str | None) -> ExtractResult:
+        """The checks that need every member, then the links, then the tree moved into
+        `dest` (descriptor `dest_fd`)."""
+        members = self.members
+        self.report.advance("extract", len(members) % PROGRESS_STEP)
+        files = _check_hardlinks(self.archive, members)
+        prefix, plans, dropped = _select(self.archive, members, subdir, self.infos)
+        _check_symlinks(self.archive, plans)
+        _data_filter(self.archive, plans, dest)
+        sunk = self.sink is not None and subdir is None and prefix == self.guess
+        for plan in plans:
+            self._write_link(plan.member, files)
+            if plan.member.kind in ("symlink", "hardlink"):
+                self._tell(plan.member.name)
+        if self.started is not None:
+            self.started.flush()  # done reading the staging directory, whatever it was told
+        self._move(prefix, dest_fd)
+        return ExtractResult(sum(p.member.kind != "dir" for p in plans), tuple(dropped), sunk)
+
+    def _write_link(self, member: Member, files: dict[str, Member]) -> None:
+        if member.kind == "symlink":
+            parent, leaf = _split(member.name)
+            os.symlink(member.target, leaf, dir_fd=self.dirs.fd(parent, member.name))
+        elif member.kind == "hardlink":
+            source = files[member.target]
+            self._write_file(member.name, source, self._opener(source.name))
+
+    def _opener(self, name: str) -> Opener:
+        """How to read the bytes of regular file `name` again: from its copy written in the
+        staging directory, or (a file that was not written) from the archive."""
+        if name in self.unwritten:
+            return self.unwritten[name]
+        parent, leaf = _split(name)
+
+        def opener() -> IO[bytes]:
+            return os.fdopen(os.open(leaf, _OLD_FILE, dir_fd=self.dirs.fd(parent, name)), "rb")
+
+        return opener
+
+    def _move(self, prefix: str, dest_fd: int) -> None:
+        """Rename the entries of staging directory `prefix` into `dest_fd`."""
+        source = self.dirs.fd(prefix, prefix)
+        staging = self.root.name
+        for entry in os.listdir(source):
+            if not prefix and entry.lower() in DROPPED_NAMES:
+                continue  # a top-level .git of an archive without a top directory
+            if entry == staging:
+                raise _unsafe(self.archive, entry, "has the name of patchctl's staging directory")
+            os.rename(entry, entry, src_dir_fd=source, dst_dir_fd=dest_fd)
+
+
+def _write_fully(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _read(archive: Path, stream: IO[bytes]) -> bytes:
@@ -691,46 +912,45 @@ def extract_archive(
     *,
     subdir: str | None = None,
     progress: Progress | None = None,
+    sink: Sink | None = None,
 ) -> ExtractResult:
-    """Check every member, then extract (the part under `subdir` of) `archive` into `dest`.
+    """Check every member and extract (the part under `subdir` of) `archive` into `dest`, in
+    one pass over the archive.
 
     A single top-level directory (as in sdists and release tarballs) is stripped first.
-    `dest` must be missing or hold only a `.git`; on any error it is left as it was.
+    `dest` must be missing or hold only a `.git`; on any error it is left as it was. `sink`
+    (not with a `subdir`) is told of each file as it is written.
     """
     if not archive.is_file():
         raise NotFound(f"archive {archive} does not exist")
     report = or_null(progress)
-    with _members(archive) as raw:
-        members = [r.member for r in raw]
-        _check_tree(archive, members)
-        files = _check_hardlinks(archive, members)
-        plans, dropped = _select(archive, raw, subdir)
-        _check_symlinks(archive, plans)
-        _data_filter(archive, plans, dest)
-        report.start("extract", len(plans))
-        present = _prepare(dest)
-        try:
-            _write_all(archive, dest, plans, files, {r.member.name: r.open for r in raw}, report)
-        except BaseException:
-            _clear(dest, present)
-            raise
-    report.done("extract")
-    return ExtractResult(sum(p.member.kind != "dir" for p in plans), tuple(dropped))
-
-
-def _write_all(
-    archive: Path,
-    dest: Path,
-    plans: list[_Plan],
-    files: dict[str, Member],
-    openers: dict[str, Opener],
-    report: Progress,
-) -> None:
-    root_fd = os.open(dest, _NOFOLLOW_DIR)
+    present = _prepare(dest)
     try:
-        writer = _Writer(archive, root_fd, files, openers)
-        for plan in plans:
-            writer.write(plan)
-            report.advance("extract")
+        result = _extract(archive, dest, subdir, report, None if subdir else sink)
+    except BaseException:
+        _clear(dest, present)
+        raise
+    report.done("extract")
+    return result
+
+
+def _extract(
+    archive: Path, dest: Path, subdir: str | None, report: Progress, sink: Sink | None
+) -> ExtractResult:
+    staging = Path(tempfile.mkdtemp(prefix=".patchctl-extract-", dir=dest))
+    dest_fd = os.open(dest, _NOFOLLOW_DIR)
+    try:
+        dirs = _Dirs(archive, os.open(staging, _NOFOLLOW_DIR))
+        try:
+            extraction = _Extraction(archive, staging, dirs, report, sink)
+            report.start("extract", None)
+            with _members(archive) as stream:
+                for raw in stream:
+                    extraction.take(raw)
+                return extraction.finish(dest, dest_fd, subdir)
+        finally:
+            dirs.close()
+            os.close(dirs.root_fd)
     finally:
-        os.close(root_fd)
+        os.close(dest_fd)
+        shutil.rmtree(staging, ignore_errors=True)

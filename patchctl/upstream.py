@@ -28,7 +28,7 @@ from patchctl.archive import extract_archive, is_archive
 from patchctl.cache import cache_dir
 from patchctl.errors import ChecksumMismatch, ConfigError, GitFailed, NotFound, PatchctlError
 from patchctl.fsio import sha256_file, write_atomic_blocks
-from patchctl.git import Git, share_objects, unsound_objects
+from patchctl.git import Git, IndexFeed, share_objects, unsound_objects
 from patchctl.limits import DOWNLOAD_BYTES, INDEX_BYTES, human
 from patchctl.progress import Progress, or_null
 from patchctl.series import Series, Upstream
@@ -408,10 +408,22 @@ def _materialize_archive(series: Series, repo: Git, progress: Progress | None) -
         source = fetch_sdist(up, progress)
     else:
         source = local_archive(series, progress)
-    extracted = extract_archive(source, repo.repo, subdir=up.subdir, progress=progress)
+    # the index is fed as files are written (hashing overlaps reading the archive); when the
+    # tree's final names were not those fed (a subdir, no single top directory), it is re-made
+    feed = IndexFeed(repo)
+    try:
+        extracted = extract_archive(
+            source, repo.repo, subdir=up.subdir, progress=progress, sink=feed
+        )
+    finally:
+        feed.close()
     report = or_null(progress)
     report.start("stage", None)
-    repo.add_all()
+    if extracted.sunk and feed.ok:
+        repo.refresh_index()  # the stat data of the entries moved out of the staging directory
+    else:
+        repo.index_path().unlink(missing_ok=True)
+        repo.add_all()
     result = Materialized(repo.write_tree(), extracted.dropped)
     report.done("stage")
     _save_to_tree_cache(up, repo, result)

@@ -38,7 +38,9 @@ def test_extracts_with_top_level_stripped_modes_and_links(tmp_path: Path) -> Non
     assert os.readlink(dest / "docs" / "link") == "../README"
     assert result.dropped == ("vendor/lib/.git",)
     assert not (dest / "vendor" / "lib" / ".git").exists()
-    assert progress.events[0] == ("start", "extract", 5)
+    # one pass: the member count is not known up front; each member read advances
+    assert progress.events[0] == ("start", "extract", None)
+    assert sum(e[2] or 0 for e in progress.events if e[0] == "advance") == 6
     assert progress.events[-1] == ("done", "extract", None)
 
 
@@ -215,3 +217,153 @@ def test_tar_zst_without_the_zstd_command_says_what_to_install(
     with pytest.raises(ToolchainMissing, match="needs the zstd command") as caught:
         extract_archive(archive, tmp_path / "out")
     assert caught.value.exit_code == 14
+
+
+# ----------------------------------------------------------------------------- one pass
+
+
+def _many(count: int, size: int) -> dict[str, Entry | Special]:
+    """`count` files of `size` random bytes (incompressible: the archive is as big as they)."""
+    return {f"d{i % 7}/f{i}.bin": os.urandom(size) for i in range(count)}
+
+
+def _tar_xz(path: Path, files: dict[str, Entry | Special]) -> Path:
+    """`files` under pkg-1.0/, as a .tar.xz (make_tar writes gzip)."""
+    plain = make_tar(path.with_name("plain.tar.gz"), files)
+    with tarfile.open(plain) as src, tarfile.open(path, "w:xz") as dst:
+        for info in src.getmembers():
+            dst.addfile(info, src.extractfile(info) if info.isreg() else None)
+    return path
+
+
+class _Counting:
+    """The archive file, counting the bytes read from it and the seeks back."""
+
+    def __init__(self, path: Path, counts: dict[str, int]) -> None:
+        self._file = path.open("rb")
+        self._counts = counts
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._file.read(size)
+        self._counts["bytes"] += len(data)
+        return data
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        before = self._file.tell()
+        after = self._file.seek(offset, whence)
+        if after < before:
+            self._counts["rewinds_from"] = max(self._counts["rewinds_from"], before)
+        return after
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._file, name)
+
+    def __enter__(self) -> _Counting:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._file.close()
+
+
+@pytest.mark.parametrize("fmt", ["tar.xz", "tar.gz"])
+def test_the_archive_is_read_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fmt: str
+) -> None:
+    files = _many(40, 16 << 10)
+    files["d0/hard"] = Special(tarfile.LNKTYPE, "pkg-1.0/d1/f1.bin")  # copied from the first
+    name = tmp_path / f"pkg-1.0.{fmt}"
+    archive = _tar_xz(name, files) if fmt == "tar.xz" else make_tar(name, files)
+    size = archive.stat().st_size
+    counts = {"bytes": 0, "rewinds_from": 0}
+    monkeypatch.setattr("patchctl.archive._open_archive", lambda path: _Counting(path, counts))
+    result = extract_archive(archive, tmp_path / "out")
+    assert result.files == 41
+    assert (tmp_path / "out" / "d0" / "hard").read_bytes() == files["d1/f1.bin"]
+    # 640 KiB of random data: a second decompression would read it all again. tarfile's
+    # format probing reads a few blocks from the start and seeks back; nothing later is
+    assert counts["bytes"] < size + (64 << 10), (counts, size)
+    assert counts["rewinds_from"] < 64 << 10, (counts, size)
+
+
+LATE: dict[str, tuple[dict[str, Entry | Special], str]] = {
+    # found at the end of the archive, after every file was written
+    "symlink-escape": ({"x": Link("../../victim")}, "links outside the tree"),
+    "hardlink-to-missing": ({"h": Special(tarfile.LNKTYPE, "pkg-1.0/nope")}, "not a regular"),
+    # found at its own header, after the files before it were written
+    "device": ({"dev": Special(tarfile.CHRTYPE)}, "device"),
+    "dotdot": ({"../../victim": b"pwned\n"}, "contains '..'"),
+    "under-a-file": ({"d0/f0.bin/x": b"pwned\n"}, "lies under"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LATE))
+def test_a_hostile_member_late_in_the_archive_leaves_nothing(tmp_path: Path, case: str) -> None:
+    late, why = LATE[case]
+    archive = make_tar(tmp_path / "pkg-1.0.tar.gz", {**_many(200, 64), **late})
+    room = tmp_path / "room" / "dest"
+    (room / ".git").mkdir(parents=True)  # as in a clean room: kept, everything else removed
+    (room / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    with pytest.raises(UnsafeArchive, match=why):
+        extract_archive(archive, room)
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    assert not (tmp_path / "victim").exists() and not (tmp_path / "room" / "victim").exists()
+
+
+class _Recording:
+    """A Sink that checks each path it is told of is complete on disk when told."""
+
+    def __init__(self) -> None:
+        self.root: Path | None = None
+        self.paths: list[str] = []
+        self.flushed = False
+
+    def start(self, root: Path) -> None:
+        self.root = root
+
+    def add(self, path: str) -> None:
+        assert self.root is not None and not self.flushed
+        assert (self.root / path).is_symlink() or (self.root / path).is_file()
+        self.paths.append(path)
+
+    def flush(self) -> None:
+        self.flushed = True
+
+
+def _tree(dest: Path) -> list[str]:
+    return sorted(
+        str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_symlink() or p.is_file()
+    )
+
+
+def test_the_sink_is_told_every_file_by_its_final_name(tmp_path: Path) -> None:
+    files: dict[str, Entry | Special] = {
+        **SAFE,
+        "hard": Special(tarfile.LNKTYPE, "pkg-1.0/README"),
+    }
+    sink = _Recording()
+    dest = tmp_path / "out"
+    result = extract_archive(make_tar(tmp_path / "p.tar.gz", files), dest, sink=sink)
+    assert result.sunk and sink.flushed
+    assert sorted(sink.paths) == _tree(dest) == [
+        "README", "bin/run.sh", "docs/link", "hard", "vendor/lib/a.c", "vendor/lib/sub/b.c"
+    ]  # fmt: skip
+
+
+def test_a_wrong_guess_of_the_top_is_reported_not_sunk(tmp_path: Path) -> None:
+    # the first member names a top directory, a later one is outside it: no top is stripped
+    files: dict[str, Entry | Special] = {"pkg-1.0/a": b"a", "pkg-1.0/b": b"b", "other": b"o"}
+    sink = _Recording()
+    dest = tmp_path / "out"
+    result = extract_archive(make_tar(tmp_path / "p.tar.gz", files, top=None), dest, sink=sink)
+    assert not result.sunk and sink.flushed  # flushed all the same: the sink is done reading
+    assert _tree(dest) == ["other", "pkg-1.0/a", "pkg-1.0/b"]
+
+
+def test_a_subdir_is_never_sunk(tmp_path: Path) -> None:
+    sink = _Recording()
+    dest = tmp_path / "out"
+    archive = make_tar(tmp_path / "p.tar.gz", SAFE)
+    result = extract_archive(archive, dest, subdir="vendor/lib", sink=sink)
+    assert not result.sunk and sink.root is None
+    assert _tree(dest) == ["a.c", "sub/b.c"]

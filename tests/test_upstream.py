@@ -296,6 +296,65 @@ def test_staged_tree_is_cached_and_reused(tmp_path: Path, cache_home: Path) -> N
     assert not any((cache_home / "trees.git" / "objects" / "pack").iterdir())
 
 
+STAGED: dict[str, Entry] = {
+    "x.c": b"int x;\r\n",
+    "bin/run": Exe(b"#!/bin/sh\n"),
+    "ln": Link("x.c"),
+    "sub/deep/y.c": b"int y;\n",
+    "sub/.git": b"gitdir: ..\n",
+}
+
+
+def _staged(
+    tmp_path: Path, name: str, top: str | None, files: dict[str, Entry] = STAGED
+) -> tuple[Path, str]:
+    """An archive of STAGED under `top` (no directory entries, as many tarballs) materialized
+    into a fresh room: the room and its tree."""
+    (tmp_path / "s").mkdir(exist_ok=True)
+    archive = make_tar(tmp_path / "s" / f"{name}.tar.gz", files, top=top)
+    up = Upstream(kind="archive", path=archive.name, sha256=sha(archive))
+    room = tmp_path / name
+    result = materialize(Series(tmp_path / "s" / "series.yaml", up), Git.init(room))
+    assert Git(room).run("diff-files", "--name-only") == b""  # stat data: work tree == index
+    assert Git(room).run("ls-files", "--others", "--exclude-standard") == b""
+    return room, result.tree
+
+
+def test_the_index_is_fed_while_extracting_without_a_second_add(
+    tmp_path: Path, cache_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_add(self: Git) -> None:
+        raise AssertionError("staged again with git add")
+
+    room, tree = _staged(tmp_path, "with-top", "pkg-1.0")
+    reference = Git.init(tmp_path / "reference")
+    for path in ("x.c", "bin", "ln", "sub"):
+        os.rename(room / path, tmp_path / "reference" / path)
+    reference.add_all()  # what git add makes of the same files
+    assert reference.write_tree() == tree
+    monkeypatch.setattr(Git, "add_all", no_add)
+    _staged(tmp_path, "with-top-again", "pkg-2.0")  # the fed path, never git add
+
+
+def test_a_wrong_guess_of_the_top_is_staged_again_the_same(
+    tmp_path: Path, cache_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _room, with_top = _staged(tmp_path, "with-top", "pkg-1.0")
+    # without a top directory, and a nested file first: the fed index names paths under
+    # "sub/", which turns out not to be the top; it is thrown away and git add stages the tree
+    adds: list[Path] = []
+    add_all = Git.add_all
+
+    def spy(self: Git) -> None:
+        adds.append(self.repo)
+        add_all(self)
+
+    monkeypatch.setattr(Git, "add_all", spy)
+    first = dict(sorted(STAGED.items(), key=lambda item: not item[0].startswith("sub/deep")))
+    room, without = _staged(tmp_path, "without-top", None, first)
+    assert adds == [room] and without == with_top
+
+
 def test_a_mislabelled_cache_object_is_never_taken(tmp_path: Path, cache_home: Path) -> None:
     """A cached object whose bytes are another object's (readable, wrong) is caught before
     anything is linked: the clean room is extracted again."""
