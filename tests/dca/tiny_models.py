@@ -216,8 +216,8 @@ def spm_tokens(n_vocab: int) -> tuple[list[str], list[int]]:
 
 def _spm_kv(wr: gguf.GGUFWriter, n_vocab: int) -> None:
     # llama-vocab.cpp, tokenizer_model == "llama": LLAMA_VOCAB_TYPE_SPM, its byte tokens found by
-    # their "<0xXX>" text; no BOS/EOS is added to tokenized text, so a text prompt's ids are the
-    # tokens' own (the tests send ids anyway)
+    # their "<0xXX>" text. add_bos_token false: tokenized text gets no BOS prepended (SPM's default
+    # would add one). A generated </s> (id 2) ends a server completion, as EOS does.
     tokens, types = spm_tokens(n_vocab)
     wr.add_tokenizer_model("llama")
     wr.add_token_list(tokens)
