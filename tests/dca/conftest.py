@@ -96,5 +96,5 @@ def upstream_tool(upstream_build: LlamaBuild) -> Path:
 @pytest.fixture(scope="session")
 def models_dir(tmp_path_factory: pytest.TempPathFactory, dca_build: LlamaBuild) -> TinyModels:
     """Where the tiny GGUF models of a session are written, with the tokenizer the DCA tree
-    loads (tiny_models.tokenizer_for: "no_vocab" on a llama.cpp older than the "test" one)."""
+    loads (tiny_models.tokenizer_for: "llama" on a llama.cpp older than the "test" one)."""
     return TinyModels(tmp_path_factory.mktemp("tiny-models"), tokenizer_for(dca_build.src))

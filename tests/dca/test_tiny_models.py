@@ -8,7 +8,14 @@ import gguf
 import numpy as np
 import pytest
 
-from .tiny_models import TinyModels, TinySpec, build_tensors, tokenizer_for, write_tiny_gguf
+from .tiny_models import (
+    TinyModels,
+    TinySpec,
+    build_tensors,
+    spm_tokens,
+    tokenizer_for,
+    write_tiny_gguf,
+)
 
 
 def _field(reader: gguf.GGUFReader, key: str) -> object:
@@ -78,6 +85,40 @@ def test_no_vocab_tokenizer_has_no_token_list_and_its_own_file_name(tmp_path: Pa
     assert embd == {t.name: bytes(t.data) for t in test.tensors}
 
 
+def test_llama_tokenizer_is_a_sentencepiece_vocab_with_byte_tokens(tmp_path: Path) -> None:
+    # what llama-vocab.cpp's SPM loader reads: the token list (one per token_embd row), types,
+    # the special ids, and "<0xXX>" byte tokens; no BOS/EOS added to text
+    spec = TinySpec("qwen2", tokenizer="llama")
+    assert spec.file_name() != TinySpec("qwen2").file_name()
+    reader = gguf.GGUFReader(str(write_tiny_gguf(spec, tmp_path)))
+    assert _field(reader, "tokenizer.ggml.model") == "llama"
+    tokens = _field(reader, "tokenizer.ggml.tokens")
+    types = _field(reader, "tokenizer.ggml.token_type")
+    assert isinstance(tokens, list) and isinstance(types, list)
+    assert len(tokens) == len(types) == spec.n_vocab == len(set(tokens))
+    assert tokens[:4] == ["<unk>", "<s>", "</s>", "<0x00>"]
+    assert tokens[3 + 0x0A] == "<0x0A>" and tokens[3 + 0x7F] == "<0x7F>"  # ASCII bytes only
+    assert tokens[131:] == [f"tok_{i}" for i in range(131, spec.n_vocab)]
+    assert types[:3] == [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
+    assert set(types[3:131]) == {gguf.TokenType.BYTE}
+    assert set(types[131:]) == {gguf.TokenType.NORMAL}
+    assert [_field(reader, f"tokenizer.ggml.{k}_token_id") for k in ("unknown", "bos", "eos")] == [
+        0, 1, 2
+    ]
+    assert _field(reader, "tokenizer.ggml.add_bos_token") is False
+    test = gguf.GGUFReader(str(write_tiny_gguf(TinySpec("qwen2"), tmp_path)))
+    assert {t.name: bytes(t.data) for t in reader.tensors} == {
+        t.name: bytes(t.data) for t in test.tensors
+    }
+
+
+def test_llama_tokenizer_fits_its_byte_tokens_to_a_small_vocab_and_needs_room() -> None:
+    tokens, types = spm_tokens(10)
+    assert tokens[3:] == [f"<0x{b:02X}>" for b in range(7)] and len(types) == 10
+    with pytest.raises(ValueError, match="n_vocab 3"):
+        spm_tokens(3)
+
+
 def test_unknown_tokenizer_is_rejected(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="tokenizer 'gpt2'"):
         write_tiny_gguf(TinySpec("qwen2", tokenizer="gpt2"), tmp_path)
@@ -95,8 +136,10 @@ def test_tokenizer_is_picked_by_what_the_tree_loads(tmp_path: Path) -> None:
                 'else if (tokenizer_model == "test") { type = LLAMA_VOCAB_TYPE_TEST; }\n')
     old = _tree(tmp_path / "old", 'if (tokenizer_model == "no_vocab") {}\n'
                 'else if (tokenizer_model == "llama") {}\n')
+    bare = _tree(tmp_path / "bare", 'if (tokenizer_model == "no_vocab") {}\n')
     assert tokenizer_for(new) == "test"
-    assert tokenizer_for(old) == "no_vocab"
+    assert tokenizer_for(old) == "llama"
+    assert tokenizer_for(bare) == "no_vocab"
     with pytest.raises(ValueError, match=r"llama-vocab\.cpp"):
         tokenizer_for(tmp_path / "none")
 

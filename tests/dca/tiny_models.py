@@ -21,10 +21,16 @@ Notes:
  - numpy shapes are the REVERSE of ggml ne: ggml {n_embd, n_vocab} -> numpy (n_vocab, n_embd).
  - the tokenizer (``tokenizer``): llama.cpp's "test" tokenizer (src/llama-vocab.cpp:
    tokenizer_model == "test"; text in 5-byte chunks, so the server and Python tests can send
-   text), or "no_vocab" with ``<arch>.vocab_size``: token ids only, but loaded by every llama.cpp,
-   also by those older than the "test" tokenizer (llama-cpp-python 0.3.35's). ``tokenizer_for``
-   picks the one a source tree loads; ``TinyModels`` writes a session's models with it. The
-   weights do not depend on the tokenizer.
+   text); "llama", a SentencePiece vocabulary (``<unk>``, ``<s>``, ``</s>``, the byte-fallback
+   tokens of ASCII ``<0x00>``..``<0x7F>``, then ``tok_<id>`` fillers), which every llama.cpp
+   loads, also those older than the "test" tokenizer (llama-cpp-python 0.3.35's), with a real
+   vocabulary that llama-server needs; or "no_vocab" with ``<arch>.vocab_size``: token ids only,
+   and llama-server refuses it. ASCII bytes only: whatever ids a random model generates then
+   detokenize to valid UTF-8, which llama-server's output parser requires (a lone 0x80-0xFF byte
+   fails a completion with HTTP 500, "does not match the expected Content-only format"); text
+   with other characters tokenizes to ``<unk>``. ``tokenizer_for`` picks the one a source tree
+   loads; ``TinyModels`` writes a session's models with it. The weights do not depend on the
+   tokenizer, and the tests feed token ids, so they feed the same ids whichever it is.
  - every tensor written must be consumed by the loader ("wrong number of tensors").
 """
 
@@ -42,7 +48,9 @@ import numpy.typing as npt
 ARCHS: tuple[str, ...] = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "gemma4")
 QK_NORM_ARCHS: frozenset[str] = frozenset({"qwen3", "qwen3moe", "gemma3", "gemma4"})
 N_EXPERT = 4
-TOKENIZERS: tuple[str, ...] = ("test", "no_vocab")
+TOKENIZERS: tuple[str, ...] = ("test", "llama", "no_vocab")
+SPM_SPECIALS: tuple[str, ...] = ("<unk>", "<s>", "</s>")  # ids 0, 1, 2: unk, bos, eos
+SPM_BYTES = 128  # byte-fallback tokens <0x00>..<0x7F>: ASCII (see the module notes)
 
 
 @dataclass(frozen=True)
@@ -182,9 +190,44 @@ def _common_kv(wr: gguf.GGUFWriter, spec: TinySpec) -> None:
         wr.add_tokenizer_model("no_vocab")
         wr.add_vocab_size(spec.n_vocab)
         return
+    if spec.tokenizer == "llama":
+        _spm_kv(wr, spec.n_vocab)
+        return
     wr.add_tokenizer_model("test")
     wr.add_token_list([f"tok_{i}" for i in range(spec.n_vocab)])
     wr.add_token_scores([0.0] * spec.n_vocab)
+
+
+def spm_tokens(n_vocab: int) -> tuple[list[str], list[int]]:
+    """The "llama" tokenizer's tokens and token types: SPM_SPECIALS, the ASCII byte-fallback
+    tokens from ``<0x00>`` (as many of the 128 as fit), then NORMAL ``tok_<id>`` fillers to
+    ``n_vocab``."""
+    n_bytes = min(SPM_BYTES, n_vocab - len(SPM_SPECIALS))
+    if n_bytes < 1:
+        need = len(SPM_SPECIALS) + 1
+        raise ValueError(f"n_vocab {n_vocab}: the llama tokenizer needs at least {need} tokens")
+    tokens = [*SPM_SPECIALS, *(f"<0x{b:02X}>" for b in range(n_bytes))]
+    types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
+    types += [gguf.TokenType.BYTE] * n_bytes
+    tokens += [f"tok_{i}" for i in range(len(tokens), n_vocab)]
+    types += [gguf.TokenType.NORMAL] * (n_vocab - len(types))
+    return tokens, [int(t) for t in types]
+
+
+def _spm_kv(wr: gguf.GGUFWriter, n_vocab: int) -> None:
+    # llama-vocab.cpp, tokenizer_model == "llama": LLAMA_VOCAB_TYPE_SPM, its byte tokens found by
+    # their "<0xXX>" text. add_bos_token false: tokenized text gets no BOS prepended (SPM's default
+    # would add one). A generated </s> (id 2) ends a server completion, as EOS does.
+    tokens, types = spm_tokens(n_vocab)
+    wr.add_tokenizer_model("llama")
+    wr.add_token_list(tokens)
+    wr.add_token_scores([0.0] * n_vocab)
+    wr.add_token_types(types)
+    wr.add_unk_token_id(0)
+    wr.add_bos_token_id(1)
+    wr.add_eos_token_id(2)
+    wr.add_add_bos_token(False)
+    wr.add_add_eos_token(False)
 
 
 def _meta_kv(wr: gguf.GGUFWriter, spec: TinySpec) -> None:
@@ -285,13 +328,17 @@ def build_tensors(spec: TinySpec) -> Tensors:
 
 def tokenizer_for(src: Path) -> str:
     """The tokenizer of TOKENIZERS that the llama.cpp source tree `src` loads: "test" when its
-    src/llama-vocab.cpp knows it, else "no_vocab" (which every llama.cpp loads)."""
+    src/llama-vocab.cpp knows it, else "llama" (SentencePiece, which llama.cpp has loaded since
+    GGUF began), else "no_vocab"."""
     vocab = src / "src" / "llama-vocab.cpp"
     try:
         text = vocab.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
         raise ValueError(f"{vocab}: cannot read the tree's tokenizers ({exc.strerror})") from exc
-    return "test" if 'tokenizer_model == "test"' in text else "no_vocab"
+    for name in ("test", "llama"):
+        if f'tokenizer_model == "{name}"' in text:
+            return name
+    return "no_vocab"
 
 
 @dataclass(frozen=True)
