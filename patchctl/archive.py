@@ -789,7 +789,7 @@ class _Extraction:
         try:
             written = 0
             with _reading(self.archive), opener() as stream:
-                while block := _read(self.archive, stream):
+                while block := stream.read(CHUNK):
                     written += len(block)
                     if written > source.size:
                         raise _unsafe(self.archive, source.name, "holds more bytes than declared")
@@ -855,13 +855,6 @@ def _write_fully(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
-
-
-def _read(archive: Path, stream: IO[bytes]) -> bytes:
-    try:
-        return stream.read(CHUNK)
-    except READ_ERRORS as exc:
-        raise _corrupt(archive, exc) from None
 
 
 @contextmanager
