@@ -62,8 +62,15 @@ def paths_outside_root(git: Git, pre: str, post: str, root: str) -> list[str]:
     """Changed paths that lie outside `root` (always none for root '.')."""
     if root in (".", ""):
         return []
+    return outside_root(git.changed_paths(pre, post), root)
+
+
+def outside_root(paths: list[str], root: str) -> list[str]:
+    """The `paths` that lie outside `root` (none for root '.')."""
+    if root in (".", ""):
+        return []
     prefix = root.rstrip("/") + "/"
-    return [n for n in git.changed_paths(pre, post) if not n.startswith(prefix)]
+    return [n for n in paths if not n.startswith(prefix)]
 
 
 # ----------------------------------------------------------------------------- the steps

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from patchctl import rebasestate
-from patchctl.capture import paths_outside_root
+from patchctl.capture import outside_root
 from patchctl.cleanroom import (
     BASE_REF,
     BRANCH,
@@ -574,14 +574,15 @@ def _check_resolution(room: Cleanroom, series: Series, patch: Patch, pre: str, p
             f"{patch.id}: the work tree has no changes over the new base",
             hint="`patchctl rebase --skip` drops the patch from the series; or edit and continue",
         )
-    outside = paths_outside_root(room.git, pre, post, series.root)
+    changed = room.git.changed_paths(pre, post)
+    outside = outside_root(changed, series.root)
     if outside:
         raise PatchctlError(
             f"{patch.id}: changes outside the series root {series.root!r}: "
             + ", ".join(outside[:5]),
             hint="revert them in the clean room, then `patchctl rebase --continue`",
         )
-    for path in room.git.changed_paths(pre, post):
+    for path in changed:
         left = _markers_added(room.git, pre, post, path)
         if left is not None:
             raise PatchDoesNotApply(
