@@ -63,6 +63,10 @@ SHAPES: dict[str, TinySpec] = {
         "gemma4", head_dim=128, head_dim_swa=64, rope_freqs="proportional", k_eq_v=True
     ),
     "gemma4-shared-d128": TinySpec("gemma4-shared", head_dim=128, head_dim_swa=64, k_eq_v=True),
+    # Gemma 4's own layout: global head 512, SWA head 256, proportional rope, V = K projection
+    "gemma4-d512-swa256": TinySpec(
+        "gemma4", head_dim=512, head_dim_swa=256, rope_freqs="proportional", k_eq_v=True
+    ),
 }
 # CPU flash attention's f16 noise on gemma4 is too close to DCA's own to give a trustworthy FA
 # tolerance (test_dca_model.py, EXACT_REFERENCE_ARCHS): gemma4 shapes are compared exactly only
