@@ -35,6 +35,8 @@ GUESS = "original training length is not in the GGUF"
 U32_MAX, I32_MAX = 2**32 - 1, 2**31 - 1
 DERIVED = "derived from the original training length"
 KEY_FIX = "--override-kv llama.attention.dca.original_max_position_embeddings=int:N"
+LINEAR = ("--override-kv", "llama.rope.scaling.type=str:linear", "--override-kv")
+SCALE_ERROR = ("rope frequency scale", "--override-kv llama.rope.scaling.factor=float:N")
 
 
 def tiny(models_dir: TinyModels, **meta: Any) -> Path:
@@ -85,6 +87,9 @@ REFUSED: dict[str, tuple[dict[str, Any], tuple[str, ...], tuple[str, ...]]] = {
     ),
     "freq-base-inf": ({"rope_freq_base": math.inf}, (), ("rope frequency base inf (GGUF",)),
     "cli-freq-base-nan": ({}, ("--rope-freq-base", "nan"), ("base nan (--rope-freq-base)",)),
+    # a trained linear rope scale (kept with DCA) of NaN or below 0
+    "linear-factor-nan": ({}, (*LINEAR, "llama.rope.scaling.factor=float:nan"), SCALE_ERROR),
+    "linear-factor-negative": ({}, (*LINEAR, "llama.rope.scaling.factor=float:-2"), SCALE_ERROR),
 }
 
 
@@ -113,6 +118,21 @@ def test_dca_off_keeps_upstream_behaviour_on_hostile_metadata(
     up = run_tool(upstream_tool, plan, model, ("-c", "256"), tmp_path / "up")
     off = run_tool(dca_tool, plan, model, ("-c", "256", "--dca", "off"), tmp_path / "off")
     assert off.raw == up.raw and off.tokens == up.tokens
+
+
+def test_a_model_without_global_layers_warns_that_dca_changes_nothing(
+    dca_tool: Path, models_dir: TinyModels, tmp_path: Path
+) -> None:
+    """gemma3 whose two layers are both sliding-window (pattern 3): DCA applies to no layer, which
+    the context says; the logits are those of --dca off, bit for bit."""
+    model = models_dir.write(TinySpec("gemma3", swa_pattern=3))
+    plan = single_plan(120, n_gen=4)
+    flags = ("--dca", "on", "--dca-chunk-size", "45", "--dca-local-window", "5")
+    off = run_tool(dca_tool, plan, model, ("-c", "256", "--dca", "off"), tmp_path / "off")
+    on = run_tool(dca_tool, plan, model, ("-c", "256", *flags), tmp_path / "on")
+    assert "every attention layer of the model is sliding-window" in on.log
+    assert "sliding-window" not in off.log
+    assert on.raw == off.raw
 
 
 def test_missing_context_length_fails_to_load_as_upstream(

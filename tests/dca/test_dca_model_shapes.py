@@ -54,6 +54,8 @@ SHAPES: dict[str, TinySpec] = {
     "qwen3moe": TinySpec("qwen3moe"),
     "qwen3moe-d80-gqa5": TinySpec("qwen3moe", head_dim=80, n_head=5, n_head_kv=1),
     "gemma3-d80-gqa5": TinySpec("gemma3", head_dim=80, n_head=5, n_head_kv=1),
+    # gemma3 without a sliding window: every layer global, a plain (not iSWA) cache
+    "gemma3-no-swa": TinySpec("gemma3", sliding_window=0),
     # partial rotary: gemma3 on every layer, gemma4 on its global layers only
     "gemma3-rot32": TinySpec("gemma3", n_rot=32),
     "gemma4-rot32": TinySpec("gemma4", n_rot=32),
