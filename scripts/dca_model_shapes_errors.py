@@ -39,7 +39,8 @@ def measure(tool: Path, work: Path) -> dict[str, dict[str, float]]:
     models = TinyModels(work / "models")
     out: dict[str, dict[str, float]] = {}
     for shape, mode in shapes.SHAPE_CASES:
-        model = models.write(shapes.SHAPES[shape])
+        specs = shapes.Q8_0_SHAPES if mode == "flash-q8_0" else shapes.SHAPES
+        model = models.write(specs[shape])
         c = shapes.compare(
             tool, model, shapes.shapes_plan(), shapes.ARGS, shapes.CHUNK, mode, work / shape / mode
         )

@@ -366,8 +366,9 @@ def hadamard(n: int) -> F64:
 
 def _rotate(x: F64, kv_type: str) -> F64:
     """llama.cpp rotates Q/K/V by a 64x64 Hadamard matrix per 64-block of the head vector when
-    the cache type is quantized (attn_rot_k / attn_rot_v; head_dim % 64 == 0 here)."""
-    if kv_type in ("f32", "f16"):
+    the cache type is quantized and the head size a multiple of 64 (llama_kv_cache: attn_rot_k /
+    attn_rot_v); other head sizes (96, ...) are cached unrotated."""
+    if kv_type in ("f32", "f16") or x.shape[-1] % HADAMARD_N:
         return x
     blocks = x.reshape(*x.shape[:-1], -1, HADAMARD_N)
     out: F64 = (blocks @ hadamard(HADAMARD_N).T).reshape(x.shape)
