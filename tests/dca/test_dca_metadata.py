@@ -8,7 +8,6 @@ included, whatever the metadata.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,20 +26,15 @@ from .model_runs import (
     run_tool_proc,
     single_plan,
 )
-from .test_dca_config import LOG_INFO, resolved
+from .test_dca_config import EXACT, LOG_INFO, resolved, tiny
 from .tiny_models import TinyModels, TinySpec
 
-EXACT = ("-ctk", "f32", "-ctv", "f32", "-fa", "off")
 GUESS = "original training length is not in the GGUF"
 U32_MAX, I32_MAX = 2**32 - 1, 2**31 - 1
 DERIVED = "derived from the original training length"
 KEY_FIX = "--override-kv llama.attention.dca.original_max_position_embeddings=int:N"
 LINEAR = ("--override-kv", "llama.rope.scaling.type=str:linear", "--override-kv")
 SCALE_ERROR = ("rope frequency scale", "--override-kv llama.rope.scaling.factor=float:N")
-
-
-def tiny(models_dir: TinyModels, **meta: Any) -> Path:
-    return models_dir.write(replace(TinySpec("llama"), **meta))
 
 
 # metadata (TinySpec fields), extra flags, the fragments the error must hold

@@ -35,10 +35,9 @@ from .model_runs import (
     run_tool,
     tolerance,
 )
+from .test_dca_config import EXACT, FLASH
 from .tiny_models import TinyModels, TinySpec
 
-EXACT = ("-ctk", "f32", "-ctv", "f32", "-fa", "off")
-FLASH = ("-fa", "on")
 MODES = {"exact": EXACT, "flash": FLASH, "flash-q8_0": (*FLASH, "-ctk", "q8_0", "-ctv", "q8_0")}
 KV_TYPE = {"exact": "f32", "flash": "f32", "flash-q8_0": "q8_0"}  # as test_dca_model.MODE_KV_TYPE
 MISTAKE_MARGIN = 10.0
