@@ -102,7 +102,6 @@ class HParams:
     rope_base: float
     swa_layers: frozenset[int]
     sliding_window: int
-    attn_scale: float
     softcap: float
     kv_source: tuple[
         int, ...
@@ -202,7 +201,6 @@ def load_model(path: Path) -> TinyModel:
         rope_base=float(_field(reader, f"{arch}.rope.freq_base", 10000.0)),
         swa_layers=swa,
         sliding_window=int(_field(reader, f"{arch}.attention.sliding_window", 0)),
-        attn_scale=_attn_scale(arch, head_dim),  # of the global layers (see _attention)
         softcap=_softcap(reader, arch),
         kv_source=_kv_source(reader, arch, n_layer, swa),
         head_dim_swa=int(_field(reader, f"{arch}.attention.key_length_swa", 0)),
