@@ -33,8 +33,6 @@ MARKER = "patchctl-cleanroom.json"
 BRANCH = "refs/heads/main"
 BASE_REF = "refs/patchctl/base"
 BACKUP_REFS = "refs/patchctl/backups/"
-# Worktree bytes must equal blob bytes whatever attributes upstream ships (eol, filters).
-INFO_ATTRIBUTES = b"* -text -eol -filter -ident -working-tree-encoding\n"
 # Capture/diff flags for backup patch files: bytes-exact, config-free.
 DIFF_FLAGS = ("--binary", "--full-index", "--no-color", "--no-ext-diff", "--no-textconv")
 
@@ -301,10 +299,7 @@ def build_partial(
 
 
 def _build(series: Series, tmp: Path, progress: Progress | None) -> None:
-    git = Git.init(tmp)
-    info = tmp / ".git" / "info"
-    info.mkdir(exist_ok=True)
-    (info / "attributes").write_bytes(INFO_ATTRIBUTES)
+    git = Git.init(tmp)  # its info/attributes: worktree bytes are blob bytes (git.py)
     result = materialize(series, git, progress)
     _check_root(series, git, result)
     message = f"upstream: {series.upstream.describe()}\n".encode()

@@ -94,6 +94,14 @@ PINNED_CONFIG: tuple[tuple[str, str, str], ...] = (
     ("merge.renormalize", "false", "merges compare bytes, never re-normalized line ends"),
     ("user.useConfigOnly", "false", "identity comes from the environment below"),
 )
+# The `info/attributes` of every repository patchctl makes (the highest-priority attributes
+# file, above any `.gitattributes` an upstream or a patch ships): worktree bytes equal blob
+# bytes (no eol conversion, filter, ident or re-encoding), and diffs and merges use git's
+# built-in text rules, never a driver, `binary` or a marker size an upstream picks (`merge=union`
+# would merge a conflict silently; `conflict-marker-size=3` would hide it from the report).
+PINNED_ATTRIBUTES = (
+    b"* -text -eol -filter -ident -working-tree-encoding !merge !conflict-marker-size !diff\n"
+)
 # diff.external is deliberately NOT pinned: `-c diff.external=` makes git try to run "".
 # Callers pass --no-ext-diff / --no-textconv to diff commands instead, and the
 # environment scrub removes GIT_EXTERNAL_DIFF.
@@ -212,7 +220,19 @@ class Git:
         template = empty_home() / "template"
         template.mkdir(exist_ok=True)
         git.run("init", "-q", *(["--bare"] if bare else []), f"--template={template}")
+        git.pin_attributes(path if bare else path / ".git")
         return git
+
+    def pin_attributes(self, git_dir: Path | None = None) -> None:
+        """Write PINNED_ATTRIBUTES as the repository's `info/attributes` (unless it is there:
+        a clean room made by an older patchctl gets the current set)."""
+        info = (git_dir or self.git_dir()) / "info"
+        path = info / "attributes"
+        with suppress(OSError):
+            if path.read_bytes() == PINNED_ATTRIBUTES:
+                return
+        info.mkdir(exist_ok=True)
+        path.write_bytes(PINNED_ATTRIBUTES)
 
     # ------------------------------------------------------------------------- the runner
 
@@ -402,6 +422,7 @@ class Git:
         for label in labels:
             if not LABEL.fullmatch(label):
                 raise ValueError(f"not a merge label: {label!r}")
+        self.pin_attributes()  # the work tree's .gitattributes never pick the merge driver
         root = self.commit_tree(base, b"patchctl merge base\n")
         sides = [
             self.commit_tree(tree, b"patchctl merge side\n", (root,)) for tree in (ours, theirs)

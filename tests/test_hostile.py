@@ -964,6 +964,45 @@ def test_binary_and_crlf_patches_import_and_verify(project: Sandbox, run: Run) -
     assert run("verify", "--all", "--series", s).code == 0
 
 
+# ============================================================================ upstream attributes
+
+MERGE_ATTRIBUTES = {
+    "union": b"* merge=union\n",
+    "binary": b"* binary\n",
+    "short-markers": b"* conflict-marker-size=3\n",
+    "unknown-driver": b"* merge=evil\n[attr]evil merge=union\n",
+}
+
+
+@pytest.mark.parametrize("case", sorted(MERGE_ATTRIBUTES))
+def test_upstream_merge_attributes_never_decide_a_rebase(
+    box: Sandbox, run: Run, case: str
+) -> None:
+    """An upstream's `.gitattributes` picks a merge driver: union would merge a conflict
+    silently (both lines kept, no stop), binary or short markers would hide it from the
+    report. A rebase must stop at the conflict with git's own markers, whatever it says."""
+    files = {".gitattributes": MERGE_ATTRIBUTES[case], "f.txt": b"a\nb\nc\n"}
+    upstream = new_repo(box.upstream / "repo", files)
+    (box.series / "series.yaml").write_text(
+        f"version: 1\nupstream:\n  kind: git\n  url: ../../../upstream/repo\n"
+        f"  commit: {upstream.commit}\n  tree: {upstream.tree}\npatches: []\n"
+    )
+    s = str(box.series)
+    assert run(*apply_args(box)).code == 0
+    assert run("new", "0001-b", "--title", "b", "--series", s).code == 0
+    (box.room / "f.txt").write_bytes(b"a\nB from the patch\nc\n")
+    assert run("capture", "0001-b", "--series", s).code == 0
+    onto = new_repo(box.upstream / "repo", {"f.txt": b"a\nB upstream\nc\n"}).commit
+    result = run("rebase", "--series", s, "--onto", str(box.upstream / "repo"),
+                 "--commit", onto, "--json")  # fmt: skip
+    assert result.code == 3, (result.out, result.err)
+    stop = result.json()["report"]["stop"]  # type: ignore[index]
+    assert stop["files"] == ["f.txt"] and stop["markers"], stop
+    merged = (box.room / "f.txt").read_bytes()
+    assert merged.startswith(b"a\n<<<<<<< ") and b"\n=======\n" in merged, merged
+    assert b"B from the patch" in merged and b"B upstream" in merged
+
+
 # ============================================================================ mboxes
 
 
@@ -1479,6 +1518,7 @@ CATEGORY = {
         "test_capture_checks_every_target_is_writable_first",
         "test_binary_and_crlf_patches_import_and_verify",
     ),
+    "upstream attributes": ("test_upstream_merge_attributes_never_decide_a_rebase",),
     "mboxes and quilt series": (
         "test_hostile_mbox",
         "test_mboxrd_quoted_from_lines_are_unquoted_once",
