@@ -87,9 +87,9 @@ class Upstream:
         if self.kind == "pypi-sdist":
             what = f"{self.package}=={self.version}"
         elif self.kind == "git":
-            what = f"{self.url}@{(self.commit or '')[:12]}"
+            what = f"{values.redacted(self.url or '')}@{(self.commit or '')[:12]}"
         else:
-            what = str(self.path or self.url)
+            what = values.redacted(str(self.path or self.url))
         sub = f" [{self.subdir}]" if self.subdir else ""
         return f"{self.kind} {what}{sub}"
 

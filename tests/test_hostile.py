@@ -779,6 +779,31 @@ def test_allowed_url_forms_load(box: Sandbox, run: Run, url: str) -> None:
     assert result.code == 0, result.err
 
 
+SECRET = "s3cr3t-T0KEN"
+CREDENTIAL_URLS = (
+    f"https://user:{SECRET}@127.0.0.1:9/x.git",
+    f"https://{SECRET}@127.0.0.1:9/x.git",  # a token as the user name (GitHub accepts it)
+    f"http://user:{SECRET}@[::1]:9/x.git",
+    f"ssh://git:{SECRET}@127.0.0.1:9/x.git",
+)
+
+
+@pytest.mark.parametrize("url", CREDENTIAL_URLS)
+def test_credentials_in_a_url_are_never_printed_or_written(
+    box: Sandbox, run: Run, url: str
+) -> None:
+    """A URL with a password or token: git may use it, but no message, JSON document or
+    generated doc (README.md, the registry: both committed) shows the secret."""
+    (box.series / "series.yaml").write_text(_with_upstream(url=url))
+    s = str(box.series)
+    for args in (apply_args(box), apply_args(box, "--json"), ("docs", "--series", s, "--json")):
+        result = run(*args)
+        assert SECRET not in result.out + result.err, (args, result.out, result.err)
+    assert "://" in run(*apply_args(box)).err  # the URL is still named, without the secret
+    written = [p for p in box.root.rglob("*") if p.is_file() and p.name != "series.yaml"]
+    assert written and not [p for p in written if SECRET.encode() in p.read_bytes()]
+
+
 # ============================================================================ patches
 
 FILES = {
@@ -1510,7 +1535,10 @@ CATEGORY = {
         "test_a_patch_file_that_is_a_directory_is_refused",
         "test_a_patch_file_over_the_size_limit_is_refused",
     ),
-    "URLs accepted": ("test_allowed_url_forms_load",),
+    "URLs accepted": (
+        "test_allowed_url_forms_load",
+        "test_credentials_in_a_url_are_never_printed_or_written",
+    ),
     "patches and capture": (
         "test_hostile_patch",
         "test_capture_of_odd_paths_round_trips",
