@@ -54,6 +54,8 @@ PINNED_CONFIG: tuple[tuple[str, str, str], ...] = (
     ("core.quotepath", "false", "non-ASCII paths appear verbatim in plumbing output"),
     ("core.ignorecase", "false", "paths are case-sensitive bytes"),
     ("core.precomposeunicode", "false", "never rewrite path bytes (macOS)"),
+    ("core.protectNTFS", "true", "refuse paths NTFS reads as .git (`.git.`, `git~1`) on every"),
+    ("core.protectHFS", "true", "platform, and those HFS+ reads as .git (`.g\u200cit`)"),
     ("core.hooksPath", "/dev/null", "no hooks run inside patchctl's repos"),
     ("core.fsmonitor", "false", "no daemon answers for the worktree"),
     ("core.untrackedCache", "false", "status is computed, not cached"),

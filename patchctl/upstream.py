@@ -26,7 +26,14 @@ from urllib.parse import urljoin, urlsplit
 
 from patchctl.archive import extract_archive, is_archive
 from patchctl.cache import cache_dir
-from patchctl.errors import ChecksumMismatch, ConfigError, GitFailed, NotFound, PatchctlError
+from patchctl.errors import (
+    ChecksumMismatch,
+    ConfigError,
+    GitFailed,
+    NotFound,
+    PatchctlError,
+    UnsafeArchive,
+)
 from patchctl.fsio import sha256_file, write_atomic_blocks
 from patchctl.git import Git, IndexFeed, share_objects, unsound_objects
 from patchctl.limits import DOWNLOAD_BYTES, INDEX_BYTES, human
@@ -423,11 +430,31 @@ def _materialize_archive(series: Series, repo: Git, progress: Progress | None) -
         repo.refresh_index()  # the stat data of the entries moved out of the staging directory
     else:
         repo.index_path().unlink(missing_ok=True)
-        repo.add_all()
+        _stage_all(repo, source)
     result = Materialized(repo.write_tree(), extracted.dropped)
     report.done("stage")
     _save_to_tree_cache(up, repo, result)
     return result
+
+
+def _stage_all(repo: Git, archive: Path) -> None:
+    """`git add` the extracted tree; a path git refuses (a rule of its verify_path that
+    extraction does not mirror) is the archive's fault: exit 7, naming the member."""
+    try:
+        repo.add_all()
+    except GitFailed as exc:
+        found = INVALID_PATH.search(exc.stderr)
+        if found is None:
+            raise
+        name = found.group(1).decode("utf-8", "backslashreplace")
+        raise UnsafeArchive(
+            f"{archive.name}: member {shown(name, 120)} has a path git refuses to "
+            "store; nothing was extracted",
+            hint="use a trusted archive (or re-pack it without that member)",
+        ) from None
+
+
+INVALID_PATH = re.compile(rb"invalid path '(.*)'")
 
 
 # Extracting and staging a large archive takes a while; the staged tree is kept in one cache

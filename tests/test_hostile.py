@@ -186,6 +186,14 @@ ARCHIVE_CASES: dict[str, ArchiveCase] = {
         ("tar.gz", "zip"),
         "symlink git refuses",
     ),
+    **{
+        f"symlinked-{name.strip('. ~').replace(' ', '')}-alias": ArchiveCase(
+            (M(T + "f", data=b"x"), M(T + name, "symlink", target="f")),
+            ("tar.gz",),
+            "symlink git refuses",
+        )
+        for name in (".gitmodules.", ".GitAttributes ", "GITMOD~1", "gi7eba~2", ".mail\u200cmap")
+    },
     "name-dotdot": ArchiveCase((M("pkg-1.0/../victim.txt", data=b"pwned"),), ALL, "contains '..'"),
     "name-absolute": ArchiveCase((M("/tmp/patchctl-victim", data=b"x"),), ALL, "absolute path"),
     "name-control-character": ArchiveCase(
@@ -399,6 +407,9 @@ def test_a_bad_limit_variable_is_a_config_error(
     _refused_archive(box, run, archive, "PATCHCTL_MAX_ARCHIVE_MEMBERS", code=5)
 
 
+GIT_ALIASES = (".git.", ".git ", "GIT~1", ".Git. .", ".git::$INDEX_ALLOCATION", ".g\u200cit")
+
+
 def test_safe_archive_with_internal_links_and_a_smuggled_git_dir(box: Sandbox, run: Run) -> None:
     """The positive control: links that stay inside are kept; `.git` members are dropped."""
     members = (
@@ -410,6 +421,8 @@ def test_safe_archive_with_internal_links_and_a_smuggled_git_dir(box: Sandbox, r
         M(T + "sub/up", "symlink", target="../lib/x.c"),
         M(T + ".git/hooks/post-checkout", data=b"#!/bin/sh\ntouch PWNED\n", mode=0o755),
         M(T + "vendor/.GIT/config", data=b"[core]\n\tfsmonitor = touch PWNED\n"),
+        # what git reads as `.git` on NTFS or HFS+ (git refuses to stage them): dropped too
+        *(M(T + f"{alias}/hooks/post-checkout", data=b"touch PWNED\n") for alias in GIT_ALIASES),
     )
     archive = build(box.upstream / "pkg-1.0.tar.gz", members)
     archive_series(box, archive)
@@ -421,10 +434,29 @@ def test_safe_archive_with_internal_links_and_a_smuggled_git_dir(box: Sandbox, r
     assert (room / "lib").is_symlink() and (room / "sub" / "up").is_symlink()
     assert os.access(room / "bin" / "run", os.X_OK)
     assert not (room / "vendor" / ".GIT").exists()
+    assert not [p for p in os.listdir(room) if p not in ("README", "bin", "docs", "lib", "sub")
+                and p != ".git"]  # fmt: skip
     assert b"PWNED" not in (room / ".git" / "config").read_bytes()
     assert not list(box.root.rglob("PWNED"))
     assert box.unexpected(before, ("cache", "project/cleanroom")) == []
     assert box.victims_intact()
+
+
+def test_a_path_git_refuses_to_stage_is_exit_7_naming_the_member(
+    box: Sandbox, run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Extraction mirrors git's verify_path rules for `.git` (test above); a rule it does not
+    mirror (here: the mirror switched off) still ends as an archive error, never exit 9."""
+    from patchctl import archive
+
+    monkeypatch.setattr(archive, "is_git_dir_name", lambda part: part == ".git")
+    members = (M(T + "README", data=b"hi\n"), M(T + "GIT~1/config", data=b"[core]\n"))
+    archive_series(box, build(box.upstream / "pkg-1.0.tar.gz", members))
+    before = box.snapshot()
+    result = run(*apply_args(box, "--json"))
+    refused(result, 7, "member 'GIT~1/config' has a path git refuses to store")
+    assert result.json()["error"] == "UnsafeArchive"
+    assert box.unexpected(before, ("cache",)) == []
 
 
 # ============================================================================ package index
@@ -882,6 +914,18 @@ HOSTILE_PATCHES: dict[str, tuple[list[tuple[str, bytes]], str]] = {
         [("0001-git", _new_file(".git/hooks/post-commit", b"@@ -0,0 +1 @@\n+touch PWNED\n"))],
         "does not apply",
     ),
+    **{
+        f"into-a-dot-git-alias-{n}": (
+            [
+                (
+                    "0001-git",
+                    _new_file(f"{alias}/hooks/post-commit", b"@@ -0,0 +1 @@\n+touch PWNED\n"),
+                )
+            ],
+            "does not apply",
+        )
+        for n, alias in enumerate(GIT_ALIASES)
+    },
     "into-dot-git-uppercase": (
         [("0001-git", _new_file(".GIT/config", b"@@ -0,0 +1 @@\n+[core]\n"))],
         "does not apply",
@@ -1000,9 +1044,7 @@ MERGE_ATTRIBUTES = {
 
 
 @pytest.mark.parametrize("case", sorted(MERGE_ATTRIBUTES))
-def test_upstream_merge_attributes_never_decide_a_rebase(
-    box: Sandbox, run: Run, case: str
-) -> None:
+def test_upstream_merge_attributes_never_decide_a_rebase(box: Sandbox, run: Run, case: str) -> None:
     """An upstream's `.gitattributes` picks a merge driver: union would merge a conflict
     silently (both lines kept, no stop), binary or short markers would hide it from the
     report. A rebase must stop at the conflict with git's own markers, whatever it says."""
@@ -1518,6 +1560,7 @@ CATEGORY = {
         "test_an_extension_header_bomb_is_refused_before_it_is_read",
         "test_a_bad_limit_variable_is_a_config_error",
         "test_safe_archive_with_internal_links_and_a_smuggled_git_dir",
+        "test_a_path_git_refuses_to_stage_is_exit_7_naming_the_member",
     ),
     "archives: truncated and corrupt": (
         "test_damaged_archive_is_exit_7_with_the_library_message",

@@ -130,7 +130,10 @@ def test_printable_escapes_and_one_line_cleans() -> None:
     [
         ("from https://u:pw@h/x.git: failed", "from https://***@h/x.git: failed"),
         ("'https://ghp_tok@github.com/o/r/'", "'https://***@github.com/o/r/'"),
-        ("ssh://git:pw@h:22/x and http://a:b@[::1]/y", "ssh://git:***@h:22/x and http://***@[::1]/y"),
+        (
+            "ssh://git:pw@h:22/x and http://a:b@[::1]/y",
+            "ssh://git:***@h:22/x and http://***@[::1]/y",
+        ),
         ("ssh://git@host/x, git@host:x, a@b.org", "ssh://git@host/x, git@host:x, a@b.org"),
         ("https://host/x@y", "https://host/x@y"),  # '@' after the host: a path, kept
     ],
