@@ -10,6 +10,7 @@ two in step.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -1140,6 +1141,56 @@ def test_hostile_mbox(project: Sandbox, run: Run, case: str) -> None:
     assert run("verify", "--all", "--series", str(project.series)).code == 0
 
 
+QP_DIFF = MAIN_DIFF.replace("+\treturn 1;", "+\tint x =3D 1;\n+\treturn 1;").replace(
+    "+1,4", "+1,5"
+)
+
+
+def _encoded(cte: str, body: str, multipart: bool = False) -> bytes:
+    head = mail("[PATCH] enc").split(b"\n\n", 1)[0].decode()
+    if not multipart:
+        return f"{head}\nMIME-Version: 1.0\nContent-Transfer-Encoding: {cte}\n\n{body}\n".encode()
+    return (
+        f'{head}\nMIME-Version: 1.0\nContent-Type: multipart/mixed; boundary="b0"\n\n'
+        f"--b0\nContent-Type: text/plain\n\nSee the attachment.\n"
+        f"--b0\nContent-Type: text/x-patch\nContent-Transfer-Encoding: {cte}\n\n{body}\n"
+        f"--b0--\n"
+    ).encode()
+
+
+ENCODED_MAILS: dict[str, tuple[bytes, str | None]] = {
+    # `=3D` is `=` encoded: stored as is, git apply would add `int x =3D 1;`
+    "quoted-printable": (_encoded("quoted-printable", "---\n" + QP_DIFF), "quoted-printable"),
+    "quoted-printable-attachment": (
+        _encoded("quoted-printable", QP_DIFF, multipart=True),
+        "quoted-printable",
+    ),
+    "base64": (_encoded("base64", base64.encodebytes(MAIN_DIFF.encode()).decode()), "base64"),
+    "base64-attachment": (
+        _encoded("base64", base64.encodebytes(MAIN_DIFF.encode()).decode(), multipart=True),
+        "base64",
+    ),
+    # an encoding that changes none of the diff's bytes: kept, byte for byte
+    "quoted-printable-no-op": (_encoded("quoted-printable", "---\n" + MAIN_DIFF), None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ENCODED_MAILS))
+def test_a_transfer_encoded_diff_is_refused(project: Sandbox, run: Run, case: str) -> None:
+    """git apply reads a stored patch as it is: a diff that only decoding would give (a mail
+    part in quoted-printable or base64) would apply its encoded text, or nothing."""
+    data, encoding = ENCODED_MAILS[case]
+    before = project.snapshot()
+    result = _import(project, run, data, "--json")
+    if encoding is None:
+        assert result.code == 0, result.err
+        assert (project.series / "0001-enc.patch").read_bytes() == data
+        return
+    refused(result, 5, f"its diff is {encoding}-encoded")
+    assert result.json()["exit_code"] == 5
+    assert project.unexpected(before, ("cache", "in.mbox", "project/cleanroom/demo/.git")) == []
+
+
 def test_mboxrd_quoted_from_lines_are_unquoted_once(project: Sandbox, run: Run) -> None:
     body = "Keep:\n>From here\n>>From there\n\n"
     result = _import(project, run, mail("[PATCH] quoted", body))
@@ -1592,6 +1643,7 @@ CATEGORY = {
     "upstream attributes": ("test_upstream_merge_attributes_never_decide_a_rebase",),
     "mboxes and quilt series": (
         "test_hostile_mbox",
+        "test_a_transfer_encoded_diff_is_refused",
         "test_mboxrd_quoted_from_lines_are_unquoted_once",
         "test_import_never_overwrites_a_patch_file",
         "test_quilt_duplicates_get_unique_ids",
