@@ -615,6 +615,15 @@ SERIES_CASES: dict[str, tuple[str, str]] = {
         BASE + "patches: [{id: 0001-a, file: A.patch}, {id: 0002-b, file: a.patch}]\n",
         "duplicate file",
     ),
+    "duplicate-id-by-case": (
+        BASE + "patches: [{id: 0001-fix, file: a.patch}, {id: 0001-FIX, file: b.patch}]\n",
+        "duplicate id",
+    ),
+    "duplicate-file-by-normalization": (  # NFC and NFD: one file on macOS
+        BASE + 'patches: [{id: 0001-a, file: "\u00e9.patch"}, '
+        '{id: 0002-b, file: "e\u0301.patch"}]\n',
+        "duplicate file",
+    ),
     "unhashable-key": (BASE + "[a, b]: 1\n", "malformed YAML"),
     "multi-document": (BASE + "---\n" + BASE, "malformed YAML"),
     "top-level-list": ("- version: 1\n", "top level must be a mapping"),
@@ -735,7 +744,7 @@ SERIES_CASES: dict[str, tuple[str, str]] = {
 def test_hostile_series_file(box: Sandbox, run: Run, case: str) -> None:
     text, needle = SERIES_CASES[case]
     (box.series / "series.yaml").write_text(text.replace("{root}", str(box.root)))
-    for name in ("a.patch", "b.patch", "A.patch", "x.patch"):
+    for name in ("a.patch", "b.patch", "A.patch", "x.patch", "\u00e9.patch", "e\u0301.patch"):
         (box.series / name).write_bytes(b"")
     before = box.snapshot()
     for command in (
