@@ -66,6 +66,9 @@ SERIES_BYTES = Limit("PATCHCTL_MAX_SERIES_BYTES", 1 * MIB, "bytes", "size of ser
 PATCH_BYTES = Limit(
     "PATCHCTL_MAX_PATCH_BYTES", 256 * MIB, "bytes", "size of a patch file or an import source"
 )
+BLOB_BYTES = Limit(
+    "PATCHCTL_MAX_BLOB_BYTES", 1 * GIB, "bytes", "size of a file a binary patch hunk makes"
+)
 DOWNLOAD_BYTES = Limit("PATCHCTL_MAX_DOWNLOAD_BYTES", 4 * GIB, "bytes", "size of a download")
 REGISTRY_BYTES = Limit(
     "PATCHCTL_MAX_REGISTRY_BYTES", 16 * MIB, "bytes", "size of the marker registry read back"
@@ -78,6 +81,7 @@ ALL_LIMITS = (
     ARCHIVE_RATIO,
     SERIES_BYTES,
     PATCH_BYTES,
+    BLOB_BYTES,
     DOWNLOAD_BYTES,
     REGISTRY_BYTES,
 )

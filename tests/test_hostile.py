@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import tarfile
 from collections.abc import Callable
@@ -957,6 +958,46 @@ def test_hostile_patch(project: Sandbox, run: Run, case: str) -> None:
     assert not Path("/tmp/patchctl-abs-victim").exists()
 
 
+def _binary_patch(box: Sandbox, kind: str) -> bytes:
+    """A real `GIT binary patch` (git's own bytes) making `blob.bin` 64 KiB: a literal for a
+    new file, a delta (a few bytes: its size is in the delta's header) for a grown one."""
+    from support.repos import diff_files
+
+    seed = random.Random(7).randbytes(3000)
+    before = {"README": b"hello\n", **({"blob.bin": seed} if kind == "delta" else {})}
+    after = {"README": b"hello\n", "blob.bin": seed + bytes(64 << 10)}
+    data = diff_files(box.root / f"scratch-{kind}", before, after)
+    assert f"\n{kind} ".encode() in data  # git chose the form under test
+    return data
+
+
+@pytest.mark.parametrize("kind", ["literal", "delta"])
+def test_a_binary_patch_over_the_blob_limit_is_refused_before_git_apply(
+    project: Sandbox, run: Run, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """A binary hunk declares the size of the file it makes (a literal's, or a delta's result
+    size in its header); git apply allocates it whole. A few KiB of patch can declare many
+    GiB: it is refused from the declaration, before git runs."""
+    data = _binary_patch(project, kind)
+    if kind == "delta":  # the clean room needs the file the delta applies to
+        seed = random.Random(7).randbytes(3000)
+        upstream = new_repo(project.upstream / "repo", {"blob.bin": seed})
+        text = (project.series / "series.yaml").read_text()
+        text = re.sub(r"commit: \S+", f"commit: {upstream.commit}", text)
+        text = re.sub(r"tree: \S+", f"tree: {upstream.tree}", text)
+        (project.series / "series.yaml").write_text(text)
+    set_patches(project, [("0001-bin", data)])
+    monkeypatch.setenv("PATCHCTL_MAX_BLOB_BYTES", "65536")
+    before = project.snapshot()
+    result = run(*apply_args(project, "--json"))
+    refused(result, 3, "PATCHCTL_MAX_BLOB_BYTES")
+    assert "blob.bin" in result.err and "68536" in result.err
+    assert project.unexpected(before, ("cache", "project/cleanroom")) == []
+    monkeypatch.setenv("PATCHCTL_MAX_BLOB_BYTES", "68536")  # at the limit: applies
+    assert run(*apply_args(project)).code == 0
+    assert (project.room / "blob.bin").stat().st_size == 68536
+
+
 ODD_NAMES: dict[str, bytes] = {
     "x b/y b": b"",  # the issue's case: an empty new file whose path contains " b/"
     "a b/c b": b"content\n",
@@ -1644,6 +1685,7 @@ CATEGORY = {
     ),
     "patches and capture": (
         "test_hostile_patch",
+        "test_a_binary_patch_over_the_blob_limit_is_refused_before_git_apply",
         "test_capture_of_odd_paths_round_trips",
         "test_capture_validates_before_its_first_write",
         "test_capture_checks_every_target_is_writable_first",
