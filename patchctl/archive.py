@@ -52,7 +52,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Protocol, cast
+from typing import IO, Protocol, Self, cast
 
 from patchctl.errors import NotFound, PatchctlError, ToolchainMissing, UnsafeArchive
 from patchctl.limits import ARCHIVE_BYTES, ARCHIVE_MEMBERS, ARCHIVE_RATIO, RATIO_FLOOR, human
@@ -351,7 +351,18 @@ class _HugeHeader(Exception):
 class _BoundedTarInfo(tarfile.TarInfo):
     """A TarInfo that refuses an over-long extension header before tarfile reads it into
     memory: a pax or GNU long-name header declares its size, and a few KiB of gzip can
-    declare gigabytes of header."""
+    declare gigabytes of header. A header after the first that fails its checksum or is cut
+    short is damage: tarfile would end the archive there and silently leave out every member
+    after it (GNU tar reports it); only zero blocks or the file's end end an archive."""
+
+    @classmethod
+    def fromtarfile(cls, tarfile_: tarfile.TarFile) -> Self:
+        try:
+            return super().fromtarfile(tarfile_)
+        except DAMAGED_HEADER as exc:
+            if tarfile_.offset == 0:
+                raise  # the first block: tarfile.open is still trying the formats
+            raise tarfile.ReadError(f"bad member header at byte {tarfile_.offset}: {exc}") from None
 
     def _proc_member(self, source: tarfile.TarFile) -> tarfile.TarInfo:
         if self.type in EXTENSION_HEADERS and self.size > MAX_HEADER:
@@ -359,6 +370,11 @@ class _BoundedTarInfo(tarfile.TarInfo):
         return super()._proc_member(source)  # type: ignore[misc,no-any-return]
 
 
+# tarfile's errors for a header block that is neither a header nor zeros, or cut short
+# (private names: not in the type stubs).
+DAMAGED_HEADER: tuple[type[Exception], ...] = tuple(
+    getattr(tarfile, name) for name in ("InvalidHeaderError", "TruncatedHeaderError")
+)
 EXTENSION_HEADERS = (
     tarfile.XHDTYPE,
     tarfile.XGLTYPE,

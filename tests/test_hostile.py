@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 from support.hostile.archives import (
     M,
+    bad_header,
     build,
     corrupted,
     header_bomb,
@@ -342,6 +343,9 @@ DAMAGE: dict[str, tuple[tuple[str, ...], Callable[[Path], Path]]] = {
     "corrupt-end": (("tar.gz", "tar.xz", "zip"), lambda p: corrupted(p, 0.98, 8)),
     "empty-file": (ALL, _emptied),
     "not-an-archive": (ALL, _replaced_by_html),
+    # tarfile ends the archive at a bad header: the members after it were silently left out
+    "bad-member-header": (TAR, lambda p: bad_header(p, 10)),
+    "bad-last-member-header": (TAR, lambda p: bad_header(p, len(SAMPLE) - 1)),
 }
 DAMAGE_MATRIX = [(name, fmt) for name, (fmts, _) in DAMAGE.items() for fmt in fmts]
 
