@@ -601,7 +601,7 @@ def _check_unique(patches: tuple[Patch, ...], path: Path) -> None:
     seen: dict[str, int] = {}
     files: dict[str, int] = {}
     for i, patch in enumerate(patches):
-        pid = _folded(patch.id)
+        pid = folded(patch.id)
         if pid in seen:
             raise ConfigError(
                 f"duplicate id {patch.id!r} (also patches[{seen[pid]}])",
@@ -609,7 +609,7 @@ def _check_unique(patches: tuple[Patch, ...], path: Path) -> None:
                 key=f"patches[{i}].id",
                 hint="give every patch a unique id (ids differing only in case are one)",
             )
-        name = _folded(patch.file)
+        name = folded(patch.file)
         if name in files:
             raise ConfigError(
                 f"duplicate file {patch.file!r} (also patches[{files[name]}])",
@@ -621,7 +621,7 @@ def _check_unique(patches: tuple[Patch, ...], path: Path) -> None:
         files[name] = i
 
 
-def _folded(name: str) -> str:
+def folded(name: str) -> str:
     """`name` as a case-insensitive, normalizing file system compares it: two names that
     differ only in case, or in Unicode normalization (NFC and NFD), are one file on macOS
     and Windows (an id names its patch file, its commit trailer and export file)."""
