@@ -537,11 +537,34 @@ def _from_tree_cache(up: Upstream, repo: Git) -> Materialized | None:
 def _materialize_git(series: Series, repo: Git, progress: Progress | None) -> Materialized:
     cache = fetch_git(series, progress)
     commit = series.upstream.commit
+    assert commit  # validated on load
+    _check_commit(series, cache, commit)
     repo.fetch(str(cache.repo), f"{commit}")
-    spec = f"{commit}:{series.upstream.subdir}" if series.upstream.subdir else f"{commit}^{{tree}}"
-    tree = repo.rev_parse(spec)
+    tree = repo.tree_of(commit)
+    subdir = series.upstream.subdir
+    if subdir:
+        found = repo.subtree(tree, subdir)
+        if found is None:
+            raise NotFound(
+                f"upstream.subdir: no directory {subdir!r} in {series.upstream.describe()}",
+                hint="upstream.subdir names a directory of the commit, e.g. vendor/llama.cpp",
+            )
+        tree = found
     repo.read_tree(tree, reset=True, update=True)
     return Materialized(tree)
+
+
+def _check_commit(series: Series, cache: Git, commit: str) -> None:
+    """The pinned id names a commit (or an annotated tag of one), not a tree or a blob."""
+    if cache.maybe_rev(f"{commit}^{{commit}}") is not None:
+        return
+    kind = cache.text("cat-file", "-t", "--end-of-options", commit)
+    raise ConfigError(
+        f"{commit} is a {shown(kind)[1:-1]}, not a commit",
+        path=series.path,
+        key="upstream.commit",
+        hint=f"pin the commit: `git rev-parse <ref>^{{commit}}` in {git_url(series)}",
+    )
 
 
 def _check_tree(series: Series, tree: str) -> None:

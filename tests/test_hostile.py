@@ -806,6 +806,34 @@ def test_a_patch_file_over_the_size_limit_is_refused(
     refused(run("docs", "--series", str(box.series)), 5, "PATCHCTL_MAX_PATCH_BYTES")
 
 
+GIT_PINS: dict[str, tuple[Callable[[Git, str], dict[str, str]], int, str]] = {
+    "commit-is-a-tree": (lambda g, c: {"commit": g.tree_of(c)}, 5, "is a tree, not a commit"),
+    "commit-is-a-blob": (
+        lambda g, c: {"commit": g.rev_parse(f"{c}:README")},
+        5,
+        "is a blob, not a commit",
+    ),
+    "subdir-missing": (lambda g, c: {"commit": c, "subdir": "nope"}, 15, "no directory 'nope'"),
+    "subdir-is-a-file": (lambda g, c: {"commit": c, "subdir": "README"}, 15, "no directory"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(GIT_PINS))
+def test_a_git_pin_that_names_no_commit_or_no_directory(box: Sandbox, run: Run, case: str) -> None:
+    """Object ids of another kind, or a subdir that is not a directory of the commit: the
+    error names the key (never a raw git failure, exit 9)."""
+    upstream = new_repo(box.upstream / "repo", FILES)
+    upstream.git.run("tag", "-a", "-m", "v1", "v1", upstream.commit)
+    make, code, needle = GIT_PINS[case]
+    (box.series / "series.yaml").write_text(_with_upstream(**make(upstream.git, upstream.commit)))
+    result = run(*apply_args(box, "--json"))
+    refused(result, code, needle)
+    assert "upstream." in result.err
+    tag = upstream.git.rev_parse("v1")  # an annotated tag's id pins its commit: accepted
+    (box.series / "series.yaml").write_text(_with_upstream(commit=tag, tree=upstream.tree))
+    assert run(*apply_args(box)).code == 0
+
+
 ACCEPTED_URLS = (
     "https://github.com/ggml-org/llama.cpp.git",
     "http://[::1]:8080/x.git",
@@ -1682,6 +1710,7 @@ CATEGORY = {
         "test_a_patch_file_symlinked_out_of_the_series_is_refused",
         "test_a_patch_file_that_is_a_directory_is_refused",
         "test_a_patch_file_over_the_size_limit_is_refused",
+        "test_a_git_pin_that_names_no_commit_or_no_directory",
     ),
     "URLs accepted": (
         "test_allowed_url_forms_load",
