@@ -73,6 +73,7 @@ def read_source(source: Path) -> tuple[str, list[Incoming]]:
     kind, found = _read_source(source)
     for item in found:
         check_not_encoded(source, item)
+        check_line_ends(source, item)
     return kind, found
 
 
@@ -112,6 +113,27 @@ def check_not_encoded(source: Path, item: Incoming) -> None:
             )
 
 
+def check_line_ends(source: Path, item: Incoming) -> None:
+    """Refuse a patch whose diff header lines end in CRLF: git writes them with LF whatever
+    the files hold, so the whole text was converted on the way (a CRLF mbox, a Windows
+    checkout), and git apply would write the CR bytes into the files it creates (git am
+    strips them; a file's own CRLF lines stay CRLF inside an LF patch)."""
+    found = DIFF_HEADER_CRLF.search(item.data)
+    if found is not None:
+        line = item.data.count(b"\n", 0, found.start()) + 1
+        raise ConfigError(
+            f"{values.shown(item.name)}: its line ends were converted to CRLF (line {line} "
+            "is a diff header ending in CR LF), and git apply would write the CR bytes into "
+            "the files",
+            path=source,
+            hint="convert it back to LF line ends (e.g. `dos2unix`), or import the patch as "
+            "git format-patch wrote it",
+        )
+
+
+# `diff --git` and `@@` lines: never a hunk's content line, and git ends them with LF (a
+# CR at the end of a file name is quoted; one after a hunk's function context is trimmed).
+DIFF_HEADER_CRLF = re.compile(rb"^(?:diff --git |@@ -)[^\n]*\r\n", re.MULTILINE)
 TRANSFER_ENCODING = re.compile(rb"^content-transfer-encoding:", re.IGNORECASE | re.MULTILINE)
 DIFF_START = re.compile(rb"^(?:diff --git |--- |@@ -)", re.MULTILINE)
 

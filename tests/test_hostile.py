@@ -1223,6 +1223,10 @@ def test_hostile_mbox(project: Sandbox, run: Run, case: str) -> None:
     assert run("verify", "--all", "--series", str(project.series)).code == 0
 
 
+NEW_FILE_DIFF = (
+    "diff --git a/new.txt b/new.txt\nnew file mode 100644\n--- /dev/null\n+++ b/new.txt\n"
+    "@@ -0,0 +1,2 @@\n+one\n+two\n"
+)
 QP_DIFF = MAIN_DIFF.replace("+\treturn 1;", "+\tint x =3D 1;\n+\treturn 1;").replace(
     "+1,4", "+1,5"
 )
@@ -1254,13 +1258,19 @@ ENCODED_MAILS: dict[str, tuple[bytes, str | None]] = {
     ),
     # an encoding that changes none of the diff's bytes: kept, byte for byte
     "quoted-printable-no-op": (_encoded("quoted-printable", "---\n" + MAIN_DIFF), None),
+    # every line converted to CRLF on the way (git writes a diff's header lines with LF):
+    # git apply would write CR bytes into the files it creates; git am strips them
+    "crlf-converted": (mail("[PATCH] enc", diff=NEW_FILE_DIFF).replace(b"\n", b"\r\n"), "CRLF"),
 }
 
 
 @pytest.mark.parametrize("case", sorted(ENCODED_MAILS))
-def test_a_transfer_encoded_diff_is_refused(project: Sandbox, run: Run, case: str) -> None:
+def test_a_transfer_encoded_or_converted_diff_is_refused(
+    project: Sandbox, run: Run, case: str
+) -> None:
     """git apply reads a stored patch as it is: a diff that only decoding would give (a mail
-    part in quoted-printable or base64) would apply its encoded text, or nothing."""
+    part in quoted-printable or base64) would apply its encoded text, or nothing; one whose
+    line ends became CRLF on the way would write CR bytes into the files."""
     data, encoding = ENCODED_MAILS[case]
     before = project.snapshot()
     result = _import(project, run, data, "--json")
@@ -1268,7 +1278,8 @@ def test_a_transfer_encoded_diff_is_refused(project: Sandbox, run: Run, case: st
         assert result.code == 0, result.err
         assert (project.series / "0001-enc.patch").read_bytes() == data
         return
-    refused(result, 5, f"its diff is {encoding}-encoded")
+    refused(result, 5, "line ends were converted to CRLF" if encoding == "CRLF" else
+            f"its diff is {encoding}-encoded")  # fmt: skip
     assert result.json()["exit_code"] == 5
     assert project.unexpected(before, ("cache", "in.mbox", "project/cleanroom/demo/.git")) == []
 
@@ -1727,7 +1738,7 @@ CATEGORY = {
     "upstream attributes": ("test_upstream_merge_attributes_never_decide_a_rebase",),
     "mboxes and quilt series": (
         "test_hostile_mbox",
-        "test_a_transfer_encoded_diff_is_refused",
+        "test_a_transfer_encoded_or_converted_diff_is_refused",
         "test_mboxrd_quoted_from_lines_are_unquoted_once",
         "test_import_never_overwrites_a_patch_file",
         "test_quilt_duplicates_get_unique_ids",
