@@ -1692,6 +1692,35 @@ def test_a_readme_symlink_is_replaced_not_written_through(box: Sandbox, run: Run
     assert box.victims_intact()
 
 
+# ========================================================================== generated docs content
+
+MARKDOWN = "![x](https://evil.example/p.png) [click](https://evil.example) <img src=x>"
+
+
+def test_markdown_from_mails_and_file_names_stays_text_in_the_docs(
+    project: Sandbox, run: Run
+) -> None:
+    """README.md and the registry are rendered (a forge shows them): a mail subject, an
+    Origin header or a file name with a backtick must not become an image, a link or HTML."""
+    name = "tick`" + MARKDOWN.replace("/", "_")  # a file name cannot hold '/'
+    diff = (
+        f"diff --git a/{name} b/{name}\nnew file mode 100644\n--- /dev/null\n+++ b/{name}\n"
+        "@@ -0,0 +1 @@\n+// patchctl md\n"
+    )
+    data = mail("[PATCH] " + MARKDOWN, diff=diff).replace(
+        b"Subject:", f"Origin: {MARKDOWN}\nSubject:".encode()
+    )
+    result = _import(project, run, data)
+    assert result.code == 0, result.err
+    readme = (project.series / "README.md").read_text()
+    registry = (project.project / "docs" / "UPSTREAM_SYNC.md").read_text()
+    link = re.compile(r"(?<!\\)\[[^\]]*(?<!\\)\]\(")  # [text]( or ![alt]( unescaped
+    for doc in (readme, registry):
+        assert not link.search(doc) and not re.search(r"(?<!\\)<img", doc), doc
+    assert "\\[click\\](https://evil.example)" in readme  # escaped: shown as typed
+    assert run("docs", "--check", "--series", str(project.series)).code == 0
+
+
 # ============================================================================ the matrix's counts
 
 # Every test of this module belongs to one row of the matrix in docs/reliability.md.
@@ -1754,6 +1783,7 @@ CATEGORY = {
         "test_internal_errors_are_json_too",
         "test_rich_markup_in_a_project_path_is_printed_as_text",
     ),
+    "generated docs content": ("test_markdown_from_mails_and_file_names_stays_text_in_the_docs",),
     "generated docs location": (
         "test_a_series_outside_patches_writes_its_registry_in_its_own_root",
         "test_two_series_in_one_patches_folder_keep_their_own_sections",
