@@ -917,6 +917,13 @@ def _new_file(path: str, body: bytes, mode: str = "100644") -> bytes:
     ).encode() + body
 
 
+def _renamed(how: str, source: str, target: str) -> bytes:
+    return (
+        f"diff --git a/{source} b/{target}\nsimilarity index 100%\n"
+        f"{how} from {source}\n{how} to {target}\n"
+    ).encode()
+
+
 VICTIM_LINE = b"-victim project/victim.txt\n+pwned\n"
 HOSTILE_PATCHES: dict[str, tuple[list[tuple[str, bytes]], str]] = {
     "path-escaping-the-tree": (
@@ -974,6 +981,21 @@ HOSTILE_PATCHES: dict[str, tuple[list[tuple[str, bytes]], str]] = {
         "does not apply",
     ),
     "garbage": ([("0001-junk", b"\x00\xff not a patch at all\n")], "does not apply"),
+    **{
+        name: ([("0001-x", data)], "does not apply")
+        for name, data in {
+            "rename-out-of-the-tree": _renamed("rename", "README", "../../victim2.txt"),
+            "rename-into-dot-git": _renamed("rename", "README", ".git/hooks/post-commit"),
+            "copy-into-dot-git": _renamed("copy", "README", ".git/config"),
+            "copy-from-outside": _renamed("copy", "../../victim.txt", "stolen"),
+            "dot-slash-dot-git": _new_file("./.git/hooks/post-commit", b"@@ -0,0 +1 @@\n+x\n"),
+            "dotdot-into-dot-git": _new_file("a/../.git/hooks/x", b"@@ -0,0 +1 @@\n+x\n"),
+            "mode-to-symlink-then-through-it": (
+                b"diff --git a/README b/README\nold mode 100644\nnew mode 120000\n"
+                + _new_file("README/x", b"@@ -0,0 +1 @@\n+x\n")
+            ),
+        }.items()
+    },
 }
 
 
@@ -1151,6 +1173,28 @@ def test_upstream_merge_attributes_never_decide_a_rebase(box: Sandbox, run: Run,
     merged = (box.room / "f.txt").read_bytes()
     assert merged.startswith(b"a\n<<<<<<< ") and b"\n=======\n" in merged, merged
     assert b"B from the patch" in merged and b"B upstream" in merged
+
+
+def test_a_patch_shipping_gitattributes_changes_no_bytes(project: Sandbox, run: Run) -> None:
+    """A patch adds a .gitattributes asking for eol conversion, ident expansion, a filter and a
+    re-encoding: the next patch's file is captured, re-applied in a new clean room and
+    verified with exactly its bytes."""
+    s = str(project.series)
+    attributes = b"* text eol=crlf ident filter=x working-tree-encoding=UTF-16 diff=x\n"
+    data = b"$Id$\r\nline\n\xff\xfe\n"
+    for pid, name, content in (
+        ("0001-attr", ".gitattributes", attributes),
+        ("0002-id", "id.txt", data),
+    ):
+        assert run("new", pid, "--title", pid, "--series", s).code == 0
+        (project.room / name).write_bytes(content)
+        assert run("capture", pid, "--series", s).code == 0
+    assert b"+$Id$\r\n+line\n" in (project.series / "0002-id.patch").read_bytes()
+    shutil.rmtree(project.room)
+    assert run(*apply_args(project)).code == 0
+    assert (project.room / "id.txt").read_bytes() == data
+    result = run("verify", "--all", "--series", s)
+    assert result.code == 0, result.out
 
 
 # ============================================================================ mboxes
@@ -1764,7 +1808,10 @@ CATEGORY = {
         "test_capture_checks_every_target_is_writable_first",
         "test_binary_and_crlf_patches_import_and_verify",
     ),
-    "upstream attributes": ("test_upstream_merge_attributes_never_decide_a_rebase",),
+    "upstream attributes": (
+        "test_upstream_merge_attributes_never_decide_a_rebase",
+        "test_a_patch_shipping_gitattributes_changes_no_bytes",
+    ),
     "mboxes and quilt series": (
         "test_hostile_mbox",
         "test_a_transfer_encoded_or_converted_diff_is_refused",
