@@ -25,7 +25,7 @@ from patchctl.git import Git
 from patchctl.journal import RoomJournal
 from patchctl.patchapply import ID_TRAILER, SHA_TRAILER
 from patchctl.progress import Progress
-from patchctl.project import project_root
+from patchctl.project import check_inside, project_root
 from patchctl.series import Series, series_to_dict
 from patchctl.upstream import Materialized, materialize
 
@@ -174,8 +174,13 @@ class Cleanroom:
 
 
 def default_workdir(series_dir: Path) -> Path:
-    """`<project>/cleanroom/<series name>`."""
-    return project_root(series_dir) / "cleanroom" / series_dir.resolve().name
+    """`<project>/cleanroom/<series name>`; DirtyTree (exit 8) when a symlink carries it out of
+    the project (a `cleanroom` committed as a link): `--workdir` names a clean room elsewhere."""
+    root = project_root(series_dir)
+    path = root / "cleanroom" / series_dir.resolve().name
+    hint = "remove the symlink, or pass --workdir to use a clean room there"
+    check_inside(path.resolve(), root, hint=hint)  # a clean room is entered: its link too
+    return path
 
 
 def marker_path(path: Path) -> Path:

@@ -1707,6 +1707,25 @@ def test_a_docs_symlink_out_of_the_project_is_refused(box: Sandbox, run: Run) ->
     assert box.unexpected(before) == []
 
 
+def test_a_cleanroom_symlink_out_of_the_project_is_refused(box: Sandbox, run: Run) -> None:
+    """A `cleanroom` committed as a symlink would carry the default clean room (a whole tree,
+    its builds, later its deletion on a pin change) out of the project; `--workdir` is how a
+    clean room lives elsewhere."""
+    archive_series(box, build(box.upstream / "pkg-1.0.tar.gz", SAMPLE))
+    (box.project / "cleanroom").symlink_to(box.root / "outside")
+    before = box.snapshot()
+    for args in (apply_args(box), ("cleanroom", "status", "--series", str(box.series))):
+        refused(run(*args), 8, "outside the project root")
+    (box.project / "cleanroom").unlink()
+    (box.project / "cleanroom").mkdir()
+    (box.project / "cleanroom" / "demo").symlink_to(box.root / "outside")  # the room itself
+    refused(run(*apply_args(box)), 8, "outside the project root")
+    assert box.unexpected(before, ("cache", "project/cleanroom")) == []
+    room = box.root / "outside" / "room"
+    assert run(*apply_args(box, "--workdir", str(room))).code == 0
+    assert (room / "README").read_bytes() == b"hello\n"
+
+
 def test_a_hand_written_registry_is_never_overwritten(box: Sandbox, run: Run) -> None:
     (box.project / "docs" / "UPSTREAM_SYNC.md").write_text("# our own sync notes\n")
     (box.series / "series.yaml").write_text(_with_upstream())
@@ -1835,6 +1854,7 @@ CATEGORY = {
         "test_a_series_outside_patches_writes_its_registry_in_its_own_root",
         "test_two_series_in_one_patches_folder_keep_their_own_sections",
         "test_a_docs_symlink_out_of_the_project_is_refused",
+        "test_a_cleanroom_symlink_out_of_the_project_is_refused",
         "test_a_hand_written_registry_is_never_overwritten",
         "test_a_huge_registry_is_refused_before_it_is_read",
         "test_a_readme_symlink_is_replaced_not_written_through",
