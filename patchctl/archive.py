@@ -68,8 +68,12 @@ DROPPED_NAMES = frozenset({".git"})
 HFS_IGNORED = re.compile("[\u200c-\u200f\u202a-\u202e\u206a-\u206f\ufeff]")
 # git refuses these as symlinks (verify_path): refused up front instead of failing `git add`,
 # with the short names NTFS gives them (`GITMOD~1`, or the hashed fallback `gi7eba~1`).
-NO_SYMLINK_NAMES = {"gitmodules": "gi7eba", "gitattributes": "gi7d29", "gitignore": "gi250a",
-                    "mailmap": "maba30"}  # fmt: skip
+NO_SYMLINK_NAMES = {
+    "gitmodules": "gi7eba",
+    "gitattributes": "gi7d29",
+    "gitignore": "gi250a",
+    "mailmap": "maba30",
+}
 NO_SYMLINK = re.compile(
     "(?:"
     + "|".join(
