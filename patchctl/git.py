@@ -355,6 +355,34 @@ class Git:
             entries.append(TreeEntry(mode, kind, oid, 0 if size == "-" else int(size), path))
         return entries
 
+    def tree_size(self, tree: str, max_files: int, max_bytes: int) -> tuple[int, int]:
+        """(files, bytes) of `tree` listed recursively, counted as git lists them and cut off
+        past either maximum (the counts then exceed it): a tree that repeats one subtree lists
+        billions of entries from a few objects, so the listing is never read whole."""
+        command = self.command("ls-tree", "-r", "-l", "-z", "--full-tree", "--end-of-options", tree)
+        files = size = 0
+        pipe = subprocess.PIPE
+        with subprocess.Popen(
+            command, stdout=pipe, stderr=pipe, env=hermetic_env(self.repo)
+        ) as child:
+            assert child.stdout is not None and child.stderr is not None
+            rest = b""
+            while (files <= max_files and size <= max_bytes) and (
+                block := child.stdout.read(1 << 16)
+            ):
+                *records, rest = (rest + block).split(b"\0")
+                for record in records:
+                    files += 1
+                    length = record.partition(b"\t")[0].rsplit(b" ", 1)[-1].strip()
+                    size += int(length) if length.isdigit() else 0
+            if files > max_files or size > max_bytes:
+                child.kill()
+                return files, size
+            error = child.stderr.read()
+        if child.returncode != 0:
+            raise GitFailed(["git", "ls-tree", "-r", tree], child.returncode, error)
+        return files, size
+
     def cat_blobs(self, oids: Sequence[str]) -> list[bytes]:
         """The bytes of blobs `oids` (full ids), in order, from one `cat-file --batch`: the
         stored bytes, never filtered or converted (no attributes are involved)."""

@@ -51,10 +51,16 @@ class Limit:
 
 
 ARCHIVE_BYTES = Limit(
-    "PATCHCTL_MAX_ARCHIVE_BYTES", 8 * GIB, "bytes", "total size of an archive's members"
+    "PATCHCTL_MAX_ARCHIVE_BYTES",
+    8 * GIB,
+    "bytes",
+    "total size of an archive's members (or of a git upstream tree's files)",
 )
 ARCHIVE_MEMBERS = Limit(
-    "PATCHCTL_MAX_ARCHIVE_MEMBERS", 250_000, "members", "number of members of an archive"
+    "PATCHCTL_MAX_ARCHIVE_MEMBERS",
+    250_000,
+    "members",
+    "number of members of an archive (or of files of a git upstream tree)",
 )
 ARCHIVE_RATIO = Limit(
     "PATCHCTL_MAX_ARCHIVE_RATIO", 100, "x", "expanded size / archive size (above 64 MiB)"

@@ -36,7 +36,7 @@ from patchctl.errors import (
 )
 from patchctl.fsio import sha256_file, write_atomic_blocks
 from patchctl.git import Git, IndexFeed, share_objects, unsound_objects
-from patchctl.limits import DOWNLOAD_BYTES, INDEX_BYTES, human
+from patchctl.limits import ARCHIVE_BYTES, ARCHIVE_MEMBERS, DOWNLOAD_BYTES, INDEX_BYTES, human
 from patchctl.progress import Progress, or_null
 from patchctl.series import Series, Upstream
 from patchctl.values import git_url_problem, is_remote_url, shown
@@ -550,8 +550,32 @@ def _materialize_git(series: Series, repo: Git, progress: Progress | None) -> Ma
                 hint="upstream.subdir names a directory of the commit, e.g. vendor/llama.cpp",
             )
         tree = found
+    _check_tree_size(series, repo, tree)
     repo.read_tree(tree, reset=True, update=True)
     return Materialized(tree)
+
+
+def _check_tree_size(series: Series, repo: Git, tree: str) -> None:
+    """A git upstream's tree within the archive limits (files, bytes), checked before it is
+    checked out: a commit of a few objects can repeat one subtree into billions of files."""
+    max_files, max_bytes = ARCHIVE_MEMBERS.value(), ARCHIVE_BYTES.value()
+    files, size = repo.tree_size(tree, max_files, max_bytes)
+    over = (
+        (f"more than {max_files} files", ARCHIVE_MEMBERS)
+        if files > max_files
+        else (f"more than {human(max_bytes)}", ARCHIVE_BYTES)
+        if size > max_bytes
+        else None
+    )
+    if over is not None:
+        what, limit = over
+        raise ConfigError(
+            f"the tree of {series.upstream.describe()} holds {what} (limit {limit.env}); "
+            "nothing was checked out",
+            path=series.path,
+            key="upstream.commit",
+            hint=limit.hint(),
+        )
 
 
 def _check_commit(series: Series, cache: Git, commit: str) -> None:

@@ -834,6 +834,45 @@ def test_a_git_pin_that_names_no_commit_or_no_directory(box: Sandbox, run: Run, 
     assert run(*apply_args(box)).code == 0
 
 
+def _git_bomb(path: Path, levels: int, width: int) -> tuple[str, str]:
+    """A repository whose commit's tree repeats one subtree `width` times per level: a few
+    objects that check out as width**levels files (https://github.com/Katee/git-bomb)."""
+    git = Git.init(path)
+    blob = git.run("hash-object", "-w", "--stdin", stdin=b"x" * 100).decode().strip()
+    entry, kind = blob, "blob"
+    for _ in range(levels):
+        mode = "100644" if kind == "blob" else "040000"
+        listing = "".join(f"{mode} {kind} {entry}\td{i}\n" for i in range(width))
+        entry, kind = git.run("mktree", stdin=listing.encode()).decode().strip(), "tree"
+    commit = git.commit_tree(entry, b"bomb\n")
+    git.update_ref("HEAD", commit)
+    return commit, entry
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "needle"),
+    [
+        ("PATCHCTL_MAX_ARCHIVE_MEMBERS", "1000", "more than 1000 files"),
+        ("PATCHCTL_MAX_ARCHIVE_BYTES", "100000", "more than 97.7 KiB"),
+    ],
+)
+def test_a_git_upstream_over_the_tree_limits_is_refused_before_checkout(
+    box: Sandbox, run: Run, monkeypatch: pytest.MonkeyPatch, variable: str, value: str, needle: str
+) -> None:
+    """A git tree, like an archive, is bounded (files, bytes) before anything is written: a
+    commit of a few objects can repeat one subtree into billions of files."""
+    commit, tree = _git_bomb(box.upstream / "repo", levels=4, width=8)  # 4096 files, 400 KiB
+    (box.series / "series.yaml").write_text(_with_upstream(commit=commit, tree=tree))
+    monkeypatch.setenv(variable, value)
+    before = box.snapshot()
+    result = run(*apply_args(box, "--json"))
+    refused(result, 5, needle)
+    assert variable in result.err and "upstream.commit" in result.err
+    assert box.unexpected(before, ("cache",)) == []
+    monkeypatch.delenv(variable)
+    assert run(*apply_args(box)).code == 0  # within the defaults
+
+
 ACCEPTED_URLS = (
     "https://github.com/ggml-org/llama.cpp.git",
     "http://[::1]:8080/x.git",
@@ -1814,6 +1853,7 @@ CATEGORY = {
         "test_a_patch_file_that_is_a_directory_is_refused",
         "test_a_patch_file_over_the_size_limit_is_refused",
         "test_a_git_pin_that_names_no_commit_or_no_directory",
+        "test_a_git_upstream_over_the_tree_limits_is_refused_before_checkout",
     ),
     "URLs accepted": (
         "test_allowed_url_forms_load",
