@@ -87,6 +87,7 @@ NO_SYMLINK = re.compile(
 CHUNK = 1 << 20
 MAX_NAME = 4096  # bytes of a member path
 MAX_COMPONENT = 255  # bytes of one path component (NAME_MAX)
+MAX_DEPTH = 256  # components of a member path (directories are opened one by one, recursively)
 MAX_LINK = 4096  # bytes of a symlink target
 MAX_HOPS = 40  # symlinks followed while resolving one target (the kernel's limit)
 CONTROL = re.compile("[\x00-\x1f\x7f]")  # refused in member names
@@ -181,6 +182,8 @@ def _check_name(archive: Path, name: str) -> str:
         raise _unsafe(archive, name, "contains '..'")
     if CONTROL.search(name):
         raise _unsafe(archive, name, "has a control character in its name")
+    if len(parts) > MAX_DEPTH:
+        raise _unsafe(archive, name, f"is nested deeper than {MAX_DEPTH} directories")
     encoded = name.encode("utf-8", "surrogateescape")
     if len(encoded) > MAX_NAME or (
         len(encoded) > MAX_COMPONENT

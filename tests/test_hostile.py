@@ -202,6 +202,11 @@ ARCHIVE_CASES: dict[str, ArchiveCase] = {
     "name-control-character": ArchiveCase(
         (M(T + "f", data=b"x"), M(T + "a\nb", data=b"x")), ("tar.gz", "zip"), "control character"
     ),
+    "name-too-deep": ArchiveCase(
+        (M(T + "f", data=b"x"), M(T + "a/" * 1500 + "f", data=b"x")),
+        ("tar.gz", "zip"),
+        "nested deeper than 256 directories",
+    ),
     "name-too-long": ArchiveCase(
         (M(T + "f", data=b"x"), M(T + "n" * 300, data=b"x")), ("tar.gz", "zip"), "longer than"
     ),
