@@ -15,6 +15,8 @@ write, and an existing file is never overwritten (exit 8).
 
 from __future__ import annotations
 
+import email
+import email.policy
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -66,7 +68,16 @@ class Incoming:
 
 
 def read_source(source: Path) -> tuple[str, list[Incoming]]:
-    """(kind, patches) of a quilt series, a format-patch directory or an mbox/patch file."""
+    """(kind, patches) of a quilt series, a format-patch directory or an mbox/patch file;
+    each patch checked to hold its diff as git apply will read it (`check_not_encoded`)."""
+    kind, found = _read_source(source)
+    for item in found:
+        check_not_encoded(source, item)
+        check_line_ends(source, item)
+    return kind, found
+
+
+def _read_source(source: Path) -> tuple[str, list[Incoming]]:
     if source.is_dir():
         if (source / QUILT_SERIES).is_file():
             return "quilt", read_quilt(source / QUILT_SERIES)
@@ -76,6 +87,55 @@ def read_source(source: Path) -> tuple[str, list[Incoming]]:
     if source.name == QUILT_SERIES:
         return "quilt", read_quilt(source)
     return "mbox", split_mbox(_read_bounded(source), source.name)
+
+
+def check_not_encoded(source: Path, item: Incoming) -> None:
+    """Refuse a patch whose diff is in a mail part with a transfer encoding that decoding
+    changes (quoted-printable, base64): patch files are stored as they are and git apply
+    reads them so, which would apply the encoded text (`=3D` for `=`) or nothing. A part
+    whose decoding changes nothing (plain ASCII lines in quoted-printable) is kept."""
+    if not TRANSFER_ENCODING.search(item.data):
+        return  # the common case: no MIME transfer encoding at all
+    message = email.message_from_bytes(item.data, policy=email.policy.compat32)
+    for part in message.walk():
+        encoding = str(part.get("Content-Transfer-Encoding", "")).strip().lower()
+        if part.is_multipart() or encoding not in ("quoted-printable", "base64"):
+            continue
+        raw = str(part.get_payload(decode=False)).encode("ascii", "surrogateescape")
+        decoded = part.get_payload(decode=True)
+        if isinstance(decoded, bytes) and DIFF_START.search(decoded) and decoded != raw:
+            raise ConfigError(
+                f"{values.shown(item.name)}: its diff is {encoding}-encoded (a MIME part), and "
+                "git apply would read the encoded text",
+                path=source,
+                hint="import the patch as git format-patch wrote it, or an mbox that "
+                "`b4 am` decoded",
+            )
+
+
+def check_line_ends(source: Path, item: Incoming) -> None:
+    """Refuse a patch whose diff header lines end in CRLF: git writes them with LF whatever
+    the files hold, so the whole text was converted on the way (a CRLF mbox, a Windows
+    checkout), and git apply would write the CR bytes into the files it creates (git am
+    strips them; a file's own CRLF lines stay CRLF inside an LF patch)."""
+    found = DIFF_HEADER_CRLF.search(item.data)
+    if found is not None:
+        line = item.data.count(b"\n", 0, found.start()) + 1
+        raise ConfigError(
+            f"{values.shown(item.name)}: its line ends were converted to CRLF (line {line} "
+            "is a diff header ending in CR LF), and git apply would write the CR bytes into "
+            "the files",
+            path=source,
+            hint="convert it back to LF line ends (e.g. `dos2unix`), or import the patch as "
+            "git format-patch wrote it",
+        )
+
+
+# `diff --git` and `@@` lines: never a hunk's content line, and git ends them with LF (a
+# CR at the end of a file name is quoted; one after a hunk's function context is trimmed).
+DIFF_HEADER_CRLF = re.compile(rb"^(?:diff --git |@@ -)[^\n]*\r\n", re.MULTILINE)
+TRANSFER_ENCODING = re.compile(rb"^content-transfer-encoding:", re.IGNORECASE | re.MULTILINE)
+DIFF_START = re.compile(rb"^(?:diff --git |--- |@@ -)", re.MULTILINE)
 
 
 def _read_bounded(path: Path) -> bytes:
