@@ -7,8 +7,9 @@ Usage (from the project root; not run in CI):
 
 1. Fetch the source package once with `apt-get source --download-only linux` through a private
    apt configuration (a deb-src line for bookworm; the system's apt setup is never touched),
-   cached in `$PATCHCTL_TEST_CACHE` (default ~/.cache/patchctl-test), as the Debian
-   integration test does. The orig tarball is the `archive` upstream.
+   cached in `$PATCHCTL_TEST_CACHE` (default ~/.cache/patchctl-test) and checked against the
+   .dsc's sha256 sums on every use (tests/support/debian.py, as the Debian integration test).
+   The orig tarball is the `archive` upstream.
 2. Reference: `tar x` of the orig tarball + `git init` + `git add -A` + `git commit` (auto gc
    off, as patchctl pins it: a background gc would otherwise run into the next step).
 3. `patchctl cleanroom apply` with an empty series and an empty (private) patchctl cache:
@@ -51,39 +52,11 @@ from typing import Any
 from patchctl.git import Git, hermetic_env
 from patchctl.series import load_series
 
-SUITE = "bookworm"
-MIRROR = "http://deb.debian.org/debian"
-KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
-CACHE = Path(os.environ.get("PATCHCTL_TEST_CACHE") or Path.home() / ".cache" / "patchctl-test")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+from support.debian import fetch_debian_source, source_files
 
 # ----------------------------------------------------------------------------- the source
-
-
-def fetch_source(cache: Path, package: str) -> Path:
-    """The directory holding <package>_*.dsc, .orig.tar.* and .debian.tar.* (fetched once)."""
-    src = cache / "debian-src" / SUITE / package
-    if list(src.glob("*.orig.tar.*")) and list(src.glob("*.debian.tar.*")):
-        return src
-    apt = cache / "apt" / SUITE
-    for sub in ("lists/partial", "cache/archives/partial"):
-        (apt / sub).mkdir(parents=True, exist_ok=True)
-    signed = f"[signed-by={KEYRING}] " if Path(KEYRING).is_file() else ""
-    (apt / "sources.list").write_text(f"deb-src {signed}{MIRROR} {SUITE} main\n")
-    opts = {
-        "Dir::Etc::SourceList": str(apt / "sources.list"),
-        "Dir::Etc::SourceParts": "/nonexistent",
-        "Dir::State::Lists": str(apt / "lists"),
-        "Dir::Cache": str(apt / "cache"),
-        "Debug::NoLocking": "1",
-    }
-    if os.geteuid() == 0:
-        opts["APT::Sandbox::User"] = "root"
-    args = ["-q", *(a for k, v in opts.items() for a in ("-o", f"{k}={v}"))]
-    src.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["apt-get", *args, "update"], check=True, capture_output=True)
-    subprocess.run(["apt-get", *args, "source", "--download-only", package], check=True, cwd=src)
-    return src
 
 
 def sha256(path: Path) -> str:
@@ -261,13 +234,13 @@ def main() -> None:
     work = args.workdir.resolve()
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    src = fetch_source(CACHE, args.package)
-    orig = next(src.glob("*.orig.tar.*"))
+    source = source_files(fetch_debian_source(args.package))
+    orig = source.orig
     pc = [args.patchctl]
     if args.steps == "create":
         only_create(args, pc, work, orig)
         return
-    debian_tar = next(src.glob("*.debian.tar.*"))
+    debian_tar = source.debian
     subprocess.run(["tar", "xf", str(debian_tar), "-C", str(work)], check=True)
     quilt = work / "debian" / "patches"
     env = {**os.environ, "PATCHCTL_CACHE_DIR": str(work / "cache")}

@@ -1,0 +1,214 @@
+"""The Debian quilt corpus: patchctl's whole import pipeline on real series nobody here wrote.
+
+For one source package (support/debian.py fetches and checks it), through the real CLI
+(`python -m patchctl ... --json`, one subprocess per step, in a fresh project directory):
+
+1. `init ORIG.tar.*`: the orig tarball is the `archive` upstream;
+2. `import debian/patches/series`: Debian's patches, byte for byte (checked after the step);
+3. `verify --all`: forward, reverse and re-export of every patch (tree-exact);
+4. `cleanroom apply` (strict): exit 10 names the first patch quilt took at an offset or with
+   fuzz; then `refresh --all` rewrites the drifted ones (headers kept) and `cleanroom apply`
+   runs again;
+5. `verify --all` again.
+
+The first step that fails ends the package's run; every step's command, exit code, wall seconds
+and error (type, message, hint) is kept. Component tarballs (`.orig-<name>.tar.*`, which
+dpkg-source unpacks into `<name>/`) are not part of the `archive` upstream (one tarball): they
+are listed in the result, with the patches that touch `<name>/` (those fail to apply).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from patchctl.series import load_series
+from support.debian import (
+    CACHE,
+    NotQuilt,
+    SourceUnavailable,
+    fetch_debian_source,
+    source_files,
+)
+
+EXIT_DRIFT = 10
+
+
+@dataclass
+class Step:
+    """One patchctl command of the pipeline and what it did."""
+
+    name: str
+    argv: list[str]
+    exit_code: int
+    seconds: float
+    error: str | None = None
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Outcome:
+    """One package's run: `result` is `ok`, `failed: <step>`, `skipped: <why>` or
+    `unavailable: <why>`."""
+
+    package: str
+    version: str = ""
+    patches: int = 0
+    series_options: list[str] = field(default_factory=list)
+    components: dict[str, list[str]] = field(default_factory=dict)
+    steps: list[Step] = field(default_factory=list)
+    result: str = ""
+    seconds: float = 0.0
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def quilt_series(series: Path) -> list[tuple[str, list[str]]]:
+    """(patch name, quilt options) of each entry of a quilt series file, comments and blank
+    lines skipped, as quilt reads it."""
+    entries = []
+    for line in series.read_text(encoding="utf-8", errors="replace").splitlines():
+        words = line.split("#", 1)[0].split() if not line.lstrip().startswith("#") else []
+        if words:
+            entries.append((words[0], words[1:]))
+    return entries
+
+
+def _error(data: dict[str, Any], stderr: str) -> str | None:
+    if data.get("ok", True) and "error" not in data:
+        return None
+    if "error" in data:
+        hint = f" (hint: {data['hint']})" if data.get("hint") else ""
+        return f"{data['error']}: {data.get('message', '')}{hint}"
+    return stderr.strip()[-2000:] or None
+
+
+def _summary(name: str, data: dict[str, Any]) -> dict[str, Any]:
+    if name == "import" and "imported" in data:
+        drifted = [e for e in data["imported"] if e.get("drift")]
+        kinds = sorted({h["kind"] for e in drifted for h in e.get("hunks", [])})
+        return {"imported": len(data["imported"]), "drifted": len(drifted), "kinds": kinds}
+    if name.startswith("verify") and "patches" in data:
+        return {"verified": sum(1 for p in data["patches"] if p.get("ok")), "ok": data.get("ok")}
+    if name == "refresh" and "patches" in data:
+        return {"refreshed": sum(1 for p in data["patches"] if p.get("refreshed"))}
+    if name.startswith("apply") and "applied" in data:
+        return {"applied": len(data["applied"])}
+    if name.startswith("apply") and "patch" in data:
+        return {"stopped_at": data["patch"]}
+    return {}
+
+
+def run_step(name: str, args: list[str], project: Path) -> Step:
+    """Run `python -m patchctl ARGS --json` in `project` and record it."""
+    argv = ["patchctl", *args, "--json"]
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", *argv], cwd=project, capture_output=True, text=True, check=False
+    )
+    seconds = round(time.monotonic() - started, 2)
+    try:
+        data = json.loads(done.stdout) if done.stdout.strip() else {}
+    except json.JSONDecodeError:
+        data = {"ok": False}
+    step = Step(name, argv, done.returncode, seconds, _error(data, done.stderr))
+    step.summary = _summary(name, data)
+    if done.returncode != 0 and step.error is None:
+        step.error = done.stderr.strip()[-2000:] or f"exit {done.returncode}, no message"
+    return step
+
+
+def touches(patch: Path, directory: str) -> bool:
+    """True when the patch names a path under `directory/` (after the first component)."""
+    for line in patch.read_bytes().splitlines():
+        if line.startswith((b"--- ", b"+++ ")):
+            parts = line[4:].split(b"\t")[0].split(b"/")
+            if len(parts) > 2 and parts[1] == directory.encode():
+                return True
+    return False
+
+
+def bytes_kept(series_dir: Path, quilt: Path, names: list[str]) -> bool:
+    """True when the series' patch files are Debian's, byte for byte, in Debian's order."""
+    series = load_series(series_dir)
+    if len(series.patches) != len(names):
+        return False
+    return all(
+        series.patch_path(entry).read_bytes() == (quilt / name).read_bytes()
+        for entry, name in zip(series.patches, names, strict=True)
+    )
+
+
+def _pipeline(outcome: Outcome, orig: Path, quilt: Path, project: Path) -> None:
+    """Steps 1-5 of the module docstring, stopping at the first failure."""
+    series = f"patches/{outcome.package}"
+    steps = outcome.steps
+    for name, args in (
+        ("init", ["init", str(orig), "--series", series]),
+        ("import", ["import", str(quilt / "series"), "--series", series]),
+    ):
+        steps.append(run_step(name, args, project))
+        if steps[-1].exit_code != 0:
+            outcome.result = f"failed: {name}"
+            return
+    names = [name for name, _ in quilt_series(quilt / "series")]
+    steps[-1].summary["bytes_kept"] = bytes_kept(project / series, quilt, names)
+    for name, args in (
+        ("verify", ["verify", "--all", "--series", series]),
+        ("apply", ["cleanroom", "apply", "--series", series]),
+    ):
+        steps.append(run_step(name, args, project))
+    if steps[-1].exit_code == EXIT_DRIFT:
+        steps.append(run_step("refresh", ["refresh", "--all", "--series", series], project))
+        apply = ["cleanroom", "apply", "--series", series]
+        steps.append(run_step("apply-refreshed", apply, project))
+    steps.append(run_step("verify-final", ["verify", "--all", "--series", series], project))
+    failed = [s.name for s in steps if not _passed(s)]
+    outcome.result = f"failed: {failed[0]}" if failed else "ok"
+
+
+def _passed(step: Step) -> bool:
+    """Exit 0, or the first strict apply's exit 10 (drift: a refresh follows it)."""
+    return step.exit_code == 0 or (step.name == "apply" and step.exit_code == EXIT_DRIFT)
+
+
+def run_package(package: str, workdir: Path, cache: Path = CACHE) -> Outcome:
+    """Fetch `package` and run the pipeline on it in `workdir/<package>` (made afresh)."""
+    outcome = Outcome(package)
+    started = time.monotonic()
+    try:
+        source = source_files(fetch_debian_source(package, cache))
+    except SourceUnavailable as exc:
+        outcome.result = f"unavailable: {exc}"
+        return outcome
+    except NotQuilt as exc:
+        outcome.result = f"skipped: {exc}"
+        return outcome
+    outcome.version = source.version
+    here = workdir / package
+    if here.exists():
+        shutil.rmtree(here)
+    (here / "project").mkdir(parents=True)
+    with tarfile.open(source.debian) as tar:  # debian/ may link into the source tree
+        tar.extractall(here, filter="data")
+    quilt = here / "debian" / "patches"
+    if not (quilt / "series").is_file():
+        outcome.result = "skipped: no debian/patches/series"
+        return outcome
+    entries = quilt_series(quilt / "series")
+    outcome.patches = len(entries)
+    outcome.series_options = sorted({" ".join(opts) for _, opts in entries if opts})
+    outcome.components = {
+        name: [p for p, _ in entries if touches(quilt / p, name)] for name in source.components
+    }
+    _pipeline(outcome, source.orig, quilt, here / "project")
+    outcome.seconds = round(time.monotonic() - started, 2)
+    return outcome
