@@ -27,21 +27,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from support.corpus import Outcome, run_package
 
-# Varied patch styles, small sources (see docs/benchmarks/series-corpus.md for what each adds).
+# Varied patch styles, small sources (docs/benchmarks/series-corpus.md: what each adds).
 DEFAULT_PACKAGES = (
-    "less",
-    "openssh",
-    "curl",
-    "rsync",
-    "vim",
-    "sqlite3",
-    "bash",
-    "libpng1.6",
-    "file",
-    "tar",
-    "xz-utils",
-    "sudo",
-    "procps",
+    "less",  # the first series tried (tests/test_integration_debian.py)
+    "openssh",  # 53 gbp-pq (git format-patch) patches with DEP-3 headers
+    "curl",  # comments and blank lines in series, Index: headers, CRLF, new files
+    "rsync",  # 63 patches, most in subdirectories, new and deleted files
+    "vim",  # patches in a subdirectory, new files
+    "sqlite3",  # a component tarball (.orig-www.tar.xz)
+    "bash",  # Index: headers, offsets
+    "libpng1.6",  # format-patch series, new files
+    "tar",  # Index: headers, .diff names, offsets
+    "openssl",  # a new executable file (mode 100755)
+    "libxml2",  # 39 patches, subdirectories, Index: and format-patch mixed
+    "xz-utils",  # new and deleted files
+    "procps",  # a 0-byte patch in series: refused, exit 3
 )
 
 

@@ -10,9 +10,10 @@ Three small bookworm source packages, each for what its series has that others l
 
 Each runs init (orig tarball as `archive` upstream), import, verify --all, strict apply
 (refresh --all and apply again on drift) and verify --all through the real CLI in a
-subprocess. The source packages are fetched once and cached (support/debian.py), sha256-checked
-against their .dsc on every use. scripts/series_corpus.py runs the same pipeline on the wider
-list recorded in docs/benchmarks/series-corpus.md.
+subprocess, and ends at the tree dpkg-source's own `patch` call makes of Debian's files. The
+source packages are fetched once and cached (support/debian.py), sha256-checked against their
+.dsc on every use. scripts/series_corpus.py runs the same pipeline on the wider list recorded
+in docs/benchmarks/series-corpus.md.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ def _assert_pipeline_passed(outcome: Outcome) -> dict[str, Step]:
     assert steps["import"].summary["bytes_kept"] is True
     assert steps["verify"].summary == {"verified": outcome.patches, "ok": True}
     assert steps["verify-final"].summary == {"verified": outcome.patches, "ok": True}
+    oracle = steps["dpkg-source"]  # Debian's files through dpkg-source's `patch`: the same tree
+    assert oracle.exit_code == 0 and oracle.summary["equal"] is True, oracle
     return steps
 
 

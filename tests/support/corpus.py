@@ -9,17 +9,21 @@ For one source package (support/debian.py fetches and checks it), through the re
 4. `cleanroom apply` (strict): exit 10 names the first patch quilt took at an offset or with
    fuzz; then `refresh --all` rewrites the drifted ones (headers kept) and `cleanroom apply`
    runs again;
-5. `verify --all` again.
+5. `verify --all` again;
+6. the oracle: the orig tarball unpacked and Debian's own patch files applied with the `patch`
+   call dpkg-source makes (offsets allowed, no fuzz); its tree must be the clean room's.
 
-The first step that fails ends the package's run; every step's command, exit code, wall seconds
-and error (type, message, hint) is kept. Component tarballs (`.orig-<name>.tar.*`, which
-dpkg-source unpacks into `<name>/`) are not part of the `archive` upstream (one tarball): they
-are listed in the result, with the patches that touch `<name>/` (those fail to apply).
+The first step of 1-2 that fails ends the package's run; every step's command, exit code,
+wall seconds and error (type, message, hint) is kept. Component tarballs
+(`.orig-<name>.tar.*`, which dpkg-source unpacks into `<name>/`) are not part of the `archive`
+upstream (one tarball): they are listed in the result, with the patches that touch `<name>/`
+(those fail to apply).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -29,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from patchctl.git import Git
 from patchctl.series import load_series
 from support.debian import (
     CACHE,
@@ -62,6 +67,7 @@ class Outcome:
     version: str = ""
     patches: int = 0
     series_options: list[str] = field(default_factory=list)
+    features: dict[str, int] = field(default_factory=dict)
     components: dict[str, list[str]] = field(default_factory=dict)
     steps: list[Step] = field(default_factory=list)
     result: str = ""
@@ -80,6 +86,38 @@ def quilt_series(series: Path) -> list[tuple[str, list[str]]]:
         if words:
             entries.append((words[0], words[1:]))
     return entries
+
+
+# What a series' files hold, by the first line (re.M) that shows it.
+FEATURES = {
+    "format-patch": re.compile(rb"^From [0-9a-f]{40} ", re.M),
+    "dep3": re.compile(rb"^(Forwarded|Last-Update|Bug-Debian|Origin): ", re.M),
+    "index-header": re.compile(rb"^Index: ", re.M),
+    "crlf": re.compile(rb"\r\n"),
+    "new-or-deleted-file": re.compile(rb"^(--- /dev/null|\+\+\+ /dev/null)", re.M),
+    "mode": re.compile(rb"^(old mode|new mode|new file mode 100755)", re.M),
+    "binary": re.compile(rb"^(GIT binary patch|Binary files )", re.M),
+    "rename": re.compile(rb"^rename from ", re.M),
+}
+
+
+def _read(patch: Path) -> bytes:
+    """A listed patch's bytes; b"" for one that is missing (import reports it, exit 15)."""
+    return patch.read_bytes() if patch.is_file() else b""
+
+
+def features(quilt: Path, names: list[str]) -> dict[str, int]:
+    """How many of the series' patches show each FEATURES style, plus the series file's own:
+    patches in subdirectories, comment and blank lines (only the styles present)."""
+    data = [_read(quilt / p) for p in names]
+    counts = {
+        name: sum(bool(pattern.search(d)) for d in data) for name, pattern in FEATURES.items()
+    }
+    lines = (quilt / "series").read_bytes().splitlines()
+    counts["subdirectory"] = sum("/" in p for p in names)
+    counts["series-comments"] = sum(line.lstrip().startswith(b"#") for line in lines)
+    counts["series-blank-lines"] = sum(not line.strip() for line in lines)
+    return {name: count for name, count in counts.items() if count}
 
 
 def _error(data: dict[str, Any], stderr: str) -> str | None:
@@ -101,7 +139,7 @@ def _summary(name: str, data: dict[str, Any]) -> dict[str, Any]:
     if name == "refresh" and "patches" in data:
         return {"refreshed": sum(1 for p in data["patches"] if p.get("refreshed"))}
     if name.startswith("apply") and "applied" in data:
-        return {"applied": len(data["applied"])}
+        return {"applied": len(data["applied"]), "tree": data.get("tree")}
     if name.startswith("apply") and "patch" in data:
         return {"stopped_at": data["patch"]}
     return {}
@@ -128,7 +166,7 @@ def run_step(name: str, args: list[str], project: Path) -> Step:
 
 def touches(patch: Path, directory: str) -> bool:
     """True when the patch names a path under `directory/` (after the first component)."""
-    for line in patch.read_bytes().splitlines():
+    for line in _read(patch).splitlines():
         if line.startswith((b"--- ", b"+++ ")):
             parts = line[4:].split(b"\t")[0].split(b"/")
             if len(parts) > 2 and parts[1] == directory.encode():
@@ -145,6 +183,37 @@ def bytes_kept(series_dir: Path, quilt: Path, names: list[str]) -> bool:
         series.patch_path(entry).read_bytes() == (quilt / name).read_bytes()
         for entry, name in zip(series.patches, names, strict=True)
     )
+
+
+# dpkg-source's own `patch` call for a 3.0 (quilt) package (offsets allowed, no fuzz, files
+# left empty removed), without its backups (it keeps them in .pc/, not in the tree).
+DPKG_PATCH = (
+    *("patch", "-t", "-F", "0", "-N", "-p1", "-u", "-V", "never", "-E", "-s"),
+    "--no-backup-if-mismatch",
+)
+
+
+def dpkg_source_tree(orig: Path, quilt: Path, names: list[str], where: Path) -> Step:
+    """The oracle: `tar x` of the orig tarball (top directory stripped) and each of Debian's
+    own patch files through DPKG_PATCH, as dpkg-source unpacks the package; the git tree id of
+    the result is the step's `tree` (None when a patch did not apply)."""
+    started = time.monotonic()
+    where.mkdir(parents=True)
+    subprocess.run(["tar", "xf", str(orig), "-C", str(where), "--strip-components=1"], check=True)
+    step = Step("dpkg-source", [*DPKG_PATCH, "-i", "<each patch>"], 0, 0.0)
+    for name in names:
+        done = subprocess.run(
+            [*DPKG_PATCH, "-i", str(quilt / name)], cwd=where, capture_output=True, text=True
+        )
+        if done.returncode != 0:
+            step.exit_code, step.error = done.returncode, f"{name}: {done.stdout}{done.stderr}"
+            break
+    else:
+        git = Git.init(where)
+        git.add_all()
+        step.summary["tree"] = git.write_tree()
+    step.seconds = round(time.monotonic() - started, 2)
+    return step
 
 
 def _pipeline(outcome: Outcome, orig: Path, quilt: Path, project: Path) -> None:
@@ -171,12 +240,18 @@ def _pipeline(outcome: Outcome, orig: Path, quilt: Path, project: Path) -> None:
         apply = ["cleanroom", "apply", "--series", series]
         steps.append(run_step("apply-refreshed", apply, project))
     steps.append(run_step("verify-final", ["verify", "--all", "--series", series], project))
+    steps.append(dpkg_source_tree(orig, quilt, names, project.parent / "dpkg-source"))
+    final = next(s for s in reversed(steps) if s.name.startswith("apply"))
+    steps[-1].summary["equal"] = steps[-1].summary.get("tree") == final.summary.get("tree")
     failed = [s.name for s in steps if not _passed(s)]
     outcome.result = f"failed: {failed[0]}" if failed else "ok"
 
 
 def _passed(step: Step) -> bool:
-    """Exit 0, or the first strict apply's exit 10 (drift: a refresh follows it)."""
+    """Exit 0 (for the oracle: the same tree as patchctl's), or the first strict apply's exit
+    10 (drift: a refresh follows it)."""
+    if step.name == "dpkg-source":
+        return step.exit_code == 0 and step.summary.get("equal") is True
     return step.exit_code == 0 or (step.name == "apply" and step.exit_code == EXIT_DRIFT)
 
 
@@ -206,6 +281,7 @@ def run_package(package: str, workdir: Path, cache: Path = CACHE) -> Outcome:
     entries = quilt_series(quilt / "series")
     outcome.patches = len(entries)
     outcome.series_options = sorted({" ".join(opts) for _, opts in entries if opts})
+    outcome.features = features(quilt, [name for name, _ in entries])
     outcome.components = {
         name: [p for p, _ in entries if touches(quilt / p, name)] for name in source.components
     }
