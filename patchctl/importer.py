@@ -50,6 +50,9 @@ MBOX_FROM = re.compile(
 HEADER_FIELD = re.compile(rb"^[\x21-\x39\x3b-\x7e]+:")
 QUOTED_FROM = re.compile(rb"^>+From ")
 NUMBER = re.compile(r"^([0-9]{4})-")
+# A series-file comment, as quilt and dpkg-source read one: from a `#` that starts the line or
+# follows whitespace (a `#` inside a patch name, `fix-bug#123.patch`, is part of the name).
+QUILT_COMMENT = re.compile(rb"(?:^|\s)#.*$")
 HEADER_END = re.compile(rb"^(---|diff |Index: |\+\+\+ |--- )")
 MAX_SUFFIX = 999  # ids tried per import entry before giving up (`<id>-2` ... `<id>-999`)
 
@@ -89,11 +92,12 @@ def _read_bounded(path: Path) -> bytes:
 
 
 def read_quilt(series_file: Path) -> list[Incoming]:
-    """The patches a quilt series file lists, in order (only -p1, the quilt default)."""
+    """The patches a quilt series file lists, in order (only -p1, the quilt default); `#`
+    starts a comment at the start of a line or after whitespace (QUILT_COMMENT)."""
     found = []
     folder = series_file.parent.resolve()
     for n, raw in enumerate(_read_bounded(series_file).splitlines(), 1):
-        words = raw.split(b"#", 1)[0].split()
+        words = QUILT_COMMENT.sub(b"", raw.strip()).split()
         if not words:
             continue
         if any(w != b"-p1" for w in words[1:]):

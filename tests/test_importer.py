@@ -225,6 +225,23 @@ def test_a_patch_that_changes_nothing_is_refused_naming_its_file(
     assert not any(series.dir.glob("*.patch"))
 
 
+def test_a_hash_inside_a_quilt_patch_name_is_part_of_the_name(tmp_path: Path) -> None:
+    """dpkg-source and quilt read `#` as a comment only at a line's start or after whitespace:
+    `fix-bug#1.patch` names that file, never `fix-bug` (which may exist, with other bytes)."""
+    d = tmp_path / "q"
+    d.mkdir()
+    (d / "fix-bug#1.patch").write_bytes(DEP3)
+    (d / "fix-bug").write_bytes(GBP)
+    (d / "readme.patch").write_bytes(GBP)
+    (d / "series").write_bytes(
+        b"  # a comment\nfix-bug#1.patch\t# why\nreadme.patch -p1 #no space after\n#x.patch\n"
+    )
+    kind, incoming = read_source(d)
+    assert kind == "quilt"
+    expected = [("fix-bug#1.patch", DEP3), ("readme.patch", GBP)]
+    assert [(i.name, i.data) for i in incoming] == expected
+
+
 def test_quilt_options_and_missing_files(tmp_path: Path) -> None:
     d = tmp_path / "q"
     d.mkdir()

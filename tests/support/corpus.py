@@ -78,11 +78,12 @@ class Outcome:
 
 
 def quilt_series(series: Path) -> list[tuple[str, list[str]]]:
-    """(patch name, quilt options) of each entry of a quilt series file, comments and blank
-    lines skipped, as quilt reads it."""
+    """(patch name, options) of each entry of a quilt series file as dpkg-source reads it
+    (Dpkg::Source::Quilt::read_patch_list: a comment starts at `#` at the line's start or after
+    whitespace). Written apart from patchctl's reader, so the oracle does not share its bugs."""
     entries = []
     for line in series.read_text(encoding="utf-8", errors="replace").splitlines():
-        words = line.split("#", 1)[0].split() if not line.lstrip().startswith("#") else []
+        words = re.sub(r"(?:^|\s+)#.*$", "", line.strip()).split()
         if words:
             entries.append((words[0], words[1:]))
     return entries
