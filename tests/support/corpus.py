@@ -194,13 +194,26 @@ DPKG_PATCH = (
 )
 
 
+def _unpack(orig: Path, where: Path) -> None:
+    """`tar x` of the orig tarball into `where`, its single top directory stripped when it has
+    one (as dpkg-source does; a tarball of loose files is taken as it is)."""
+    raw = where.with_name(where.name + ".tar-x")
+    raw.mkdir(parents=True)
+    subprocess.run(["tar", "xf", str(orig), "-C", str(raw)], check=True)
+    top = list(raw.iterdir())
+    if len(top) == 1 and top[0].is_dir() and not top[0].is_symlink():
+        top[0].rename(where)
+        raw.rmdir()
+    else:
+        raw.rename(where)
+
+
 def dpkg_source_tree(orig: Path, quilt: Path, names: list[str], where: Path) -> Step:
-    """The oracle: `tar x` of the orig tarball (top directory stripped) and each of Debian's
+    """The oracle: `tar x` of the orig tarball (_unpack) and each of Debian's
     own patch files through DPKG_PATCH, as dpkg-source unpacks the package; the git tree id of
     the result is the step's `tree` (None when a patch did not apply)."""
     started = time.monotonic()
-    where.mkdir(parents=True)
-    subprocess.run(["tar", "xf", str(orig), "-C", str(where), "--strip-components=1"], check=True)
+    _unpack(orig, where)
     step = Step("dpkg-source", [*DPKG_PATCH, "-i", "<each patch>"], 0, 0.0)
     for name in names:
         done = subprocess.run(
