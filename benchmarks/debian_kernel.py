@@ -37,7 +37,6 @@ one run is at the mercy of whatever else runs during it.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import platform
@@ -49,23 +48,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from patchctl.fsio import sha256_file
 from patchctl.git import Git, hermetic_env
 from patchctl.series import load_series
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from support.debian import fetch_debian_source, source_files
-
-# ----------------------------------------------------------------------------- the source
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as stream:
-        for block in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
 
 # ----------------------------------------------------------------------------- measuring
 
@@ -120,7 +109,7 @@ def write_series(directory: Path, orig: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "series.yaml").write_text(
         "version: 1\nupstream:\n  kind: archive\n"
-        f"  path: {orig}\n  sha256: {sha256(orig)}\npatches: []\n"
+        f"  path: {orig}\n  sha256: {sha256_file(orig)}\npatches: []\n"
     )
     return directory
 
@@ -208,7 +197,7 @@ def only_create(args: argparse.Namespace, pc: list[str], work: Path, orig: Path)
     ]
     result = {
         "orig": orig.name,
-        "orig_sha256": sha256(orig),
+        "orig_sha256": sha256_file(orig),
         "runs": args.repeat,
         "median_s": {"ref_create": ref, "patchctl_create": ours},
         "ratio_of_medians": round(ours / ref, 2),
@@ -310,7 +299,7 @@ def main() -> None:
     result = {
         "package": top,
         "orig": orig.name,
-        "orig_sha256": sha256(orig),
+        "orig_sha256": sha256_file(orig),
         "files": len(Git(ref).run("ls-files", "-z").split(b"\0")) - 1,
         "patches": len(ids),
         "drifted_as_shipped": len(drifted),

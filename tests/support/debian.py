@@ -14,13 +14,14 @@ the component tarballs (`.orig-<component>.tar.*`, which dpkg-source unpacks int
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
+from patchctl.fsio import sha256_file
 
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
@@ -93,14 +94,6 @@ def dsc_checksums(dsc: Path) -> dict[str, str]:
     return sums
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as stream:
-        for block in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def verified(src: Path) -> bool:
     """True when `src` holds one .dsc and every file it lists, with the sha256 it names."""
     dscs = list(src.glob("*.dsc"))
@@ -108,7 +101,8 @@ def verified(src: Path) -> bool:
         return False
     sums = dsc_checksums(dscs[0])
     return bool(sums) and all(
-        (src / name).is_file() and _sha256(src / name) == digest for name, digest in sums.items()
+        (src / name).is_file() and sha256_file(src / name) == digest
+        for name, digest in sums.items()
     )
 
 
