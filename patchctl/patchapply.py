@@ -176,9 +176,9 @@ def drift_summary(drift: list[Drift]) -> str | None:
 
 NO_CHANGES = "the patch file contains no changes"
 NO_CHANGES_HINT = (
-    "it holds no diff git can apply (it is empty, or a header without a file section); quilt "
-    "applies an empty patch as a no-op, patchctl refuses a patch that changes nothing: remove "
-    "it from the series (or give it its diff)"
+    "the file is empty or holds only a header, no file section git can apply; quilt applies "
+    "such a patch as a no-op, patchctl refuses a patch that changes nothing: remove it from the "
+    "series, or give it its diff"
 )
 
 
