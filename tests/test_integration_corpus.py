@@ -2,8 +2,8 @@
 
 Three small bookworm source packages, each for what its series has that others lack:
 - `sqlite3`: a component tarball (`.orig-www.tar.xz`, unpacked by dpkg-source into `www/`)
-  beside the orig tarball, reported by the pipeline (no patch touches `www/`), and patches
-  quilt takes at an offset (refreshed);
+  beside the orig tarball: the upstream is one tarball of both, laid out as dpkg-source
+  unpacks them; and patches quilt takes at an offset (refreshed);
 - `vim`: patches in a subdirectory of debian/patches (`debian/...`), and patches that create
   files, all exact as shipped;
 - `tar`: `Index:` headers (diffs written by `diff -u`, not git) taken at an offset.
@@ -64,10 +64,14 @@ def _refreshed_after_drift(steps: dict[str, Step], patches: int) -> None:
     assert steps["apply-refreshed"].summary == {"applied": patches}
 
 
-def test_sqlite3_component_tarball_is_reported(tmp_path: Path) -> None:
+def test_sqlite3_component_tarball_is_part_of_the_upstream(tmp_path: Path) -> None:
     outcome = _outcome("sqlite3", tmp_path)
     steps = _assert_pipeline_passed(outcome)
-    assert outcome.components == {"www": []}  # listed, and no patch needs it
+    assert outcome.components == {"www": []}  # listed, with the patches that touch it: none
+    assert outcome.upstream["archive"] == "sqlite3_3.40.1.orig+www.tar"
+    room = tmp_path / "sqlite3" / "project" / "cleanroom" / "sqlite3"
+    assert (room / "www").is_dir() and any((room / "www").iterdir())
+    assert (room / "configure").is_file()  # and the orig tarball beside it
     _refreshed_after_drift(steps, outcome.patches)
 
 

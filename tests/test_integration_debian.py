@@ -17,6 +17,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from support.corpus import quilt_series
 from support.debian import AptMissing, DebianSource, fetch_debian_source, source_files
 from unidiff import PatchSet
 
@@ -56,11 +57,7 @@ def test_import_and_verify_real_quilt_series(
     debian = tmp_path / "debian"
     extract_archive(debian_source.debian, debian)  # strips debian/
     quilt = debian / "patches"
-    listed = [
-        line.split()[0]
-        for line in (quilt / "series").read_text().splitlines()
-        if line.strip() and not line.startswith("#")
-    ]
+    listed = [name for name, _options in quilt_series(quilt / "series")]
     assert len(listed) >= 3, "expected a real multi-patch quilt series"
 
     series_dir = tmp_path / "project" / "patches" / PACKAGE

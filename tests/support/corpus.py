@@ -16,10 +16,10 @@ For one source package (support/debian.py fetches and checks it), through the re
    (compare_trees lists them).
 
 The first step of 1-2 that fails ends the package's run; every step's command, exit code,
-wall seconds and error (type, message, hint) is kept. Component tarballs
-(`.orig-<name>.tar.*`, which dpkg-source unpacks into `<name>/`) are not part of the `archive`
-upstream (one tarball): they are listed in the result, with the patches that touch `<name>/`
-(those fail to apply).
+wall seconds and error (type, message, hint) is kept. A package with component tarballs
+(`.orig-<name>.tar.*`, which dpkg-source unpacks into `<name>/`) gets one tarball built of
+the tree dpkg-source unpacks (upstream_archive; an `archive` upstream is one file): the result
+names it with its sha256, and lists each component with the patches that touch it.
 """
 
 from __future__ import annotations
@@ -36,11 +36,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from patchctl.cleanroom import INFO_ATTRIBUTES
 from patchctl.fsio import sha256_file
 from patchctl.git import Git
 from patchctl.series import load_series
 from support.debian import (
     CACHE,
+    DebianSource,
     NotQuilt,
     SourceUnavailable,
     fetch_debian_source,
@@ -73,6 +75,7 @@ class Outcome:
     series_options: list[str] = field(default_factory=list)
     features: dict[str, int] = field(default_factory=dict)
     components: dict[str, list[str]] = field(default_factory=dict)
+    upstream: dict[str, str] = field(default_factory=dict)  # a tarball built with components
     steps: list[Step] = field(default_factory=list)
     result: str = ""
     seconds: float = 0.0
@@ -229,6 +232,9 @@ def dpkg_source_tree(orig: Path, quilt: Path, names: list[str], where: Path) -> 
             break
     else:
         git = Git.init(where)
+        info = where / ".git" / "info"  # no in-tree .gitattributes (eol, filters) applies:
+        info.mkdir(exist_ok=True)  # the tree's bytes as they are, as in a clean room
+        (info / "attributes").write_bytes(INFO_ATTRIBUTES)
         git.add_all()
         step.summary["tree"] = git.write_tree()
     step.seconds = round(time.monotonic() - started, 2)
@@ -265,6 +271,36 @@ def compare_trees(step: Step, cleanroom: Path, oracle: Path) -> None:
 
 
 EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+
+def upstream_archive(source: DebianSource, where: Path) -> Path:
+    """The `archive` upstream: the orig tarball, or for a package with component tarballs one
+    tarball of the tree dpkg-source unpacks from them (the orig tarball, each component in
+    `<component>/` replacing what the orig tarball had there; members in name order, _ownerless),
+    since an `archive` upstream is one file."""
+    if not source.components:
+        return source.orig
+    tree = where / "upstream"
+    _unpack(source.orig, tree)
+    for name, tarball in sorted(source.components.items()):
+        if (tree / name).exists():
+            shutil.rmtree(tree / name)
+        _unpack(tarball, tree / name)
+    stem = source.orig.name.split(".orig.tar.", 1)[0]
+    combined = where / f"{stem}.orig+{'+'.join(sorted(source.components))}.tar"
+    with tarfile.open(combined, "w", format=tarfile.PAX_FORMAT) as tar:
+        tar.add(tree, arcname=stem.replace("_", "-", 1), filter=_ownerless)
+    shutil.rmtree(tree)
+    return combined
+
+
+def _ownerless(member: tarfile.TarInfo) -> tarfile.TarInfo:
+    """No owners; directories at time 0 (their mtimes are the build's), files keep theirs."""
+    member.uid = member.gid = 0
+    member.uname = member.gname = ""
+    if member.isdir():
+        member.mtime = 0
+    return member
 
 
 def _pipeline(outcome: Outcome, orig: Path, quilt: Path, project: Path) -> None:
@@ -341,6 +377,9 @@ def run_package(package: str, workdir: Path, cache: Path = CACHE) -> Outcome:
     outcome.components = {
         name: [p for p, _ in entries if touches(quilt / p, name)] for name in source.components
     }
-    _pipeline(outcome, source.orig, quilt, here / "project")
+    upstream = upstream_archive(source, here)
+    if upstream != source.orig:
+        outcome.upstream = {"archive": upstream.name, "sha256": sha256_file(upstream)}
+    _pipeline(outcome, upstream, quilt, here / "project")
     outcome.seconds = round(time.monotonic() - started, 2)
     return outcome
