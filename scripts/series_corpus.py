@@ -42,6 +42,8 @@ DEFAULT_PACKAGES = (
     "libxml2",  # 39 patches, subdirectories, Index: and format-patch mixed
     "xz-utils",  # new and deleted files
     "procps",  # a 0-byte patch in series: refused, exit 3
+    "perl",  # a component tarball its patches change (regen-configure/), 60 in subdirectories
+    "git",  # in-tree .gitattributes (*.bat eol=crlf): bytes must stay as they are
 )
 
 
