@@ -3,7 +3,8 @@
 For one source package (support/debian.py fetches and checks it), through the real CLI
 (`python -m patchctl ... --json`, one subprocess per step, in a fresh project directory):
 
-1. `init ORIG.tar.*`: the orig tarball is the `archive` upstream;
+1. `init` of the `archive` upstream: the orig tarball (with component tarballs, one tarball of
+   the tree dpkg-source unpacks: upstream_archive);
 2. `import debian/patches/series`: Debian's patches, byte for byte (checked after the step);
 3. `verify --all`: forward, reverse and re-export of every patch (tree-exact);
 4. `cleanroom apply` (strict): exit 10 names the first patch quilt took at an offset or with
@@ -96,7 +97,7 @@ def quilt_series(series: Path) -> list[tuple[str, list[str]]]:
     return entries
 
 
-# What a series' files hold, by the first line (re.M) that shows it.
+# The patch styles counted per package: a patch shows one when a line of it matches.
 FEATURES = {
     "format-patch": re.compile(rb"^From [0-9a-f]{40} ", re.M),
     "dep3": re.compile(rb"^(Forwarded|Last-Update|Bug-Debian|Origin): ", re.M),
@@ -304,7 +305,7 @@ def _ownerless(member: tarfile.TarInfo) -> tarfile.TarInfo:
 
 
 def _pipeline(outcome: Outcome, orig: Path, quilt: Path, project: Path) -> None:
-    """Steps 1-5 of the module docstring, stopping at the first failure."""
+    """Steps 1-6 of the module docstring; a failed init or import ends the run."""
     series = f"patches/{outcome.package}"
     steps = outcome.steps
     for name, args in (
