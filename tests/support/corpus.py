@@ -37,7 +37,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from patchctl.cleanroom import INFO_ATTRIBUTES
 from patchctl.fsio import sha256_file
 from patchctl.git import Git
 from patchctl.series import load_series
@@ -232,10 +231,9 @@ def dpkg_source_tree(orig: Path, quilt: Path, names: list[str], where: Path) -> 
             step.exit_code, step.error = done.returncode, f"{name}: {done.stdout}{done.stderr}"
             break
     else:
+        # Git.init pins info/attributes: no in-tree .gitattributes (eol, filters) applies, so
+        # the tree's bytes are taken as they are, as in a clean room
         git = Git.init(where)
-        info = where / ".git" / "info"  # no in-tree .gitattributes (eol, filters) applies:
-        info.mkdir(exist_ok=True)  # the tree's bytes as they are, as in a clean room
-        (info / "attributes").write_bytes(INFO_ATTRIBUTES)
         git.add_all()
         step.summary["tree"] = git.write_tree()
     step.seconds = round(time.monotonic() - started, 2)
