@@ -30,7 +30,7 @@ from patchctl.docs import render_docs
 from patchctl.errors import ConfigError, NotFound, PatchctlError
 from patchctl.fsio import check_writable, refuse_overwrite, write_new
 from patchctl.git import Git, scratch_repo
-from patchctl.limits import PATCH_BYTES, human
+from patchctl.limits import IMPORT_BYTES, PATCH_BYTES, human
 from patchctl.patchapply import Drift, TreePatcher, is_fuzz, patch_sha256, replay_tree
 from patchctl.patchparts import regenerated
 from patchctl.progress import Progress, or_null
@@ -151,10 +151,30 @@ def _read_bounded(path: Path) -> bytes:
     return data
 
 
+def _read_all(source: Path, paths: list[tuple[str, Path]]) -> list[Incoming]:
+    """Each (name, path) read within the patch limit, and all of them within the import limit
+    (a series of many files, each under the patch limit, can still be too much): checked as
+    the files are read, so memory stays bounded."""
+    limit = IMPORT_BYTES.value()
+    found: list[Incoming] = []
+    total = 0
+    for name, path in paths:
+        found.append(Incoming(name, _read_bounded(path)))
+        total += len(found[-1].data)
+        if total > limit:
+            raise ConfigError(
+                f"its first {len(found)} patch files hold {human(total)}, more than one import "
+                f"reads ({human(limit)})",
+                path=source,
+                hint=IMPORT_BYTES.hint(),
+            )
+    return found
+
+
 def read_quilt(series_file: Path) -> list[Incoming]:
     """The patches a quilt series file lists, in order (only -p1, the quilt default); `#`
     starts a comment at the start of a line or after whitespace (QUILT_COMMENT)."""
-    found = []
+    found: list[tuple[str, Path]] = []
     folder = series_file.parent.resolve()
     for n, raw in enumerate(_read_bounded(series_file).splitlines(), 1):
         words = QUILT_COMMENT.sub(b"", raw.strip()).split()
@@ -181,8 +201,8 @@ def read_quilt(series_file: Path) -> list[Incoming]:
             )
         if not path.is_file():
             raise NotFound(f"{series_file}: line {n}: {path} does not exist")
-        found.append(Incoming(name, _read_bounded(path)))
-    return found
+        found.append((name, path))
+    return _read_all(series_file, found)
 
 
 def _shown(word: bytes) -> str:
@@ -218,7 +238,7 @@ def read_patch_dir(directory: Path) -> list[Incoming]:
                 f"{values.shown(path.name)} is a symlink to {path.resolve()}, outside {folder}",
                 hint="import only patches that live in the directory",
             )
-    return [Incoming(p.name, _read_bounded(p)) for p in files]
+    return _read_all(directory, [(p.name, p) for p in files])
 
 
 def split_mbox(data: bytes, name: str) -> list[Incoming]:

@@ -72,6 +72,9 @@ SERIES_BYTES = Limit("PATCHCTL_MAX_SERIES_BYTES", 1 * MIB, "bytes", "size of ser
 PATCH_BYTES = Limit(
     "PATCHCTL_MAX_PATCH_BYTES", 256 * MIB, "bytes", "size of a patch file or an import source"
 )
+IMPORT_BYTES = Limit(
+    "PATCHCTL_MAX_IMPORT_BYTES", 1 * GIB, "bytes", "total size of the patch files one import reads"
+)
 BLOB_BYTES = Limit(
     "PATCHCTL_MAX_BLOB_BYTES", 1 * GIB, "bytes", "size of a file a binary patch hunk makes"
 )
@@ -87,6 +90,7 @@ ALL_LIMITS = (
     ARCHIVE_RATIO,
     SERIES_BYTES,
     PATCH_BYTES,
+    IMPORT_BYTES,
     BLOB_BYTES,
     DOWNLOAD_BYTES,
     REGISTRY_BYTES,

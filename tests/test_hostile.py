@@ -1448,6 +1448,26 @@ def test_an_import_source_over_the_size_limit(
     refused(_import(project, run, mail("[PATCH] big")), 5, "PATCHCTL_MAX_PATCH_BYTES")
 
 
+@pytest.mark.parametrize("kind", ["quilt", "format-patch"])
+def test_an_import_over_the_total_limit_stops_before_reading_the_rest(
+    project: Sandbox, run: Run, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """Each file under the patch limit, all of them together over the import limit."""
+    source = project.root / "incoming"
+    source.mkdir()
+    names = [f"{n:04d}-part.patch" for n in range(1, 6)]
+    for name in names:
+        (source / name).write_bytes(b"x" * 300)
+    if kind == "quilt":
+        (source / "series").write_bytes(b"".join(n.encode() + b"\n" for n in names))
+    monkeypatch.setenv("PATCHCTL_MAX_IMPORT_BYTES", "1000")  # 4 files of 300 bytes: over it
+    before = project.snapshot()
+    result = run("import", str(source), "--series", str(project.series))
+    refused(result, 5, "PATCHCTL_MAX_IMPORT_BYTES")
+    assert "first 4 patch files" in result.err
+    assert project.unexpected(before) == []
+
+
 def test_id_generation_is_bounded() -> None:
     from patchctl.errors import ConfigError
     from patchctl.importer import MAX_SUFFIX, unique_id
@@ -1885,6 +1905,7 @@ CATEGORY = {
         "test_hostile_quilt_series",
         "test_a_patch_symlinked_out_of_its_directory",
         "test_an_import_source_over_the_size_limit",
+        "test_an_import_over_the_total_limit_stops_before_reading_the_rest",
         "test_id_generation_is_bounded",
     ),
     "environments": ("test_hostile_environment",),
