@@ -26,9 +26,10 @@ test: venv
 
 ## lint: ruff and mypy --strict (patchctl and the long-context harness)
 lint: venv
-	$(BIN)/python -m ruff check patchctl tests scripts/longctx
+	$(BIN)/python -m ruff check patchctl tests scripts/longctx scripts/series_corpus.py
 	$(BIN)/python -m mypy --strict patchctl tests
 	$(BIN)/python -m mypy --strict scripts/longctx  # apart: tests/longctx is also a top-level "longctx"
+	MYPYPATH=tests $(BIN)/python -m mypy --strict scripts/series_corpus.py  # imports tests/support
 
 clean-venv:
 	rm -rf $(VENV)

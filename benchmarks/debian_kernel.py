@@ -7,8 +7,9 @@ Usage (from the project root; not run in CI):
 
 1. Fetch the source package once with `apt-get source --download-only linux` through a private
    apt configuration (a deb-src line for bookworm; the system's apt setup is never touched),
-   cached in `$PATCHCTL_TEST_CACHE` (default ~/.cache/patchctl-test), as the Debian
-   integration test does. The orig tarball is the `archive` upstream.
+   cached in `$PATCHCTL_TEST_CACHE` (default ~/.cache/patchctl-test) and checked against the
+   .dsc's sha256 sums on every use (tests/support/debian.py, as the Debian integration test).
+   The orig tarball is the `archive` upstream.
 2. Reference: `tar x` of the orig tarball + `git init` + `git add -A` + `git commit` (auto gc
    off, as patchctl pins it: a background gc would otherwise run into the next step).
 3. `patchctl cleanroom apply` with an empty series and an empty (private) patchctl cache:
@@ -36,7 +37,6 @@ one run is at the mercy of whatever else runs during it.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import platform
@@ -48,51 +48,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from patchctl.fsio import sha256_file
 from patchctl.git import Git, hermetic_env
 from patchctl.series import load_series
 
-SUITE = "bookworm"
-MIRROR = "http://deb.debian.org/debian"
-KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
-CACHE = Path(os.environ.get("PATCHCTL_TEST_CACHE") or Path.home() / ".cache" / "patchctl-test")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-
-# ----------------------------------------------------------------------------- the source
-
-
-def fetch_source(cache: Path, package: str) -> Path:
-    """The directory holding <package>_*.dsc, .orig.tar.* and .debian.tar.* (fetched once)."""
-    src = cache / "debian-src" / SUITE / package
-    if list(src.glob("*.orig.tar.*")) and list(src.glob("*.debian.tar.*")):
-        return src
-    apt = cache / "apt" / SUITE
-    for sub in ("lists/partial", "cache/archives/partial"):
-        (apt / sub).mkdir(parents=True, exist_ok=True)
-    signed = f"[signed-by={KEYRING}] " if Path(KEYRING).is_file() else ""
-    (apt / "sources.list").write_text(f"deb-src {signed}{MIRROR} {SUITE} main\n")
-    opts = {
-        "Dir::Etc::SourceList": str(apt / "sources.list"),
-        "Dir::Etc::SourceParts": "/nonexistent",
-        "Dir::State::Lists": str(apt / "lists"),
-        "Dir::Cache": str(apt / "cache"),
-        "Debug::NoLocking": "1",
-    }
-    if os.geteuid() == 0:
-        opts["APT::Sandbox::User"] = "root"
-    args = ["-q", *(a for k, v in opts.items() for a in ("-o", f"{k}={v}"))]
-    src.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["apt-get", *args, "update"], check=True, capture_output=True)
-    subprocess.run(["apt-get", *args, "source", "--download-only", package], check=True, cwd=src)
-    return src
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as stream:
-        for block in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
+from support.debian import fetch_debian_source, source_files
 
 # ----------------------------------------------------------------------------- measuring
 
@@ -147,7 +109,7 @@ def write_series(directory: Path, orig: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "series.yaml").write_text(
         "version: 1\nupstream:\n  kind: archive\n"
-        f"  path: {orig}\n  sha256: {sha256(orig)}\npatches: []\n"
+        f"  path: {orig}\n  sha256: {sha256_file(orig)}\npatches: []\n"
     )
     return directory
 
@@ -235,7 +197,7 @@ def only_create(args: argparse.Namespace, pc: list[str], work: Path, orig: Path)
     ]
     result = {
         "orig": orig.name,
-        "orig_sha256": sha256(orig),
+        "orig_sha256": sha256_file(orig),
         "runs": args.repeat,
         "median_s": {"ref_create": ref, "patchctl_create": ours},
         "ratio_of_medians": round(ours / ref, 2),
@@ -261,13 +223,13 @@ def main() -> None:
     work = args.workdir.resolve()
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    src = fetch_source(CACHE, args.package)
-    orig = next(src.glob("*.orig.tar.*"))
+    source = source_files(fetch_debian_source(args.package))
+    orig = source.orig
     pc = [args.patchctl]
     if args.steps == "create":
         only_create(args, pc, work, orig)
         return
-    debian_tar = next(src.glob("*.debian.tar.*"))
+    debian_tar = source.debian
     subprocess.run(["tar", "xf", str(debian_tar), "-C", str(work)], check=True)
     quilt = work / "debian" / "patches"
     env = {**os.environ, "PATCHCTL_CACHE_DIR": str(work / "cache")}
@@ -337,7 +299,7 @@ def main() -> None:
     result = {
         "package": top,
         "orig": orig.name,
-        "orig_sha256": sha256(orig),
+        "orig_sha256": sha256_file(orig),
         "files": len(Git(ref).run("ls-files", "-z").split(b"\0")) - 1,
         "patches": len(ids),
         "drifted_as_shipped": len(drifted),

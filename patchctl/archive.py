@@ -52,7 +52,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Protocol, cast
+from typing import IO, Protocol, Self, cast
 
 from patchctl.errors import NotFound, PatchctlError, ToolchainMissing, UnsafeArchive
 from patchctl.limits import ARCHIVE_BYTES, ARCHIVE_MEMBERS, ARCHIVE_RATIO, RATIO_FLOOR, human
@@ -61,13 +61,33 @@ from patchctl.progress import Progress, or_null
 ZSTD_SUFFIX = ".tar.zst"
 TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ZSTD_SUFFIX)
 # Components dropped on extraction: a vendored `.git` (a gitlink file in the sdist) would make
-# git treat the tree as a submodule. Compared case-insensitively (git refuses `.GIT` too).
+# git treat the tree as a submodule. Compared as git's verify_path does (`is_git_dir_name`):
+# in any case, and in the spellings NTFS and HFS+ read as `.git`, which git refuses to stage.
 DROPPED_NAMES = frozenset({".git"})
-# git refuses these as symlinks (verify_path): refused up front instead of failing `git add`.
-NO_SYMLINK_NAMES = frozenset({".gitmodules", ".gitattributes", ".gitignore", ".mailmap"})
+# Code points HFS+ ignores in names (git's is_hfs_dotgit): `.g\u200cit` is `.git` there.
+HFS_IGNORED = re.compile("[\u200c-\u200f\u202a-\u202e\u206a-\u206f\ufeff]")
+# git refuses these as symlinks (verify_path): refused up front instead of failing `git add`,
+# with the short names NTFS gives them (`GITMOD~1`, or the hashed fallback `gi7eba~1`).
+NO_SYMLINK_NAMES = {
+    "gitmodules": "gi7eba",
+    "gitattributes": "gi7d29",
+    "gitignore": "gi250a",
+    "mailmap": "maba30",
+}
+NO_SYMLINK = re.compile(
+    "(?:"
+    + "|".join(
+        rf"\.{name}|{name[:6]}~[1-4]|"
+        + "|".join(f"{short[:k]}~[1-9][0-9]{{{6 - k}}}" for k in range(1, 7))
+        for name, short in NO_SYMLINK_NAMES.items()
+    )
+    + ")[. ]*(?::.*)?",
+    re.DOTALL,
+)
 CHUNK = 1 << 20
 MAX_NAME = 4096  # bytes of a member path
 MAX_COMPONENT = 255  # bytes of one path component (NAME_MAX)
+MAX_DEPTH = 256  # components of a member path (directories are opened one by one, recursively)
 MAX_LINK = 4096  # bytes of a symlink target
 MAX_HOPS = 40  # symlinks followed while resolving one target (the kernel's limit)
 CONTROL = re.compile("[\x00-\x1f\x7f]")  # refused in member names
@@ -162,6 +182,8 @@ def _check_name(archive: Path, name: str) -> str:
         raise _unsafe(archive, name, "contains '..'")
     if CONTROL.search(name):
         raise _unsafe(archive, name, "has a control character in its name")
+    if len(parts) > MAX_DEPTH:
+        raise _unsafe(archive, name, f"is nested deeper than {MAX_DEPTH} directories")
     encoded = name.encode("utf-8", "surrogateescape")
     if len(encoded) > MAX_NAME or (
         len(encoded) > MAX_COMPONENT
@@ -336,7 +358,18 @@ class _HugeHeader(Exception):
 class _BoundedTarInfo(tarfile.TarInfo):
     """A TarInfo that refuses an over-long extension header before tarfile reads it into
     memory: a pax or GNU long-name header declares its size, and a few KiB of gzip can
-    declare gigabytes of header."""
+    declare gigabytes of header. A header after the first that fails its checksum or is cut
+    short is damage: tarfile would end the archive there and silently leave out every member
+    after it (GNU tar reports it); only zero blocks or the file's end end an archive."""
+
+    @classmethod
+    def fromtarfile(cls, tarfile_: tarfile.TarFile) -> Self:
+        try:
+            return super().fromtarfile(tarfile_)
+        except DAMAGED_HEADER as exc:
+            if tarfile_.offset == 0:
+                raise  # the first block: tarfile.open is still trying the formats
+            raise tarfile.ReadError(f"bad member header at byte {tarfile_.offset}: {exc}") from None
 
     def _proc_member(self, source: tarfile.TarFile) -> tarfile.TarInfo:
         if self.type in EXTENSION_HEADERS and self.size > MAX_HEADER:
@@ -344,6 +377,11 @@ class _BoundedTarInfo(tarfile.TarInfo):
         return super()._proc_member(source)  # type: ignore[misc,no-any-return]
 
 
+# tarfile's errors for a header block that is neither a header nor zeros, or cut short
+# (private names: not in the type stubs).
+DAMAGED_HEADER: tuple[type[Exception], ...] = tuple(
+    getattr(tarfile, name) for name in ("InvalidHeaderError", "TruncatedHeaderError")
+)
 EXTENSION_HEADERS = (
     tarfile.XHDTYPE,
     tarfile.XGLTYPE,
@@ -504,7 +542,7 @@ def _check_symlinks(archive: Path, plans: list[_Plan]) -> None:
     for plan in plans:
         member = plan.member
         if member.kind == "symlink":
-            if Path(plan.dest).name.lower() in NO_SYMLINK_NAMES:
+            if NO_SYMLINK.fullmatch(HFS_IGNORED.sub("", Path(plan.dest).name).lower()):
                 raise _unsafe(archive, member.name, "is a symlink git refuses to store")
             why = _escapes(plan.dest, links)
             if why is not None:
@@ -589,11 +627,29 @@ def _relocate(name: str, prefix: str) -> str | None:
     return name[len(prefix) + 1 :] if name.startswith(prefix + "/") else None
 
 
+def is_git_dir_name(part: str) -> bool:
+    """True for a path component git reads as `.git` (verify_path with core.protectNTFS and
+    core.protectHFS, both pinned): `.git` in any case; on NTFS also with trailing dots and
+    spaces, an alternate stream (`.git::$INDEX_ALLOCATION`) or as its short name `git~1`; on
+    HFS+ with ignored code points anywhere (`.g\u200cit`)."""
+    lowered = HFS_IGNORED.sub("", part).lower()
+    for name in (*DROPPED_NAMES, "git~1"):
+        if lowered.startswith(name):
+            rest = re.split(r"[:\\]", lowered[len(name) :], maxsplit=1)[0]
+            if not rest.strip(". "):
+                return True
+    return False
+
+
+def _may_name_git(lowered: str) -> bool:
+    """False for the common name that cannot hold a `.git` component (no split needed)."""
+    return "git" in lowered or not lowered.isascii()
+
+
 def _is_dropped(name: str) -> bool:
-    lowered = name.lower()
-    if not any(dropped in lowered for dropped in DROPPED_NAMES):
+    if not _may_name_git(name.lower()):
         return False  # the common case, without splitting the name
-    return any(part in DROPPED_NAMES for part in lowered.split("/"))
+    return any(is_git_dir_name(part) for part in name.split("/"))
 
 
 def relative_subdir(names: Sequence[str], subdir: str | None) -> str:
@@ -655,10 +711,9 @@ def _select(
 def _unwritten(name: str) -> bool:
     """True for a member not written while streaming: a dropped name below the first
     component (the first may be the top directory, which is stripped)."""
-    lowered = name.lower()
-    if not any(dropped in lowered for dropped in DROPPED_NAMES):
+    if not _may_name_git(name.lower()):
         return False  # the common case, without splitting the name
-    return any(part in DROPPED_NAMES for part in lowered.split("/")[1:])
+    return any(is_git_dir_name(part) for part in name.split("/")[1:])
 
 
 # ----------------------------------------------------------------------------- writing
@@ -844,7 +899,7 @@ class _Extraction:
         source = self.dirs.fd(prefix, prefix)
         staging = self.root.name
         for entry in os.listdir(source):
-            if not prefix and entry.lower() in DROPPED_NAMES:
+            if not prefix and is_git_dir_name(entry):
                 continue  # a top-level .git of an archive without a top directory
             if entry == staging:
                 raise _unsafe(self.archive, entry, "has the name of patchctl's staging directory")

@@ -25,7 +25,7 @@ from patchctl.git import Git
 from patchctl.journal import RoomJournal
 from patchctl.patchapply import ID_TRAILER, SHA_TRAILER
 from patchctl.progress import Progress
-from patchctl.project import project_root
+from patchctl.project import check_inside, project_root
 from patchctl.series import Series, series_to_dict
 from patchctl.upstream import Materialized, materialize
 
@@ -33,8 +33,6 @@ MARKER = "patchctl-cleanroom.json"
 BRANCH = "refs/heads/main"
 BASE_REF = "refs/patchctl/base"
 BACKUP_REFS = "refs/patchctl/backups/"
-# Worktree bytes must equal blob bytes whatever attributes upstream ships (eol, filters).
-INFO_ATTRIBUTES = b"* -text -eol -filter -ident -working-tree-encoding\n"
 # Capture/diff flags for backup patch files: bytes-exact, config-free.
 DIFF_FLAGS = ("--binary", "--full-index", "--no-color", "--no-ext-diff", "--no-textconv")
 
@@ -176,8 +174,13 @@ class Cleanroom:
 
 
 def default_workdir(series_dir: Path) -> Path:
-    """`<project>/cleanroom/<series name>`."""
-    return project_root(series_dir) / "cleanroom" / series_dir.resolve().name
+    """`<project>/cleanroom/<series name>`; DirtyTree (exit 8) when a symlink carries it out of
+    the project (a `cleanroom` committed as a link): `--workdir` names a clean room elsewhere."""
+    root = project_root(series_dir)
+    path = root / "cleanroom" / series_dir.resolve().name
+    hint = "remove the symlink, or pass --workdir to use a clean room there"
+    check_inside(path.resolve(), root, hint=hint)  # a clean room is entered: its link too
+    return path
 
 
 def marker_path(path: Path) -> Path:
@@ -301,10 +304,7 @@ def build_partial(
 
 
 def _build(series: Series, tmp: Path, progress: Progress | None) -> None:
-    git = Git.init(tmp)
-    info = tmp / ".git" / "info"
-    info.mkdir(exist_ok=True)
-    (info / "attributes").write_bytes(INFO_ATTRIBUTES)
+    git = Git.init(tmp)  # its info/attributes: worktree bytes are blob bytes (git.py)
     result = materialize(series, git, progress)
     _check_root(series, git, result)
     message = f"upstream: {series.upstream.describe()}\n".encode()

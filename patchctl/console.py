@@ -25,7 +25,7 @@ from rich.progress import (
 from rich.text import Text
 
 from patchctl.errors import PatchctlError
-from patchctl.values import printable
+from patchctl.values import printable, redacted
 
 
 class PlainConsole(Console):
@@ -47,7 +47,7 @@ err = PlainConsole(stderr=True)
 
 def print_json(data: object) -> None:
     """Write `data` as one JSON document on stdout (sorted keys off: order is meaningful)."""
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    sys.stdout.write(redacted(json.dumps(data, indent=2, default=str)) + "\n")
     sys.stdout.flush()
 
 

@@ -58,25 +58,37 @@ def patch_stats(data: bytes) -> PatchStats:
 
 
 def _cell(text: str) -> str:
+    """`text` on one line, safe in a table cell (and in a code span: nothing else is read
+    there)."""
     return " ".join(values.printable(text).split()).replace("|", "\\|")
 
 
+def _text(text: str) -> str:
+    """`text` from a series or a patch (a mail subject, an Origin header, a file name) as
+    plain text in Markdown on one line: backslashes, brackets, angle brackets and `|`
+    escaped, so a forge never renders it as an image, a link, HTML or a table cell."""
+    return MARKUP.sub(lambda m: "\\" + m.group(), " ".join(values.printable(text).split()))
+
+
+MARKUP = re.compile(r"[\\\[\]<>|]")
+
+
 def _code(text: str) -> str:
-    return f"`{_cell(text)}`" if "`" not in text else _cell(text)
+    return f"`{_cell(text)}`" if "`" not in text else _text(text)
 
 
 def _provenance(patch: Patch) -> str:
     origin = patch.origin or "patchctl"
     kind = "imported" if patch.imported else "captured"
     status = patch.upstream_status or "Pending"
-    return _cell(f"{kind}; {origin}; Upstream-Status: {status}")
+    return _text(f"{kind}; {origin}; Upstream-Status: {status}")
 
 
 def _row(n: int, patch: Patch, stats: PatchStats) -> str:
     markers = "<br>".join(_code(m) for m in patch.markers) or "—"
     binary = f" ({stats.binary} binary)" if stats.binary else ""
     return (
-        f"| {n} | `{patch.id}` | {_cell(patch.title)} | {len(stats.files)}{binary} "
+        f"| {n} | `{patch.id}` | {_text(patch.title)} | {len(stats.files)}{binary} "
         f"| +{stats.added} / -{stats.removed} | {markers} | {_provenance(patch)} |"
     )
 
@@ -120,7 +132,7 @@ def series_readme(series: Series, pending: Pending | None = None) -> bytes:
         "",
         GENERATED,
         "",
-        f"Upstream: {_cell(up.describe())}" + (f" ({pin})" if pin else "") + ".",
+        f"Upstream: {_text(up.describe())}" + (f" ({pin})" if pin else "") + ".",
         *_extends_lines(series),
         f"Patches apply in this order, from `root: {series.root}` of the upstream tree.",
         "Check them with `patchctl verify --all`; regenerate this file with `patchctl docs`.",
@@ -166,7 +178,7 @@ def registry_section(series: Series, pending: Pending | None = None) -> str:
     lines = [
         f"## Series `{_cell(series.name)}` (`{_cell(series_key(series.dir))}`)",
         "",
-        f"On {_cell(series.upstream.describe())}.",
+        f"On {_text(series.upstream.describe())}.",
         "",
         "### Markers",
         "",

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from patchctl import killpoint
+from patchctl import binarypatch, killpoint
 from patchctl.errors import GitFailed, NotFound, PatchctlError
 from patchctl.fsio import process_alive
 from patchctl.values import GIT_SCHEMES
@@ -54,6 +54,8 @@ PINNED_CONFIG: tuple[tuple[str, str, str], ...] = (
     ("core.quotepath", "false", "non-ASCII paths appear verbatim in plumbing output"),
     ("core.ignorecase", "false", "paths are case-sensitive bytes"),
     ("core.precomposeunicode", "false", "never rewrite path bytes (macOS)"),
+    ("core.protectNTFS", "true", "paths NTFS reads as .git (`git~1`) refused on any platform"),
+    ("core.protectHFS", "true", "paths HFS+ reads as .git (`.g\u200cit`) refused on any platform"),
     ("core.hooksPath", "/dev/null", "no hooks run inside patchctl's repos"),
     ("core.fsmonitor", "false", "no daemon answers for the worktree"),
     ("core.untrackedCache", "false", "status is computed, not cached"),
@@ -93,6 +95,14 @@ PINNED_CONFIG: tuple[tuple[str, str, str], ...] = (
     ("merge.directoryRenames", "conflict", "a new file in a renamed directory is asked about"),
     ("merge.renormalize", "false", "merges compare bytes, never re-normalized line ends"),
     ("user.useConfigOnly", "false", "identity comes from the environment below"),
+)
+# The `info/attributes` of every repository patchctl makes (the highest-priority attributes
+# file, above any `.gitattributes` an upstream or a patch ships): worktree bytes equal blob
+# bytes (no eol conversion, filter, ident or re-encoding), and diffs and merges use git's
+# built-in text rules, never a driver, `binary` or a marker size an upstream picks (`merge=union`
+# would merge a conflict silently; `conflict-marker-size=3` would hide it from the report).
+PINNED_ATTRIBUTES = (
+    b"* -text -eol -filter -ident -working-tree-encoding !merge !conflict-marker-size !diff\n"
 )
 # diff.external is deliberately NOT pinned: `-c diff.external=` makes git try to run "".
 # Callers pass --no-ext-diff / --no-textconv to diff commands instead, and the
@@ -212,7 +222,19 @@ class Git:
         template = empty_home() / "template"
         template.mkdir(exist_ok=True)
         git.run("init", "-q", *(["--bare"] if bare else []), f"--template={template}")
+        git.pin_attributes(path if bare else path / ".git")
         return git
+
+    def pin_attributes(self, git_dir: Path | None = None) -> None:
+        """Write PINNED_ATTRIBUTES as the repository's `info/attributes` (unless it is there:
+        a clean room made by an older patchctl gets the current set)."""
+        info = (git_dir or self.git_dir()) / "info"
+        path = info / "attributes"
+        with suppress(OSError):
+            if path.read_bytes() == PINNED_ATTRIBUTES:
+                return
+        info.mkdir(exist_ok=True)
+        path.write_bytes(PINNED_ATTRIBUTES)
 
     # ------------------------------------------------------------------------- the runner
 
@@ -333,6 +355,34 @@ class Git:
             entries.append(TreeEntry(mode, kind, oid, 0 if size == "-" else int(size), path))
         return entries
 
+    def tree_size(self, tree: str, max_files: int, max_bytes: int) -> tuple[int, int]:
+        """(files, bytes) of `tree` listed recursively, counted as git lists them and cut off
+        past either maximum (the counts then exceed it): a tree that repeats one subtree lists
+        billions of entries from a few objects, so the listing is never read whole."""
+        command = self.command("ls-tree", "-r", "-l", "-z", "--full-tree", "--end-of-options", tree)
+        files = size = 0
+        pipe = subprocess.PIPE
+        with subprocess.Popen(
+            command, stdout=pipe, stderr=pipe, env=hermetic_env(self.repo)
+        ) as child:
+            assert child.stdout is not None and child.stderr is not None
+            rest = b""
+            while (files <= max_files and size <= max_bytes) and (
+                block := child.stdout.read(1 << 16)
+            ):
+                *records, rest = (rest + block).split(b"\0")
+                for record in records:
+                    files += 1
+                    length = record.partition(b"\t")[0].rsplit(b" ", 1)[-1].strip()
+                    size += int(length) if length.isdigit() else 0
+            if files > max_files or size > max_bytes:
+                child.kill()
+                return files, size
+            error = child.stderr.read()
+        if child.returncode != 0:
+            raise GitFailed(["git", "ls-tree", "-r", tree], child.returncode, error)
+        return files, size
+
     def cat_blobs(self, oids: Sequence[str]) -> list[bytes]:
         """The bytes of blobs `oids` (full ids), in order, from one `cat-file --batch`: the
         stored bytes, never filtered or converted (no attributes are involved)."""
@@ -402,6 +452,7 @@ class Git:
         for label in labels:
             if not LABEL.fullmatch(label):
                 raise ValueError(f"not a merge label: {label!r}")
+        self.pin_attributes()  # the work tree's .gitattributes never pick the merge driver
         root = self.commit_tree(base, b"patchctl merge base\n")
         sides = [
             self.commit_tree(tree, b"patchctl merge side\n", (root,)) for tree in (ours, theirs)
@@ -620,8 +671,12 @@ class Index:
 
         The status is negative when git died of a signal (git 2.39 aborts on some corrupt
         patches, apply.c assertion): the index lock it leaves is removed, so the index stays
-        usable, and the crash is reported in the returned stderr.
+        usable, and the crash is reported in the returned stderr. A binary hunk declaring a
+        file over PATCHCTL_MAX_BLOB_BYTES is status 1 without running git (binarypatch.py).
         """
+        refused = binarypatch.oversized(data)
+        if refused is not None:
+            return 1, refused.encode() + b"\n"
         code, _out, err = self.git.run_full("apply", "--cached", *flags, stdin=data, env=self.env)
         if code < 0:
             self.path.with_name(self.path.name + ".lock").unlink(missing_ok=True)

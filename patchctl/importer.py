@@ -15,8 +15,10 @@ write, and an existing file is never overwritten (exit 8).
 
 from __future__ import annotations
 
+import email
+import email.policy
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from email.errors import HeaderParseError
 from email.header import decode_header, make_header
@@ -50,6 +52,9 @@ MBOX_FROM = re.compile(
 HEADER_FIELD = re.compile(rb"^[\x21-\x39\x3b-\x7e]+:")
 QUOTED_FROM = re.compile(rb"^>+From ")
 NUMBER = re.compile(r"^([0-9]{4})-")
+# A series-file comment, as quilt and dpkg-source read one: from a `#` that starts the line or
+# follows whitespace (a `#` inside a patch name, `fix-bug#123.patch`, is part of the name).
+QUILT_COMMENT = re.compile(rb"(?:^|\s)#.*$")
 HEADER_END = re.compile(rb"^(---|diff |Index: |\+\+\+ |--- )")
 MAX_SUFFIX = 999  # ids tried per import entry before giving up (`<id>-2` ... `<id>-999`)
 
@@ -66,7 +71,16 @@ class Incoming:
 
 
 def read_source(source: Path) -> tuple[str, list[Incoming]]:
-    """(kind, patches) of a quilt series, a format-patch directory or an mbox/patch file."""
+    """(kind, patches) of a quilt series, a format-patch directory or an mbox/patch file;
+    each patch checked to hold its diff as git apply will read it (`check_not_encoded`)."""
+    kind, found = _read_source(source)
+    for item in found:
+        check_not_encoded(source, item)
+        check_line_ends(source, item)
+    return kind, found
+
+
+def _read_source(source: Path) -> tuple[str, list[Incoming]]:
     if source.is_dir():
         if (source / QUILT_SERIES).is_file():
             return "quilt", read_quilt(source / QUILT_SERIES)
@@ -76,6 +90,55 @@ def read_source(source: Path) -> tuple[str, list[Incoming]]:
     if source.name == QUILT_SERIES:
         return "quilt", read_quilt(source)
     return "mbox", split_mbox(_read_bounded(source), source.name)
+
+
+def check_not_encoded(source: Path, item: Incoming) -> None:
+    """Refuse a patch whose diff is in a mail part with a transfer encoding that decoding
+    changes (quoted-printable, base64): patch files are stored as they are and git apply
+    reads them so, which would apply the encoded text (`=3D` for `=`) or nothing. A part
+    whose decoding changes nothing (plain ASCII lines in quoted-printable) is kept."""
+    if not TRANSFER_ENCODING.search(item.data):
+        return  # the common case: no MIME transfer encoding at all
+    message = email.message_from_bytes(item.data, policy=email.policy.compat32)
+    for part in message.walk():
+        encoding = str(part.get("Content-Transfer-Encoding", "")).strip().lower()
+        if part.is_multipart() or encoding not in ("quoted-printable", "base64"):
+            continue
+        raw = str(part.get_payload(decode=False)).encode("ascii", "surrogateescape")
+        decoded = part.get_payload(decode=True)
+        if isinstance(decoded, bytes) and DIFF_START.search(decoded) and decoded != raw:
+            raise ConfigError(
+                f"{values.shown(item.name)}: its diff is {encoding}-encoded (a MIME part), and "
+                "git apply would read the encoded text",
+                path=source,
+                hint="import the patch as git format-patch wrote it, or an mbox that "
+                "`b4 am` decoded",
+            )
+
+
+def check_line_ends(source: Path, item: Incoming) -> None:
+    """Refuse a patch whose diff header lines end in CRLF: git writes them with LF whatever
+    the files hold, so the whole text was converted on the way (a CRLF mbox, a Windows
+    checkout), and git apply would write the CR bytes into the files it creates (git am
+    strips them; a file's own CRLF lines stay CRLF inside an LF patch)."""
+    found = DIFF_HEADER_CRLF.search(item.data)
+    if found is not None:
+        line = item.data.count(b"\n", 0, found.start()) + 1
+        raise ConfigError(
+            f"{values.shown(item.name)}: its line ends were converted to CRLF (line {line} "
+            "is a diff header ending in CR LF), and git apply would write the CR bytes into "
+            "the files",
+            path=source,
+            hint="convert it back to LF line ends (e.g. `dos2unix`), or import the patch as "
+            "git format-patch wrote it",
+        )
+
+
+# `diff --git` and `@@` lines: never a hunk's content line, and git ends them with LF (a
+# CR at the end of a file name is quoted; one after a hunk's function context is trimmed).
+DIFF_HEADER_CRLF = re.compile(rb"^(?:diff --git |@@ -)[^\n]*\r\n", re.MULTILINE)
+TRANSFER_ENCODING = re.compile(rb"^content-transfer-encoding:", re.IGNORECASE | re.MULTILINE)
+DIFF_START = re.compile(rb"^(?:diff --git |--- |@@ -)", re.MULTILINE)
 
 
 def _read_bounded(path: Path) -> bytes:
@@ -89,18 +152,24 @@ def _read_bounded(path: Path) -> bytes:
 
 
 def read_quilt(series_file: Path) -> list[Incoming]:
-    """The patches a quilt series file lists, in order (only -p1, the quilt default)."""
+    """The patches a quilt series file lists, in order (only -p1, the quilt default); `#`
+    starts a comment at the start of a line or after whitespace (QUILT_COMMENT)."""
     found = []
     folder = series_file.parent.resolve()
     for n, raw in enumerate(_read_bounded(series_file).splitlines(), 1):
-        words = raw.split(b"#", 1)[0].split()
+        words = QUILT_COMMENT.sub(b"", raw.strip()).split()
         if not words:
             continue
         if any(w != b"-p1" for w in words[1:]):
+            name, options = (_shown(w) for w in (words[0], b" ".join(words[1:])))
             raise ConfigError(
-                f"line {n}: unsupported patch options {values.shown(b' '.join(words[1:]))}",
+                f"line {n}: {name}: unsupported patch options {options}",
                 path=series_file,
-                hint="only -p1 patches can be imported; refresh the patch with -p ab",
+                hint=(
+                    "patchctl imports -p1 patches only (quilt's default: paths under one leading "
+                    "directory, a/ and b/); rewrite the patch as -p1 (with quilt: `quilt push` "
+                    "to it, then `quilt refresh -p ab`) and drop the options from its line"
+                ),
             )
         name = _quilt_name(series_file, n, words[0])
         path = series_file.parent / name
@@ -114,6 +183,11 @@ def read_quilt(series_file: Path) -> list[Incoming]:
             raise NotFound(f"{series_file}: line {n}: {path} does not exist")
         found.append(Incoming(name, _read_bounded(path)))
     return found
+
+
+def _shown(word: bytes) -> str:
+    """A series-file word for a message: decoded, unsafe characters made visible, bounded."""
+    return values.printable(word.decode("utf-8", "replace")[:200])
 
 
 def _quilt_name(series_file: Path, n: int, word: bytes) -> str:
@@ -353,22 +427,29 @@ def drift_note(hunks: Sequence[Drift]) -> str | None:
 
 
 def apply_chain(
-    git: Git, base: str, patches: Sequence[tuple[Patch, bytes]], root: str = "."
+    git: Git,
+    base: str,
+    patches: Sequence[tuple[Patch, bytes]],
+    root: str = ".",
+    sources: Mapping[str, str] | None = None,
 ) -> list[Applied]:
     """Apply each patch in order onto tree `base` in `git`, as quilt would (exactly, else at an
     offset, else with fuzz: patchapply.replay_tree); its trees and drifted hunks. A patch that does
-    not apply even with fuzz is a conflict (exit 3) naming the patch, file and hunk."""
+    not apply even with fuzz is a conflict (exit 3) naming the patch (and its source file, from
+    `sources`: id -> where it was read), file and hunk."""
     results = []
+    named = sources or {}
     with TreePatcher(git) as patcher:
         current = base
         for patch, data in patches:
+            source = f" ({named[patch.id]})" if patch.id in named else ""
             replayed = replay_tree(
                 patcher,
                 current,
                 data,
                 root,
                 patch.id,
-                onto=f" to the tree before it ({current})",
+                onto=f"{source} to the tree before it ({current})",
                 hint="nothing was written; fix the patch or import onto the upstream it needs",
             )
             results.append(Applied(current, replayed.post, replayed.drift))
@@ -433,14 +514,15 @@ def import_patches(
     origin = f"{kind}:{source.name}"
     taken = set(load_stack(series).ids())
     start = len(series.patches) + 1
-    entries = []
+    entries, sources = [], {}
     for i, item in enumerate(incoming):
         entry = make_entry(item, start + i, origin, taken)
         taken.add(entry.id)
         entries.append((entry, item.data))
+        sources[entry.id] = f"{item.name} in {source}"
     prog = or_null(progress)
     prog.start("import", len(entries))
-    applied = apply_chain(git, _last_tree(series, base), entries, series.root)
+    applied = apply_chain(git, _last_tree(series, base), entries, series.root, sources)
     if refresh:
         entries = _refreshed(git, entries, applied, series.root)
     done = [

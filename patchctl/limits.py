@@ -51,10 +51,16 @@ class Limit:
 
 
 ARCHIVE_BYTES = Limit(
-    "PATCHCTL_MAX_ARCHIVE_BYTES", 8 * GIB, "bytes", "total size of an archive's members"
+    "PATCHCTL_MAX_ARCHIVE_BYTES",
+    8 * GIB,
+    "bytes",
+    "total size of an archive's members (or of a git upstream tree's files)",
 )
 ARCHIVE_MEMBERS = Limit(
-    "PATCHCTL_MAX_ARCHIVE_MEMBERS", 250_000, "members", "number of members of an archive"
+    "PATCHCTL_MAX_ARCHIVE_MEMBERS",
+    250_000,
+    "members",
+    "number of members of an archive (or of files of a git upstream tree)",
 )
 ARCHIVE_RATIO = Limit(
     "PATCHCTL_MAX_ARCHIVE_RATIO", 100, "x", "expanded size / archive size (above 64 MiB)"
@@ -65,6 +71,9 @@ RATIO_FLOOR = 64 * MIB
 SERIES_BYTES = Limit("PATCHCTL_MAX_SERIES_BYTES", 1 * MIB, "bytes", "size of series.yaml")
 PATCH_BYTES = Limit(
     "PATCHCTL_MAX_PATCH_BYTES", 256 * MIB, "bytes", "size of a patch file or an import source"
+)
+BLOB_BYTES = Limit(
+    "PATCHCTL_MAX_BLOB_BYTES", 1 * GIB, "bytes", "size of a file a binary patch hunk makes"
 )
 DOWNLOAD_BYTES = Limit("PATCHCTL_MAX_DOWNLOAD_BYTES", 4 * GIB, "bytes", "size of a download")
 REGISTRY_BYTES = Limit(
@@ -78,6 +87,7 @@ ALL_LIMITS = (
     ARCHIVE_RATIO,
     SERIES_BYTES,
     PATCH_BYTES,
+    BLOB_BYTES,
     DOWNLOAD_BYTES,
     REGISTRY_BYTES,
 )

@@ -174,6 +174,14 @@ def drift_summary(drift: list[Drift]) -> str | None:
     return f"{len(drift)} hunk(s) at an offset, first in {first.file}: {first.why}"
 
 
+NO_CHANGES = "the patch file contains no changes"
+NO_CHANGES_HINT = (
+    "the file is empty or holds only a header, no file section git can apply; quilt applies "
+    "such a patch as a no-op, patchctl refuses a patch that changes nothing: remove it from the "
+    "series, or give it its diff"
+)
+
+
 def conflict(
     patch_id: str,
     data: bytes,
@@ -194,10 +202,12 @@ def conflict(
             break
     else:
         file, why = _first_error(errors)
-    where = f" in {file}" if file else ""
     at = f" hunk #{hunk}" if hunk else ""
+    place = f"{at} in {file}:" if file else ""
+    if why == NO_CHANGES:
+        hint = NO_CHANGES_HINT
     return PatchDoesNotApply(
-        f"patch {patch_id} does not apply{onto}:{at}{where}: {why}",
+        f"patch {patch_id} does not apply{onto}:{place} {why}",
         patch=patch_id,
         file=file,
         hunk=hunk,
@@ -212,7 +222,7 @@ def _first_error(errors: list[bytes]) -> tuple[str | None, str]:
         return None, "git apply failed without a message"
     first = errors[0]
     if b"No valid patches" in first:
-        return None, "the patch file contains no changes"
+        return None, NO_CHANGES
     if m := FILE_ERROR.match(first):
         return _decode(m.group(1)), _decode(m.group(2))
     return None, _decode(first.removeprefix(b"error: "))

@@ -36,14 +36,18 @@ def registry_path(series_dir: Path) -> Path:
     return project_root(series_dir) / REGISTRY
 
 
-def check_inside(path: Path, root: Path) -> None:
+OUT_OF_PROJECT_HINT = "remove the symlink that leads out of the project (see docs/architecture.md)"
+
+
+def check_inside(path: Path, root: Path, *, hint: str | None = None) -> None:
     """DirtyTree (exit 8) unless `path` (its directories resolved) stays inside `root`.
 
-    A `docs` that is a symlink to elsewhere would otherwise carry a write out of the project.
+    A `docs` or `cleanroom` that is a symlink to elsewhere would otherwise carry a write out of
+    the project.
     """
     where = path.parent.resolve() / path.name
     if not where.is_relative_to(root.resolve()):
         raise DirtyTree(
             f"refusing to write {path}: it resolves to {where}, outside the project root {root}",
-            hint="remove the symlink that leads out of the project (see docs/architecture.md)",
+            hint=hint or OUT_OF_PROJECT_HINT,
         )

@@ -41,7 +41,6 @@ from patchctl.capture import outside_root
 from patchctl.cleanroom import (
     BASE_REF,
     BRANCH,
-    INFO_ATTRIBUTES,
     Backup,
     Cleanroom,
     create_cleanroom,
@@ -276,8 +275,6 @@ def _new_base(
     shutil.rmtree(scratch, ignore_errors=True)  # a killed run's leftover
     try:
         git = Git.init(scratch)
-        (scratch / ".git" / "info").mkdir(parents=True, exist_ok=True)
-        (scratch / ".git" / "info" / "attributes").write_bytes(INFO_ATTRIBUTES)
         result = materialize(series.with_upstream(upstream), git, progress)
         base = git.commit_tree(result.tree, message)
         room.git.fetch(str(scratch), base)

@@ -31,6 +31,7 @@ from typing import Any
 from patchctl.errors import SdistError, UnsafeArchive
 from patchctl.git import TreeEntry
 from patchctl.progress import Progress, or_null
+from patchctl.values import package_problem, shown
 
 PKG_INFO = "PKG-INFO"
 LOCAL_PREFIX = "patchctl"
@@ -125,7 +126,16 @@ def pkg_info_field(pkg_info: bytes, name: str) -> str:
 
 
 def sdist_filename(name: str, version: str) -> str:
-    """`<normalised name>-<version>.tar.gz` (PEP 625), e.g. `llama_cpp_python-0.3.36.tar.gz`."""
+    """`<normalised name>-<version>.tar.gz` (PEP 625), e.g. `llama_cpp_python-0.3.36.tar.gz`.
+
+    `name` comes from the upstream's PKG-INFO: one that is not a PEP 508 name (an absolute
+    path, `..`, a space) is refused, as it would put the tarball anywhere."""
+    problem = package_problem(name)
+    if problem is not None:
+        raise SdistError(
+            f"the sdist's PKG-INFO Name {shown(name)} {problem}; it names the exported file",
+            hint="export --sdist needs an sdist whose PKG-INFO names the package",
+        )
     return f"{re.sub(r'[-_.]+', '_', name).lower()}-{version}.tar.gz"
 
 

@@ -13,6 +13,7 @@ duplicate keys refused at any level, and every value checked against the allow-l
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -87,9 +88,9 @@ class Upstream:
         if self.kind == "pypi-sdist":
             what = f"{self.package}=={self.version}"
         elif self.kind == "git":
-            what = f"{self.url}@{(self.commit or '')[:12]}"
+            what = f"{values.redacted(self.url or '')}@{(self.commit or '')[:12]}"
         else:
-            what = str(self.path or self.url)
+            what = values.redacted(str(self.path or self.url))
         sub = f" [{self.subdir}]" if self.subdir else ""
         return f"{self.kind} {what}{sub}"
 
@@ -600,15 +601,15 @@ def _check_unique(patches: tuple[Patch, ...], path: Path) -> None:
     seen: dict[str, int] = {}
     files: dict[str, int] = {}
     for i, patch in enumerate(patches):
-        if patch.id in seen:
+        pid = folded(patch.id)
+        if pid in seen:
             raise ConfigError(
-                f"duplicate id {patch.id!r} (also patches[{seen[patch.id]}])",
+                f"duplicate id {patch.id!r} (also patches[{seen[pid]}])",
                 path=path,
                 key=f"patches[{i}].id",
-                hint="give every patch a unique id",
+                hint="give every patch a unique id (ids differing only in case are one)",
             )
-        # Case-folded: two names that differ only in case are one file on macOS and Windows.
-        name = patch.file.casefold()
+        name = folded(patch.file)
         if name in files:
             raise ConfigError(
                 f"duplicate file {patch.file!r} (also patches[{files[name]}])",
@@ -616,8 +617,15 @@ def _check_unique(patches: tuple[Patch, ...], path: Path) -> None:
                 key=f"patches[{i}].file",
                 hint="give every patch its own file",
             )
-        seen[patch.id] = i
+        seen[pid] = i
         files[name] = i
+
+
+def folded(name: str) -> str:
+    """`name` as a case-insensitive, normalizing file system compares it: two names that
+    differ only in case, or in Unicode normalization (NFC and NFD), are one file on macOS
+    and Windows (an id names its patch file, its commit trailer and export file)."""
+    return unicodedata.normalize("NFC", name).casefold()
 
 
 def _check_locations(series: Series) -> None:

@@ -26,7 +26,7 @@ from pathlib import Path
 from patchctl.errors import ChecksumMismatch, ConfigError, NotFound
 from patchctl.git import Git, temp_index
 from patchctl.patchapply import apply_to_index
-from patchctl.series import SERIES_FILE, Patch, Series, load_series
+from patchctl.series import SERIES_FILE, Patch, Series, folded, load_series
 
 
 def join_root(prefix: str, root: str) -> str:
@@ -162,9 +162,9 @@ def load_stack(series: Series) -> Stack:
     inherited = tuple(
         Entry(p, base.patch_path(p), root, series.extends.root, base) for p in base.patches
     )
-    taken = {e.id for e in inherited}
+    taken = {folded(e.id) for e in inherited}
     for i, patch in enumerate(series.patches):
-        if patch.id in taken:
+        if folded(patch.id) in taken:
             raise ConfigError(
                 f"duplicate id {patch.id!r}: the extended series {base.name} has it too",
                 path=series.path,

@@ -26,10 +26,17 @@ from urllib.parse import urljoin, urlsplit
 
 from patchctl.archive import extract_archive, is_archive
 from patchctl.cache import cache_dir
-from patchctl.errors import ChecksumMismatch, ConfigError, GitFailed, NotFound, PatchctlError
+from patchctl.errors import (
+    ChecksumMismatch,
+    ConfigError,
+    GitFailed,
+    NotFound,
+    PatchctlError,
+    UnsafeArchive,
+)
 from patchctl.fsio import sha256_file, write_atomic_blocks
 from patchctl.git import Git, IndexFeed, share_objects, unsound_objects
-from patchctl.limits import DOWNLOAD_BYTES, INDEX_BYTES, human
+from patchctl.limits import ARCHIVE_BYTES, ARCHIVE_MEMBERS, DOWNLOAD_BYTES, INDEX_BYTES, human
 from patchctl.progress import Progress, or_null
 from patchctl.series import Series, Upstream
 from patchctl.values import git_url_problem, is_remote_url, shown
@@ -423,11 +430,31 @@ def _materialize_archive(series: Series, repo: Git, progress: Progress | None) -
         repo.refresh_index()  # the stat data of the entries moved out of the staging directory
     else:
         repo.index_path().unlink(missing_ok=True)
-        repo.add_all()
+        _stage_all(repo, source)
     result = Materialized(repo.write_tree(), extracted.dropped)
     report.done("stage")
     _save_to_tree_cache(up, repo, result)
     return result
+
+
+def _stage_all(repo: Git, archive: Path) -> None:
+    """`git add` the extracted tree; a path git refuses (a rule of its verify_path that
+    extraction does not mirror) is the archive's fault: exit 7, naming the member."""
+    try:
+        repo.add_all()
+    except GitFailed as exc:
+        found = INVALID_PATH.search(exc.stderr)
+        if found is None:
+            raise
+        name = found.group(1).decode("utf-8", "backslashreplace")
+        raise UnsafeArchive(
+            f"{archive.name}: member {shown(name, 120)} has a path git refuses to "
+            "store; nothing was extracted",
+            hint="use a trusted archive (or re-pack it without that member)",
+        ) from None
+
+
+INVALID_PATH = re.compile(rb"invalid path '(.*)'")
 
 
 # Extracting and staging a large archive takes a while; the staged tree is kept in one cache
@@ -510,11 +537,58 @@ def _from_tree_cache(up: Upstream, repo: Git) -> Materialized | None:
 def _materialize_git(series: Series, repo: Git, progress: Progress | None) -> Materialized:
     cache = fetch_git(series, progress)
     commit = series.upstream.commit
+    assert commit  # validated on load
+    _check_commit(series, cache, commit)
     repo.fetch(str(cache.repo), f"{commit}")
-    spec = f"{commit}:{series.upstream.subdir}" if series.upstream.subdir else f"{commit}^{{tree}}"
-    tree = repo.rev_parse(spec)
+    tree = repo.tree_of(commit)
+    subdir = series.upstream.subdir
+    if subdir:
+        found = repo.subtree(tree, subdir)
+        if found is None:
+            raise NotFound(
+                f"upstream.subdir: no directory {subdir!r} in {series.upstream.describe()}",
+                hint="upstream.subdir names a directory of the commit, e.g. vendor/llama.cpp",
+            )
+        tree = found
+    _check_tree_size(series, repo, tree)
     repo.read_tree(tree, reset=True, update=True)
     return Materialized(tree)
+
+
+def _check_tree_size(series: Series, repo: Git, tree: str) -> None:
+    """A git upstream's tree within the archive limits (files, bytes), checked before it is
+    checked out: a commit of a few objects can repeat one subtree into billions of files."""
+    max_files, max_bytes = ARCHIVE_MEMBERS.value(), ARCHIVE_BYTES.value()
+    files, size = repo.tree_size(tree, max_files, max_bytes)
+    over = (
+        (f"more than {max_files} files", ARCHIVE_MEMBERS)
+        if files > max_files
+        else (f"more than {human(max_bytes)}", ARCHIVE_BYTES)
+        if size > max_bytes
+        else None
+    )
+    if over is not None:
+        what, limit = over
+        raise ConfigError(
+            f"the tree of {series.upstream.describe()} holds {what} (limit {limit.env}); "
+            "nothing was checked out",
+            path=series.path,
+            key="upstream.commit",
+            hint=limit.hint(),
+        )
+
+
+def _check_commit(series: Series, cache: Git, commit: str) -> None:
+    """The pinned id names a commit (or an annotated tag of one), not a tree or a blob."""
+    if cache.maybe_rev(f"{commit}^{{commit}}") is not None:
+        return
+    kind = cache.text("cat-file", "-t", "--end-of-options", commit)
+    raise ConfigError(
+        f"{commit} is a {shown(kind)[1:-1]}, not a commit",
+        path=series.path,
+        key="upstream.commit",
+        hint=f"pin the commit: `git rev-parse <ref>^{{commit}}` in {git_url(series)}",
+    )
 
 
 def _check_tree(series: Series, tree: str) -> None:

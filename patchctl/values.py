@@ -66,8 +66,29 @@ def _escape(char: str) -> str:
 
 
 def printable(text: str, *, keep: str = "") -> str:
-    """`text` with every unsafe character (except those in `keep`) shown as an escape."""
+    """`text` with every unsafe character (except those in `keep`) shown as an escape, and
+    the secrets of URLs in it redacted (`redacted`)."""
+    text = redacted(text)
     return UNSAFE.sub(lambda m: m.group() if m.group() in keep else _escape(m.group()), text)
+
+
+# The user information of a URL (`scheme://userinfo@`): up to the first '/', '@' or space.
+USERINFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*)://([^/@\s'\"`]+)@")
+
+
+def redacted(text: str) -> str:
+    """`text` with the password of every URL in it shown as `***`, and for http(s) the whole
+    user information (a token is often passed as the user name): a URL with credentials
+    may be used, but is never printed or written into a generated file."""
+
+    def hide(match: re.Match[str]) -> str:
+        scheme, info = match.group(1), match.group(2)
+        user, colon, _password = info.partition(":")
+        if scheme.lower() in ("http", "https"):
+            return f"{scheme}://***@"
+        return f"{scheme}://{user}:***@" if colon else match.group()
+
+    return USERINFO.sub(hide, text) if "@" in text else text
 
 
 def shown(value: object, limit: int = 60) -> str:

@@ -191,7 +191,14 @@ def import_gguf(gguf_py: Path | None) -> str:
         importlib.import_module("yaml")
     except ImportError:  # gguf.metadata imports yaml; the writer never uses it
         sys.modules["yaml"] = types.ModuleType("yaml")
-    mod = importlib.import_module("gguf")
+    try:
+        mod = importlib.import_module("gguf")
+    except ImportError as exc:
+        where = f"{gguf_py} has no gguf/__init__.py and " if gguf_py else ""
+        raise SystemExit(
+            f"dca_shapes: cannot import the gguf package ({exc}): {where}it is not installed; pass "
+            "--gguf-py TREE/gguf-py (the llama.cpp tree's own) or install the `gguf` package"
+        ) from exc
     return str(Path(mod.__file__ or "?").parent)
 
 

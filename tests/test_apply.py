@@ -245,7 +245,8 @@ def test_empty_patch_is_a_conflict(tmp_path: Path, upstream: Repo) -> None:
     series = write_series(tmp_path / "s", git_upstream(upstream), [("0001-empty", b"")])
     with pytest.raises(PatchDoesNotApply) as info:
         cleanroom_apply(series, workdir=tmp_path / "room")
-    assert "no changes" in str(info.value)
+    assert str(info.value).endswith("does not apply: the patch file contains no changes")
+    assert info.value.hint is not None and "remove it from the series" in info.value.hint
 
 
 def test_new_upstream_pin_rebuilds_the_clean_room_and_keeps_backups(

@@ -13,7 +13,7 @@ import pytest
 from support.archives import Special, make_tar
 from support.files import Entry, Exe, Link
 
-from patchctl.archive import extract_archive
+from patchctl.archive import extract_archive, is_git_dir_name
 from patchctl.errors import NotFound, ToolchainMissing, UnsafeArchive
 from patchctl.progress import RecordingProgress
 
@@ -367,3 +367,26 @@ def test_a_subdir_is_never_sunk(tmp_path: Path) -> None:
     result = extract_archive(archive, dest, subdir="vendor/lib", sink=sink)
     assert not result.sunk and sink.root is None
     assert _tree(dest) == ["a.c", "sub/b.c"]
+
+
+@pytest.mark.parametrize(
+    ("part", "git"),
+    [
+        (".git", True),
+        (".GiT", True),
+        (".git.", True),
+        (".git . .", True),
+        ("git~1", True),
+        ("GIT~1.", True),
+        (".git::$INDEX_ALLOCATION", True),
+        (".g\u200cit", True),
+        ("\ufeff.git", True),
+        (".gitignore", False),
+        (".github", False),
+        ("git~2", False),
+        ("x.git", False),
+        (".git-x", False),
+    ],
+)
+def test_is_git_dir_name_follows_gits_ntfs_and_hfs_rules(part: str, git: bool) -> None:
+    assert is_git_dir_name(part) is git

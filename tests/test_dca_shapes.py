@@ -103,3 +103,12 @@ def test_a_failed_bench_is_exit_2(tmp_path: Path) -> None:
             "--work", str(tmp_path / "work"), "--out", str(out)]
     assert ds.main(argv) == 2
     assert "boom" in json.loads(out.read_text())["runs"][0]["stderr_tail"]
+
+
+def test_a_missing_gguf_package_names_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "gguf", None)  # import gguf -> ImportError
+    with pytest.raises(SystemExit) as exc:
+        ds.import_gguf(tmp_path / "no-gguf-here")
+    assert "--gguf-py TREE/gguf-py" in str(exc.value) and "no-gguf-here" in str(exc.value)

@@ -218,3 +218,31 @@ def test_partial_files_of_killed_exports_are_swept(package: Path, tmp_path: Path
         path.write_bytes(b"half a tarball")
     export_sdist(package, out, force=True)
     assert not stale.exists() and running.exists()
+
+
+@pytest.mark.parametrize("name", ["/ABS/evil", "../../evil", "demo pkg", "-demo"])
+def test_a_pkg_info_name_that_is_no_package_name_is_refused(tmp_path: Path, name: str) -> None:
+    """The tarball's file name comes from the upstream's PKG-INFO `Name:`: one that is not a
+    PEP 508 name (an absolute path, `..`) would put the export anywhere."""
+    from patchctl.errors import SdistError
+
+    pkg_info = SDIST["PKG-INFO"].replace(b"Name: demo", f"Name: {name}".encode())
+    pkg_info = pkg_info.replace(b"/ABS", str(tmp_path / "victim").encode())
+    archive = tmp_path / "demo-1.0.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for member, data in {**SDIST, "PKG-INFO": pkg_info}.items():
+            info = tarfile.TarInfo(f"demo-1.0/{member}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    sha = hashlib.sha256(archive.read_bytes()).hexdigest()
+    series = _series(
+        tmp_path / "project" / "patches" / "x", Upstream("archive", path=str(archive), sha256=sha)
+    )
+    cleanroom_apply(series)
+    (tmp_path / "victim").mkdir()
+    with pytest.raises(SdistError, match="PKG-INFO Name"):
+        export_sdist(series)
+    assert list((tmp_path / "victim").iterdir()) == []
+    assert not (tmp_path / "project" / "dist").exists() or not any(
+        (tmp_path / "project" / "dist").rglob("*.tar.gz")
+    )

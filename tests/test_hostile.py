@@ -10,10 +10,12 @@ two in step.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import tarfile
 from collections.abc import Callable
@@ -23,6 +25,7 @@ from pathlib import Path
 import pytest
 from support.hostile.archives import (
     M,
+    bad_header,
     build,
     corrupted,
     header_bomb,
@@ -186,10 +189,23 @@ ARCHIVE_CASES: dict[str, ArchiveCase] = {
         ("tar.gz", "zip"),
         "symlink git refuses",
     ),
+    **{
+        f"symlinked-{name.strip('. ~').replace(' ', '')}-alias": ArchiveCase(
+            (M(T + "f", data=b"x"), M(T + name, "symlink", target="f")),
+            ("tar.gz",),
+            "symlink git refuses",
+        )
+        for name in (".gitmodules.", ".GitAttributes ", "GITMOD~1", "gi7eba~2", ".mail\u200cmap")
+    },
     "name-dotdot": ArchiveCase((M("pkg-1.0/../victim.txt", data=b"pwned"),), ALL, "contains '..'"),
     "name-absolute": ArchiveCase((M("/tmp/patchctl-victim", data=b"x"),), ALL, "absolute path"),
     "name-control-character": ArchiveCase(
         (M(T + "f", data=b"x"), M(T + "a\nb", data=b"x")), ("tar.gz", "zip"), "control character"
+    ),
+    "name-too-deep": ArchiveCase(
+        (M(T + "f", data=b"x"), M(T + "a/" * 1500 + "f", data=b"x")),
+        ("tar.gz", "zip"),
+        "nested deeper than 256 directories",
     ),
     "name-too-long": ArchiveCase(
         (M(T + "f", data=b"x"), M(T + "n" * 300, data=b"x")), ("tar.gz", "zip"), "longer than"
@@ -332,6 +348,9 @@ DAMAGE: dict[str, tuple[tuple[str, ...], Callable[[Path], Path]]] = {
     "corrupt-end": (("tar.gz", "tar.xz", "zip"), lambda p: corrupted(p, 0.98, 8)),
     "empty-file": (ALL, _emptied),
     "not-an-archive": (ALL, _replaced_by_html),
+    # tarfile ends the archive at a bad header: the members after it were silently left out
+    "bad-member-header": (TAR, lambda p: bad_header(p, 10)),
+    "bad-last-member-header": (TAR, lambda p: bad_header(p, len(SAMPLE) - 1)),
 }
 DAMAGE_MATRIX = [(name, fmt) for name, (fmts, _) in DAMAGE.items() for fmt in fmts]
 
@@ -399,6 +418,9 @@ def test_a_bad_limit_variable_is_a_config_error(
     _refused_archive(box, run, archive, "PATCHCTL_MAX_ARCHIVE_MEMBERS", code=5)
 
 
+GIT_ALIASES = (".git.", ".git ", "GIT~1", ".Git. .", ".git::$INDEX_ALLOCATION", ".g\u200cit")
+
+
 def test_safe_archive_with_internal_links_and_a_smuggled_git_dir(box: Sandbox, run: Run) -> None:
     """The positive control: links that stay inside are kept; `.git` members are dropped."""
     members = (
@@ -410,6 +432,8 @@ def test_safe_archive_with_internal_links_and_a_smuggled_git_dir(box: Sandbox, r
         M(T + "sub/up", "symlink", target="../lib/x.c"),
         M(T + ".git/hooks/post-checkout", data=b"#!/bin/sh\ntouch PWNED\n", mode=0o755),
         M(T + "vendor/.GIT/config", data=b"[core]\n\tfsmonitor = touch PWNED\n"),
+        # what git reads as `.git` on NTFS or HFS+ (git refuses to stage them): dropped too
+        *(M(T + f"{alias}/hooks/post-checkout", data=b"touch PWNED\n") for alias in GIT_ALIASES),
     )
     archive = build(box.upstream / "pkg-1.0.tar.gz", members)
     archive_series(box, archive)
@@ -421,10 +445,29 @@ def test_safe_archive_with_internal_links_and_a_smuggled_git_dir(box: Sandbox, r
     assert (room / "lib").is_symlink() and (room / "sub" / "up").is_symlink()
     assert os.access(room / "bin" / "run", os.X_OK)
     assert not (room / "vendor" / ".GIT").exists()
+    assert not [p for p in os.listdir(room) if p not in ("README", "bin", "docs", "lib", "sub")
+                and p != ".git"]  # fmt: skip
     assert b"PWNED" not in (room / ".git" / "config").read_bytes()
     assert not list(box.root.rglob("PWNED"))
     assert box.unexpected(before, ("cache", "project/cleanroom")) == []
     assert box.victims_intact()
+
+
+def test_a_path_git_refuses_to_stage_is_exit_7_naming_the_member(
+    box: Sandbox, run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Extraction mirrors git's verify_path rules for `.git` (test above); a rule it does not
+    mirror (here: the mirror switched off) still ends as an archive error, never exit 9."""
+    from patchctl import archive
+
+    monkeypatch.setattr(archive, "is_git_dir_name", lambda part: part == ".git")
+    members = (M(T + "README", data=b"hi\n"), M(T + "GIT~1/config", data=b"[core]\n"))
+    archive_series(box, build(box.upstream / "pkg-1.0.tar.gz", members))
+    before = box.snapshot()
+    result = run(*apply_args(box, "--json"))
+    refused(result, 7, "member 'GIT~1/config' has a path git refuses to store")
+    assert result.json()["error"] == "UnsafeArchive"
+    assert box.unexpected(before, ("cache",)) == []
 
 
 # ============================================================================ package index
@@ -582,6 +625,15 @@ SERIES_CASES: dict[str, tuple[str, str]] = {
         BASE + "patches: [{id: 0001-a, file: A.patch}, {id: 0002-b, file: a.patch}]\n",
         "duplicate file",
     ),
+    "duplicate-id-by-case": (
+        BASE + "patches: [{id: 0001-fix, file: a.patch}, {id: 0001-FIX, file: b.patch}]\n",
+        "duplicate id",
+    ),
+    "duplicate-file-by-normalization": (  # NFC and NFD: one file on macOS
+        BASE + 'patches: [{id: 0001-a, file: "\u00e9.patch"}, '
+        '{id: 0002-b, file: "e\u0301.patch"}]\n',
+        "duplicate file",
+    ),
     "unhashable-key": (BASE + "[a, b]: 1\n", "malformed YAML"),
     "multi-document": (BASE + "---\n" + BASE, "malformed YAML"),
     "top-level-list": ("- version: 1\n", "top level must be a mapping"),
@@ -702,7 +754,7 @@ SERIES_CASES: dict[str, tuple[str, str]] = {
 def test_hostile_series_file(box: Sandbox, run: Run, case: str) -> None:
     text, needle = SERIES_CASES[case]
     (box.series / "series.yaml").write_text(text.replace("{root}", str(box.root)))
-    for name in ("a.patch", "b.patch", "A.patch", "x.patch"):
+    for name in ("a.patch", "b.patch", "A.patch", "x.patch", "\u00e9.patch", "e\u0301.patch"):
         (box.series / name).write_bytes(b"")
     before = box.snapshot()
     for command in (
@@ -759,6 +811,73 @@ def test_a_patch_file_over_the_size_limit_is_refused(
     refused(run("docs", "--series", str(box.series)), 5, "PATCHCTL_MAX_PATCH_BYTES")
 
 
+GIT_PINS: dict[str, tuple[Callable[[Git, str], dict[str, str]], int, str]] = {
+    "commit-is-a-tree": (lambda g, c: {"commit": g.tree_of(c)}, 5, "is a tree, not a commit"),
+    "commit-is-a-blob": (
+        lambda g, c: {"commit": g.rev_parse(f"{c}:README")},
+        5,
+        "is a blob, not a commit",
+    ),
+    "subdir-missing": (lambda g, c: {"commit": c, "subdir": "nope"}, 15, "no directory 'nope'"),
+    "subdir-is-a-file": (lambda g, c: {"commit": c, "subdir": "README"}, 15, "no directory"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(GIT_PINS))
+def test_a_git_pin_that_names_no_commit_or_no_directory(box: Sandbox, run: Run, case: str) -> None:
+    """Object ids of another kind, or a subdir that is not a directory of the commit: the
+    error names the key (never a raw git failure, exit 9)."""
+    upstream = new_repo(box.upstream / "repo", FILES)
+    upstream.git.run("tag", "-a", "-m", "v1", "v1", upstream.commit)
+    make, code, needle = GIT_PINS[case]
+    (box.series / "series.yaml").write_text(_with_upstream(**make(upstream.git, upstream.commit)))
+    result = run(*apply_args(box, "--json"))
+    refused(result, code, needle)
+    assert "upstream." in result.err
+    tag = upstream.git.rev_parse("v1")  # an annotated tag's id pins its commit: accepted
+    (box.series / "series.yaml").write_text(_with_upstream(commit=tag, tree=upstream.tree))
+    assert run(*apply_args(box)).code == 0
+
+
+def _git_bomb(path: Path, levels: int, width: int) -> tuple[str, str]:
+    """A repository whose commit's tree repeats one subtree `width` times per level: a few
+    objects that check out as width**levels files (https://github.com/Katee/git-bomb)."""
+    git = Git.init(path)
+    blob = git.run("hash-object", "-w", "--stdin", stdin=b"x" * 100).decode().strip()
+    entry, kind = blob, "blob"
+    for _ in range(levels):
+        mode = "100644" if kind == "blob" else "040000"
+        listing = "".join(f"{mode} {kind} {entry}\td{i}\n" for i in range(width))
+        entry, kind = git.run("mktree", stdin=listing.encode()).decode().strip(), "tree"
+    commit = git.commit_tree(entry, b"bomb\n")
+    git.update_ref("HEAD", commit)
+    return commit, entry
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "needle"),
+    [
+        ("PATCHCTL_MAX_ARCHIVE_MEMBERS", "1000", "more than 1000 files"),
+        ("PATCHCTL_MAX_ARCHIVE_BYTES", "100000", "more than 97.7 KiB"),
+    ],
+)
+def test_a_git_upstream_over_the_tree_limits_is_refused_before_checkout(
+    box: Sandbox, run: Run, monkeypatch: pytest.MonkeyPatch, variable: str, value: str, needle: str
+) -> None:
+    """A git tree, like an archive, is bounded (files, bytes) before anything is written: a
+    commit of a few objects can repeat one subtree into billions of files."""
+    commit, tree = _git_bomb(box.upstream / "repo", levels=4, width=8)  # 4096 files, 400 KiB
+    (box.series / "series.yaml").write_text(_with_upstream(commit=commit, tree=tree))
+    monkeypatch.setenv(variable, value)
+    before = box.snapshot()
+    result = run(*apply_args(box, "--json"))
+    refused(result, 5, needle)
+    assert variable in result.err and "upstream.commit" in result.err
+    assert box.unexpected(before, ("cache",)) == []
+    monkeypatch.delenv(variable)
+    assert run(*apply_args(box)).code == 0  # within the defaults
+
+
 ACCEPTED_URLS = (
     "https://github.com/ggml-org/llama.cpp.git",
     "http://[::1]:8080/x.git",
@@ -777,6 +896,31 @@ def test_allowed_url_forms_load(box: Sandbox, run: Run, url: str) -> None:
     (box.series / "series.yaml").write_text(_with_upstream(url=url))
     result = run("docs", "--series", str(box.series))
     assert result.code == 0, result.err
+
+
+SECRET = "s3cr3t-T0KEN"
+CREDENTIAL_URLS = (
+    f"https://user:{SECRET}@127.0.0.1:9/x.git",
+    f"https://{SECRET}@127.0.0.1:9/x.git",  # a token as the user name (GitHub accepts it)
+    f"http://user:{SECRET}@[::1]:9/x.git",
+    f"ssh://git:{SECRET}@127.0.0.1:9/x.git",
+)
+
+
+@pytest.mark.parametrize("url", CREDENTIAL_URLS)
+def test_credentials_in_a_url_are_never_printed_or_written(
+    box: Sandbox, run: Run, url: str
+) -> None:
+    """A URL with a password or token: git may use it, but no message, JSON document or
+    generated doc (README.md, the registry: both committed) shows the secret."""
+    (box.series / "series.yaml").write_text(_with_upstream(url=url))
+    s = str(box.series)
+    for args in (apply_args(box), apply_args(box, "--json"), ("docs", "--series", s, "--json")):
+        result = run(*args)
+        assert SECRET not in result.out + result.err, (args, result.out, result.err)
+    assert "://" in run(*apply_args(box)).err  # the URL is still named, without the secret
+    written = [p for p in box.root.rglob("*") if p.is_file() and p.name != "series.yaml"]
+    assert written and not [p for p in written if SECRET.encode() in p.read_bytes()]
 
 
 # ============================================================================ patches
@@ -815,6 +959,13 @@ def _new_file(path: str, body: bytes, mode: str = "100644") -> bytes:
     return (
         f"diff --git a/{path} b/{path}\nnew file mode {mode}\n--- /dev/null\n+++ b/{path}\n"
     ).encode() + body
+
+
+def _renamed(how: str, source: str, target: str) -> bytes:
+    return (
+        f"diff --git a/{source} b/{target}\nsimilarity index 100%\n"
+        f"{how} from {source}\n{how} to {target}\n"
+    ).encode()
 
 
 VICTIM_LINE = b"-victim project/victim.txt\n+pwned\n"
@@ -857,11 +1008,38 @@ HOSTILE_PATCHES: dict[str, tuple[list[tuple[str, bytes]], str]] = {
         [("0001-git", _new_file(".git/hooks/post-commit", b"@@ -0,0 +1 @@\n+touch PWNED\n"))],
         "does not apply",
     ),
+    **{
+        f"into-a-dot-git-alias-{n}": (
+            [
+                (
+                    "0001-git",
+                    _new_file(f"{alias}/hooks/post-commit", b"@@ -0,0 +1 @@\n+touch PWNED\n"),
+                )
+            ],
+            "does not apply",
+        )
+        for n, alias in enumerate(GIT_ALIASES)
+    },
     "into-dot-git-uppercase": (
         [("0001-git", _new_file(".GIT/config", b"@@ -0,0 +1 @@\n+[core]\n"))],
         "does not apply",
     ),
     "garbage": ([("0001-junk", b"\x00\xff not a patch at all\n")], "does not apply"),
+    **{
+        name: ([("0001-x", data)], "does not apply")
+        for name, data in {
+            "rename-out-of-the-tree": _renamed("rename", "README", "../../victim2.txt"),
+            "rename-into-dot-git": _renamed("rename", "README", ".git/hooks/post-commit"),
+            "copy-into-dot-git": _renamed("copy", "README", ".git/config"),
+            "copy-from-outside": _renamed("copy", "../../victim.txt", "stolen"),
+            "dot-slash-dot-git": _new_file("./.git/hooks/post-commit", b"@@ -0,0 +1 @@\n+x\n"),
+            "dotdot-into-dot-git": _new_file("a/../.git/hooks/x", b"@@ -0,0 +1 @@\n+x\n"),
+            "mode-to-symlink-then-through-it": (
+                b"diff --git a/README b/README\nold mode 100644\nnew mode 120000\n"
+                + _new_file("README/x", b"@@ -0,0 +1 @@\n+x\n")
+            ),
+        }.items()
+    },
 }
 
 
@@ -876,6 +1054,46 @@ def test_hostile_patch(project: Sandbox, run: Run, case: str) -> None:
     assert project.unexpected(before, ("cache", "project/cleanroom")) == []
     assert project.victims_intact() and not list(project.root.rglob("PWNED"))
     assert not Path("/tmp/patchctl-abs-victim").exists()
+
+
+def _binary_patch(box: Sandbox, kind: str) -> bytes:
+    """A real `GIT binary patch` (git's own bytes) making `blob.bin` 64 KiB: a literal for a
+    new file, a delta (a few bytes: its size is in the delta's header) for a grown one."""
+    from support.repos import diff_files
+
+    seed = random.Random(7).randbytes(3000)
+    before = {"README": b"hello\n", **({"blob.bin": seed} if kind == "delta" else {})}
+    after = {"README": b"hello\n", "blob.bin": seed + bytes(64 << 10)}
+    data = diff_files(box.root / f"scratch-{kind}", before, after)
+    assert f"\n{kind} ".encode() in data  # git chose the form under test
+    return data
+
+
+@pytest.mark.parametrize("kind", ["literal", "delta"])
+def test_a_binary_patch_over_the_blob_limit_is_refused_before_git_apply(
+    project: Sandbox, run: Run, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """A binary hunk declares the size of the file it makes (a literal's, or a delta's result
+    size in its header); git apply allocates it whole. A few KiB of patch can declare many
+    GiB: it is refused from the declaration, before git runs."""
+    data = _binary_patch(project, kind)
+    if kind == "delta":  # the clean room needs the file the delta applies to
+        seed = random.Random(7).randbytes(3000)
+        upstream = new_repo(project.upstream / "repo", {"blob.bin": seed})
+        text = (project.series / "series.yaml").read_text()
+        text = re.sub(r"commit: \S+", f"commit: {upstream.commit}", text)
+        text = re.sub(r"tree: \S+", f"tree: {upstream.tree}", text)
+        (project.series / "series.yaml").write_text(text)
+    set_patches(project, [("0001-bin", data)])
+    monkeypatch.setenv("PATCHCTL_MAX_BLOB_BYTES", "65536")
+    before = project.snapshot()
+    result = run(*apply_args(project, "--json"))
+    refused(result, 3, "PATCHCTL_MAX_BLOB_BYTES")
+    assert "blob.bin" in result.err and "68536" in result.err
+    assert project.unexpected(before, ("cache", "project/cleanroom")) == []
+    monkeypatch.setenv("PATCHCTL_MAX_BLOB_BYTES", "68536")  # at the limit: applies
+    assert run(*apply_args(project)).code == 0
+    assert (project.room / "blob.bin").stat().st_size == 68536
 
 
 ODD_NAMES: dict[str, bytes] = {
@@ -964,6 +1182,65 @@ def test_binary_and_crlf_patches_import_and_verify(project: Sandbox, run: Run) -
     assert run("verify", "--all", "--series", s).code == 0
 
 
+# ============================================================================ upstream attributes
+
+MERGE_ATTRIBUTES = {
+    "union": b"* merge=union\n",
+    "binary": b"* binary\n",
+    "short-markers": b"* conflict-marker-size=3\n",
+    "unknown-driver": b"* merge=evil\n[attr]evil merge=union\n",
+}
+
+
+@pytest.mark.parametrize("case", sorted(MERGE_ATTRIBUTES))
+def test_upstream_merge_attributes_never_decide_a_rebase(box: Sandbox, run: Run, case: str) -> None:
+    """An upstream's `.gitattributes` picks a merge driver: union would merge a conflict
+    silently (both lines kept, no stop), binary or short markers would hide it from the
+    report. A rebase must stop at the conflict with git's own markers, whatever it says."""
+    files = {".gitattributes": MERGE_ATTRIBUTES[case], "f.txt": b"a\nb\nc\n"}
+    upstream = new_repo(box.upstream / "repo", files)
+    (box.series / "series.yaml").write_text(
+        f"version: 1\nupstream:\n  kind: git\n  url: ../../../upstream/repo\n"
+        f"  commit: {upstream.commit}\n  tree: {upstream.tree}\npatches: []\n"
+    )
+    s = str(box.series)
+    assert run(*apply_args(box)).code == 0
+    assert run("new", "0001-b", "--title", "b", "--series", s).code == 0
+    (box.room / "f.txt").write_bytes(b"a\nB from the patch\nc\n")
+    assert run("capture", "0001-b", "--series", s).code == 0
+    onto = new_repo(box.upstream / "repo", {"f.txt": b"a\nB upstream\nc\n"}).commit
+    result = run("rebase", "--series", s, "--onto", str(box.upstream / "repo"),
+                 "--commit", onto, "--json")  # fmt: skip
+    assert result.code == 3, (result.out, result.err)
+    stop = result.json()["report"]["stop"]  # type: ignore[index]
+    assert stop["files"] == ["f.txt"] and stop["markers"], stop
+    merged = (box.room / "f.txt").read_bytes()
+    assert merged.startswith(b"a\n<<<<<<< ") and b"\n=======\n" in merged, merged
+    assert b"B from the patch" in merged and b"B upstream" in merged
+
+
+def test_a_patch_shipping_gitattributes_changes_no_bytes(project: Sandbox, run: Run) -> None:
+    """A patch adds a .gitattributes asking for eol conversion, ident expansion, a filter and a
+    re-encoding: the next patch's file is captured, re-applied in a new clean room and
+    verified with exactly its bytes."""
+    s = str(project.series)
+    attributes = b"* text eol=crlf ident filter=x working-tree-encoding=UTF-16 diff=x\n"
+    data = b"$Id$\r\nline\n\xff\xfe\n"
+    for pid, name, content in (
+        ("0001-attr", ".gitattributes", attributes),
+        ("0002-id", "id.txt", data),
+    ):
+        assert run("new", pid, "--title", pid, "--series", s).code == 0
+        (project.room / name).write_bytes(content)
+        assert run("capture", pid, "--series", s).code == 0
+    assert b"+$Id$\r\n+line\n" in (project.series / "0002-id.patch").read_bytes()
+    shutil.rmtree(project.room)
+    assert run(*apply_args(project)).code == 0
+    assert (project.room / "id.txt").read_bytes() == data
+    result = run("verify", "--all", "--series", s)
+    assert result.code == 0, result.out
+
+
 # ============================================================================ mboxes
 
 
@@ -1032,6 +1309,67 @@ def test_hostile_mbox(project: Sandbox, run: Run, case: str) -> None:
     allowed = ("cache", "in.mbox", "project/cleanroom", "project/patches/demo", "project/docs")
     assert project.unexpected(before, allowed) == []
     assert run("verify", "--all", "--series", str(project.series)).code == 0
+
+
+NEW_FILE_DIFF = (
+    "diff --git a/new.txt b/new.txt\nnew file mode 100644\n--- /dev/null\n+++ b/new.txt\n"
+    "@@ -0,0 +1,2 @@\n+one\n+two\n"
+)
+QP_DIFF = MAIN_DIFF.replace("+\treturn 1;", "+\tint x =3D 1;\n+\treturn 1;").replace(
+    "+1,4", "+1,5"
+)
+
+
+def _encoded(cte: str, body: str, multipart: bool = False) -> bytes:
+    head = mail("[PATCH] enc").split(b"\n\n", 1)[0].decode()
+    if not multipart:
+        return f"{head}\nMIME-Version: 1.0\nContent-Transfer-Encoding: {cte}\n\n{body}\n".encode()
+    return (
+        f'{head}\nMIME-Version: 1.0\nContent-Type: multipart/mixed; boundary="b0"\n\n'
+        f"--b0\nContent-Type: text/plain\n\nSee the attachment.\n"
+        f"--b0\nContent-Type: text/x-patch\nContent-Transfer-Encoding: {cte}\n\n{body}\n"
+        f"--b0--\n"
+    ).encode()
+
+
+ENCODED_MAILS: dict[str, tuple[bytes, str | None]] = {
+    # `=3D` is `=` encoded: stored as is, git apply would add `int x =3D 1;`
+    "quoted-printable": (_encoded("quoted-printable", "---\n" + QP_DIFF), "quoted-printable"),
+    "quoted-printable-attachment": (
+        _encoded("quoted-printable", QP_DIFF, multipart=True),
+        "quoted-printable",
+    ),
+    "base64": (_encoded("base64", base64.encodebytes(MAIN_DIFF.encode()).decode()), "base64"),
+    "base64-attachment": (
+        _encoded("base64", base64.encodebytes(MAIN_DIFF.encode()).decode(), multipart=True),
+        "base64",
+    ),
+    # an encoding that changes none of the diff's bytes: kept, byte for byte
+    "quoted-printable-no-op": (_encoded("quoted-printable", "---\n" + MAIN_DIFF), None),
+    # every line converted to CRLF on the way (git writes a diff's header lines with LF):
+    # git apply would write CR bytes into the files it creates; git am strips them
+    "crlf-converted": (mail("[PATCH] enc", diff=NEW_FILE_DIFF).replace(b"\n", b"\r\n"), "CRLF"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ENCODED_MAILS))
+def test_a_transfer_encoded_or_converted_diff_is_refused(
+    project: Sandbox, run: Run, case: str
+) -> None:
+    """git apply reads a stored patch as it is: a diff that only decoding would give (a mail
+    part in quoted-printable or base64) would apply its encoded text, or nothing; one whose
+    line ends became CRLF on the way would write CR bytes into the files."""
+    data, encoding = ENCODED_MAILS[case]
+    before = project.snapshot()
+    result = _import(project, run, data, "--json")
+    if encoding is None:
+        assert result.code == 0, result.err
+        assert (project.series / "0001-enc.patch").read_bytes() == data
+        return
+    refused(result, 5, "line ends were converted to CRLF" if encoding == "CRLF" else
+            f"its diff is {encoding}-encoded")  # fmt: skip
+    assert result.json()["exit_code"] == 5
+    assert project.unexpected(before, ("cache", "in.mbox", "project/cleanroom/demo/.git")) == []
 
 
 def test_mboxrd_quoted_from_lines_are_unquoted_once(project: Sandbox, run: Run) -> None:
@@ -1413,6 +1751,25 @@ def test_a_docs_symlink_out_of_the_project_is_refused(box: Sandbox, run: Run) ->
     assert box.unexpected(before) == []
 
 
+def test_a_cleanroom_symlink_out_of_the_project_is_refused(box: Sandbox, run: Run) -> None:
+    """A `cleanroom` committed as a symlink would carry the default clean room (a whole tree,
+    its builds, later its deletion on a pin change) out of the project; `--workdir` is how a
+    clean room lives elsewhere."""
+    archive_series(box, build(box.upstream / "pkg-1.0.tar.gz", SAMPLE))
+    (box.project / "cleanroom").symlink_to(box.root / "outside")
+    before = box.snapshot()
+    for args in (apply_args(box), ("cleanroom", "status", "--series", str(box.series))):
+        refused(run(*args), 8, "outside the project root")
+    (box.project / "cleanroom").unlink()
+    (box.project / "cleanroom").mkdir()
+    (box.project / "cleanroom" / "demo").symlink_to(box.root / "outside")  # the room itself
+    refused(run(*apply_args(box)), 8, "outside the project root")
+    assert box.unexpected(before, ("cache", "project/cleanroom")) == []
+    room = box.root / "outside" / "room"
+    assert run(*apply_args(box, "--workdir", str(room))).code == 0
+    assert (room / "README").read_bytes() == b"hello\n"
+
+
 def test_a_hand_written_registry_is_never_overwritten(box: Sandbox, run: Run) -> None:
     (box.project / "docs" / "UPSTREAM_SYNC.md").write_text("# our own sync notes\n")
     (box.series / "series.yaml").write_text(_with_upstream())
@@ -1442,6 +1799,35 @@ def test_a_readme_symlink_is_replaced_not_written_through(box: Sandbox, run: Run
     assert box.victims_intact()
 
 
+# ========================================================================== generated docs content
+
+MARKDOWN = "![x](https://evil.example/p.png) [click](https://evil.example) <img src=x>"
+
+
+def test_markdown_from_mails_and_file_names_stays_text_in_the_docs(
+    project: Sandbox, run: Run
+) -> None:
+    """README.md and the registry are rendered (a forge shows them): a mail subject, an
+    Origin header or a file name with a backtick must not become an image, a link or HTML."""
+    name = "tick`" + MARKDOWN.replace("/", "_")  # a file name cannot hold '/'
+    diff = (
+        f"diff --git a/{name} b/{name}\nnew file mode 100644\n--- /dev/null\n+++ b/{name}\n"
+        "@@ -0,0 +1 @@\n+// patchctl md\n"
+    )
+    data = mail("[PATCH] " + MARKDOWN, diff=diff).replace(
+        b"Subject:", f"Origin: {MARKDOWN}\nSubject:".encode()
+    )
+    result = _import(project, run, data)
+    assert result.code == 0, result.err
+    readme = (project.series / "README.md").read_text()
+    registry = (project.project / "docs" / "UPSTREAM_SYNC.md").read_text()
+    link = re.compile(r"(?<!\\)\[[^\]]*(?<!\\)\]\(")  # [text]( or ![alt]( unescaped
+    for doc in (readme, registry):
+        assert not link.search(doc) and not re.search(r"(?<!\\)<img", doc), doc
+    assert "\\[click\\](https://evil.example)" in readme  # escaped: shown as typed
+    assert run("docs", "--check", "--series", str(project.series)).code == 0
+
+
 # ============================================================================ the matrix's counts
 
 # Every test of this module belongs to one row of the matrix in docs/reliability.md.
@@ -1454,6 +1840,7 @@ CATEGORY = {
         "test_an_extension_header_bomb_is_refused_before_it_is_read",
         "test_a_bad_limit_variable_is_a_config_error",
         "test_safe_archive_with_internal_links_and_a_smuggled_git_dir",
+        "test_a_path_git_refuses_to_stage_is_exit_7_naming_the_member",
     ),
     "archives: truncated and corrupt": (
         "test_damaged_archive_is_exit_7_with_the_library_message",
@@ -1470,17 +1857,28 @@ CATEGORY = {
         "test_a_patch_file_symlinked_out_of_the_series_is_refused",
         "test_a_patch_file_that_is_a_directory_is_refused",
         "test_a_patch_file_over_the_size_limit_is_refused",
+        "test_a_git_pin_that_names_no_commit_or_no_directory",
+        "test_a_git_upstream_over_the_tree_limits_is_refused_before_checkout",
     ),
-    "URLs accepted": ("test_allowed_url_forms_load",),
+    "URLs accepted": (
+        "test_allowed_url_forms_load",
+        "test_credentials_in_a_url_are_never_printed_or_written",
+    ),
     "patches and capture": (
         "test_hostile_patch",
+        "test_a_binary_patch_over_the_blob_limit_is_refused_before_git_apply",
         "test_capture_of_odd_paths_round_trips",
         "test_capture_validates_before_its_first_write",
         "test_capture_checks_every_target_is_writable_first",
         "test_binary_and_crlf_patches_import_and_verify",
     ),
+    "upstream attributes": (
+        "test_upstream_merge_attributes_never_decide_a_rebase",
+        "test_a_patch_shipping_gitattributes_changes_no_bytes",
+    ),
     "mboxes and quilt series": (
         "test_hostile_mbox",
+        "test_a_transfer_encoded_or_converted_diff_is_refused",
         "test_mboxrd_quoted_from_lines_are_unquoted_once",
         "test_import_never_overwrites_a_patch_file",
         "test_quilt_duplicates_get_unique_ids",
@@ -1496,10 +1894,12 @@ CATEGORY = {
         "test_internal_errors_are_json_too",
         "test_rich_markup_in_a_project_path_is_printed_as_text",
     ),
+    "generated docs content": ("test_markdown_from_mails_and_file_names_stays_text_in_the_docs",),
     "generated docs location": (
         "test_a_series_outside_patches_writes_its_registry_in_its_own_root",
         "test_two_series_in_one_patches_folder_keep_their_own_sections",
         "test_a_docs_symlink_out_of_the_project_is_refused",
+        "test_a_cleanroom_symlink_out_of_the_project_is_refused",
         "test_a_hand_written_registry_is_never_overwritten",
         "test_a_huge_registry_is_refused_before_it_is_read",
         "test_a_readme_symlink_is_replaced_not_written_through",

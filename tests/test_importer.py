@@ -201,13 +201,57 @@ def test_conflicting_import_is_patch_does_not_apply(
     assert info.value.why == "context does not match"
 
 
+@pytest.mark.parametrize(
+    "empty", [b"", b"\n", b"Description: kept for the record, its diff was dropped\n"]
+)
+def test_a_patch_that_changes_nothing_is_refused_naming_its_file(
+    tmp_path: Path, upstream: tuple[Git, str], empty: bytes
+) -> None:
+    """Debian's procps 2:4.0.2-3 lists a 0-byte `ps_checks` in its series (quilt applies it as
+    a no-op): import refuses it (exit 3, as `cleanroom apply` does an empty patch), naming the
+    quilt file it came from and what to do, and writes nothing."""
+    git, base = upstream
+    series = make_series(tmp_path / "project" / "patches" / "s", base)
+    quilt = _quilt(tmp_path)
+    (quilt / "ps_checks").write_bytes(empty)
+    (quilt / "series").write_bytes(b"fix-return.patch\nps_checks\nreadme.patch\n")
+    with pytest.raises(PatchDoesNotApply) as info:
+        import_patches(series, quilt, git, base)
+    error = info.value
+    assert error.exit_code == 3 and error.patch == "0002-ps_checks"
+    assert f"(ps_checks in {quilt}) to the tree before it" in error.message
+    assert error.message.endswith("): the patch file contains no changes"), error.message
+    assert error.hint is not None and "remove it from the series" in error.hint
+    assert not any(series.dir.glob("*.patch"))
+
+
+def test_a_hash_inside_a_quilt_patch_name_is_part_of_the_name(tmp_path: Path) -> None:
+    """dpkg-source and quilt read `#` as a comment only at a line's start or after whitespace:
+    `fix-bug#1.patch` names that file, never `fix-bug` (which may exist, with other bytes)."""
+    d = tmp_path / "q"
+    d.mkdir()
+    (d / "fix-bug#1.patch").write_bytes(DEP3)
+    (d / "fix-bug").write_bytes(GBP)
+    (d / "readme.patch").write_bytes(GBP)
+    (d / "series").write_bytes(
+        b"  # a comment\nfix-bug#1.patch\t# why\nreadme.patch -p1 #no space after\n#x.patch\n"
+    )
+    kind, incoming = read_source(d)
+    assert kind == "quilt"
+    expected = [("fix-bug#1.patch", DEP3), ("readme.patch", GBP)]
+    assert [(i.name, i.data) for i in incoming] == expected
+
+
 def test_quilt_options_and_missing_files(tmp_path: Path) -> None:
     d = tmp_path / "q"
     d.mkdir()
     (d / "a.patch").write_bytes(DEP3)
     (d / "series").write_bytes(b"a.patch -p0\n")
-    with pytest.raises(ConfigError, match="unsupported patch options"):
+    with pytest.raises(ConfigError, match=r"line 1: a\.patch: unsupported patch options") as info:
         read_source(d)
+    assert info.value.exit_code == 5 and info.value.path == d / "series"
+    assert str(info.value).endswith("options -p0")
+    assert info.value.hint is not None and "quilt refresh -p ab" in info.value.hint
     (d / "series").write_bytes(b"missing.patch\n")
     with pytest.raises(NotFound):
         read_source(d)

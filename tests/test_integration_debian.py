@@ -1,7 +1,7 @@
 """Integration: import and verify a real third-party quilt series (Debian's `less`).
 
 The source package is fetched with `apt-get source --download-only` through a test-owned apt
-configuration (a deb-src line for this machine's suite in a private sources.list, private
+configuration (support/debian.py: a deb-src line for bookworm in a private sources.list, private
 lists and cache dirs: the system's apt setup is never touched), and cached between runs in
 `$PATCHCTL_TEST_CACHE` (default ~/.cache/patchctl-test). The orig tarball becomes an `archive`
 upstream; the Debian patches are imported byte-for-byte, then verified forward and reverse,
@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import subprocess
 import tarfile
 from pathlib import Path
 
 import pytest
+from support.corpus import quilt_series
+from support.debian import AptMissing, DebianSource, fetch_debian_source, source_files
 from unidiff import PatchSet
 
 from patchctl.apply import cleanroom_apply
@@ -31,88 +30,8 @@ from patchctl.refresh import refresh
 from patchctl.series import load_series
 
 PACKAGE = "less"
-SUITE = "bookworm"
-MIRROR = "http://deb.debian.org/debian"
-KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
-# Resolved at import time, before the hermetic seal replaces HOME.
-CACHE = Path(os.environ.get("PATCHCTL_TEST_CACHE") or Path.home() / ".cache" / "patchctl-test")
 
 pytestmark = pytest.mark.integration
-
-
-def _apt_options(apt: Path) -> list[str]:
-    """apt-get options that point every apt path at the test-owned directory `apt`."""
-    opts = {
-        "Dir::Etc::SourceList": str(apt / "sources.list"),
-        "Dir::Etc::SourceParts": "/nonexistent",  # ignore the system's sources.list.d
-        "Dir::State::Lists": str(apt / "lists"),
-        "Dir::Cache": str(apt / "cache"),
-        "Debug::NoLocking": "1",  # our private dirs need no system lock
-    }
-    if os.geteuid() == 0:
-        opts["APT::Sandbox::User"] = "root"  # _apt cannot write into a private cache dir
-    return ["-q", *(arg for key, value in opts.items() for arg in ("-o", f"{key}={value}"))]
-
-
-def _downloaded(src: Path) -> bool:
-    return (
-        any(src.glob("*.dsc")) and any(src.glob("*.orig.tar.*")) and any(src.glob("*.debian.tar.*"))
-    )
-
-
-def _dsc_checksums(dsc: Path) -> dict[str, str]:
-    """File name -> sha256 from a .dsc's `Checksums-Sha256:` field (apt checked the .dsc
-    against the signed archive index when it downloaded it)."""
-    sums: dict[str, str] = {}
-    inside = False
-    for line in dsc.read_text(encoding="utf-8", errors="replace").splitlines():
-        if line.startswith("Checksums-Sha256:"):
-            inside = True
-        elif inside and line.startswith(" "):
-            digest, _size, name = line.split()
-            sums[name] = digest
-        else:
-            inside = False
-    return sums
-
-
-def _verified(src: Path) -> bool:
-    """True when every file the .dsc lists is in `src` with the sha256 it names."""
-    dsc = next(src.glob("*.dsc"))
-    sums = _dsc_checksums(dsc)
-    return bool(sums) and all(
-        (src / name).is_file() and hashlib.sha256((src / name).read_bytes()).hexdigest() == digest
-        for name, digest in sums.items()
-    )
-
-
-def fetch_debian_source(cache: Path = CACHE) -> Path:
-    """The directory holding <pkg>.dsc, .orig.tar.* and .debian.tar.* (downloaded once, then
-    checked on every use against the sha256 sums the .dsc lists; a bad copy is fetched again)."""
-    src = cache / "debian-src" / SUITE / PACKAGE
-    if _downloaded(src):
-        if _verified(src):
-            return src
-        shutil.rmtree(src)
-    if shutil.which("apt-get") is None:
-        pytest.skip("apt-get is not installed: cannot fetch a Debian source package")
-    apt = cache / "apt" / SUITE
-    for sub in ("lists/partial", "cache/archives/partial"):
-        (apt / sub).mkdir(parents=True, exist_ok=True)
-    signed = f"[signed-by={KEYRING}] " if Path(KEYRING).is_file() else ""
-    (apt / "sources.list").write_text(f"deb-src {signed}{MIRROR} {SUITE} main\n")
-    src.mkdir(parents=True, exist_ok=True)
-    opts = _apt_options(apt)
-    subprocess.run(["apt-get", *opts, "update"], check=True, capture_output=True)
-    subprocess.run(
-        ["apt-get", *opts, "source", "--download-only", PACKAGE],
-        check=True,
-        capture_output=True,
-        cwd=src,
-    )
-    assert _downloaded(src), f"apt-get source did not leave a complete source package in {src}"
-    assert _verified(src), f"{src}: a file does not match the sha256 its .dsc lists"
-    return src
 
 
 def _cli(*args: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
@@ -122,22 +41,23 @@ def _cli(*args: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
 
 
 @pytest.fixture(scope="module")
-def debian_source() -> Path:
-    return fetch_debian_source()
+def debian_source() -> DebianSource:
+    """less's source package, fetched once and checked against the .dsc's sha256 sums on
+    every use."""
+    try:
+        return source_files(fetch_debian_source(PACKAGE))
+    except AptMissing as exc:
+        pytest.skip(str(exc))
 
 
 def test_import_and_verify_real_quilt_series(
-    tmp_path: Path, debian_source: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, debian_source: DebianSource, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    orig = next(debian_source.glob("*.orig.tar.*"))
+    orig = debian_source.orig
     debian = tmp_path / "debian"
-    extract_archive(next(debian_source.glob("*.debian.tar.*")), debian)  # strips debian/
+    extract_archive(debian_source.debian, debian)  # strips debian/
     quilt = debian / "patches"
-    listed = [
-        line.split()[0]
-        for line in (quilt / "series").read_text().splitlines()
-        if line.strip() and not line.startswith("#")
-    ]
+    listed = [name for name, _options in quilt_series(quilt / "series")]
     assert len(listed) >= 3, "expected a real multi-patch quilt series"
 
     series_dir = tmp_path / "project" / "patches" / PACKAGE
@@ -177,15 +97,17 @@ def test_import_and_verify_real_quilt_series(
     assert code == 12, out
 
 
-def test_strict_apply_reports_debian_offsets_as_drift(tmp_path: Path, debian_source: Path) -> None:
+def test_strict_apply_reports_debian_offsets_as_drift(
+    tmp_path: Path, debian_source: DebianSource
+) -> None:
     """Debian's quilt accepts hunks at an offset; patchctl's strict clean-room apply does not.
 
     This pins the known behaviour: `verify` (tree-exact) passes on the imported series, while
     `cleanroom apply` stops with PatchDrift (exit 10) at the first patch that needs an offset.
     """
-    orig = next(debian_source.glob("*.orig.tar.*"))
+    orig = debian_source.orig
     debian = tmp_path / "debian"
-    extract_archive(next(debian_source.glob("*.debian.tar.*")), debian)
+    extract_archive(debian_source.debian, debian)
     series_dir = tmp_path / "project" / "patches" / PACKAGE
     series_dir.mkdir(parents=True)
     sha = hashlib.sha256(orig.read_bytes()).hexdigest()
@@ -279,14 +201,14 @@ def _keep_the_patch_side(path: Path) -> None:
 
 
 def test_the_lifecycle_from_the_cli_keeps_every_header_byte(
-    tmp_path: Path, debian_source: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, debian_source: DebianSource, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """init -> import (offsets) -> refresh -> strict apply -> verify -> rebase onto another
     release (a conflict, resolved, --continue) -> verify, all through the CLI on Debian's
     series; every patch keeps its header and trailer bytes throughout."""
-    orig = next(debian_source.glob("*.orig.tar.*"))
+    orig = debian_source.orig
     debian = tmp_path / "debian"
-    extract_archive(next(debian_source.glob("*.debian.tar.*")), debian)
+    extract_archive(debian_source.debian, debian)
     quilt = debian / "patches"
     series_dir = tmp_path / "project" / "patches" / PACKAGE
     s = str(series_dir)

@@ -238,10 +238,11 @@ def test_stack_load_errors_name_the_extended_series(project: tuple[Path, Path]) 
     with pytest.raises(ConfigError, match="one level is supported"):
         load_stack(series)
     save_series(base_series)
-    dup = series.with_patch(replace(series.patches[0], id="0001-core", file="x.patch"))
-    with pytest.raises(ConfigError) as info:
-        load_stack(dup)
-    assert info.value.key == "patches[1].id"
+    for pid in ("0001-core", "0001-CORE"):  # ids differing only in case are one too
+        dup = series.with_patch(replace(series.patches[0], id=pid, file="x.patch"))
+        with pytest.raises(ConfigError) as info:
+            load_stack(dup)
+        assert info.value.key == "patches[1].id"
 
 
 def test_a_sibling_symlinked_out_of_the_folder_is_refused(

@@ -125,6 +125,24 @@ def test_printable_escapes_and_one_line_cleans() -> None:
     assert one_line("x" * 600) == "x" * 497 + "..."
 
 
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("from https://u:pw@h/x.git: failed", "from https://***@h/x.git: failed"),
+        ("'https://ghp_tok@github.com/o/r/'", "'https://***@github.com/o/r/'"),
+        (
+            "ssh://git:pw@h:22/x and http://a:b@[::1]/y",
+            "ssh://git:***@h:22/x and http://***@[::1]/y",
+        ),
+        ("ssh://git@host/x, git@host:x, a@b.org", "ssh://git@host/x, git@host:x, a@b.org"),
+        ("https://host/x@y", "https://host/x@y"),  # '@' after the host: a path, kept
+    ],
+)
+def test_redacted_hides_url_passwords_and_http_tokens(text: str, shown: str) -> None:
+    assert values.redacted(text) == shown
+    assert values.printable(text) == shown
+
+
 @pytest.mark.parametrize("version", ["0.3.36", "1.0rc1", "2!1.0.post2.dev3", "1.0+local.7"])
 def test_pep440_versions(version: str) -> None:
     assert version_problem(version) is None

@@ -1,9 +1,13 @@
 """An independent float64 numpy forward pass of the tiny models, with Dual Chunk Attention.
 
 The model is read back from its GGUF file with gguf's GGUFReader (no llama.cpp code involved).
-Supported archs: llama (NORM rope), qwen2 (q/k/v bias), qwen3 (q/k RMS norms), gemma3 (embedding
-scale, q/k norms, post norms, pre-scaled Q, GELU FFN, sliding-window layers), gemma4 (as gemma3 plus
-attention scale 1.0, weightless V norm, per-layer SWA array, shared-KV layers, logit softcap 30).
+Supported archs: llama (NORM rope), qwen2 (q/k/v bias), qwen3 (q/k RMS norms), qwen3moe (as qwen3
+with a softmax-gated top-k MoE FFN, weights renormalized), gemma3 (embedding scale, q/k norms, post
+norms, pre-scaled Q, GELU FFN, sliding-window layers), gemma4 (as gemma3 plus attention scale 1.0,
+weightless V norm, per-layer SWA array, shared-KV layers, logit softcap 30, per-layer head sizes
+(key_length_swa), rope frequency factors on the global layers, V = the K projection where a global
+layer has no attn_v). Partial rotary (rope.dimension_count < head size): the first n_rot dims are
+roped, the others pass through, as ggml's rope.
 Where llama.cpp's CPU evaluation rounds in a way that the sharp tiny models amplify, the
 reference follows it: rope angles as ggml's float32 rope cache, GELU through ggml's f16 table,
 and (``RunConfig.kv_type``) the KV cache's f16 / Hadamard-rotated q8_0 round trip.
@@ -30,7 +34,7 @@ import numpy.typing as npt
 from gguf import GGUFReader
 
 F64 = npt.NDArray[np.float64]
-SUPPORTED_ARCHS: tuple[str, ...] = ("llama", "qwen2", "qwen3", "gemma3", "gemma4")
+SUPPORTED_ARCHS: tuple[str, ...] = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "gemma4")
 GEMMA_ARCHS = frozenset({"gemma3", "gemma4"})
 NEG_INF = -np.inf
 
@@ -98,11 +102,21 @@ class HParams:
     rope_base: float
     swa_layers: frozenset[int]
     sliding_window: int
-    attn_scale: float
     softcap: float
     kv_source: tuple[
         int, ...
     ]  # per layer: the layer whose K/V it attends to (itself if it owns KV)
+    head_dim_swa: int = 0  # 0: head_dim (gemma4 key_length_swa)
+    n_rot: int = 0  # rotary dims of the global layers (0: the whole head)
+    n_rot_swa: int = 0  # of the SWA layers (0: the whole head)
+    n_expert_used: int = 0  # qwen3moe
+
+    def layer_head_dim(self, il: int) -> int:
+        return self.head_dim_swa if il in self.swa_layers and self.head_dim_swa else self.head_dim
+
+    def layer_n_rot(self, il: int) -> int:
+        n_rot = self.n_rot_swa if il in self.swa_layers else self.n_rot
+        return n_rot or self.layer_head_dim(il)
 
     @property
     def neox(self) -> bool:
@@ -176,6 +190,7 @@ def load_model(path: Path) -> TinyModel:
     n_embd = int(_field(reader, f"{arch}.embedding_length"))
     head_dim = int(_field(reader, f"{arch}.attention.key_length", n_embd // n_head))
     swa = _swa_layers(reader, arch, n_layer)
+    n_rot = int(_field(reader, f"{arch}.rope.dimension_count", head_dim))
     hp = HParams(
         arch=arch,
         n_layer=n_layer,
@@ -186,9 +201,12 @@ def load_model(path: Path) -> TinyModel:
         rope_base=float(_field(reader, f"{arch}.rope.freq_base", 10000.0)),
         swa_layers=swa,
         sliding_window=int(_field(reader, f"{arch}.attention.sliding_window", 0)),
-        attn_scale=_attn_scale(arch, head_dim),
         softcap=_softcap(reader, arch),
         kv_source=_kv_source(reader, arch, n_layer, swa),
+        head_dim_swa=int(_field(reader, f"{arch}.attention.key_length_swa", 0)),
+        n_rot=n_rot,
+        n_rot_swa=int(_field(reader, f"{arch}.rope.dimension_count_swa", n_rot)),
+        n_expert_used=int(_field(reader, f"{arch}.expert_used_count", 0)),
     )
     tensors = {t.name: np.array(t.data, dtype=np.float64) for t in reader.tensors}
     return TinyModel(hp=hp, tensors=tensors)
@@ -218,20 +236,33 @@ def rope_angles_ggml(pos: npt.NDArray[np.int64], base: float, dim: int) -> F64:
     return out
 
 
-def rope(x: F64, pos: npt.NDArray[np.int64], base: float, neox: bool) -> F64:
-    """Rotate x (tokens, heads, dim) by positions ``pos`` (tokens,); NEOX or NORM pairing."""
-    dim = x.shape[-1]
+def rope(
+    x: F64,
+    pos: npt.NDArray[np.int64],
+    base: float,
+    neox: bool,
+    n_rot: int = 0,
+    freq_factors: F64 | None = None,
+) -> F64:
+    """Rotate x (tokens, heads, dim) by positions ``pos`` (tokens,); NEOX or NORM pairing. Only
+    the first ``n_rot`` dims (0: all) rotate, the rest pass through; ``freq_factors`` (one per
+    pair) divide the angles in float32, as ggml's rope cache does."""
+    dim = n_rot or x.shape[-1]
     theta = rope_angles_ggml(pos, base, dim)
+    if freq_factors is not None:
+        ff = freq_factors[: dim // 2].astype(np.float32)
+        theta = (theta.astype(np.float32) / ff[None, :]).astype(np.float64)
     # cos/sin rounded to float32 as in the rope cache; the rotation itself in float64
     cos = np.cos(theta).astype(np.float32).astype(np.float64)[:, None, :]
     sin = np.sin(theta).astype(np.float32).astype(np.float64)[:, None, :]
+    out = x.copy()
     if neox:
-        a, b = x[..., : dim // 2], x[..., dim // 2 :]
-        return np.concatenate([a * cos - b * sin, a * sin + b * cos], axis=-1)
-    a, b = x[..., 0::2], x[..., 1::2]
-    out = np.empty_like(x)
-    out[..., 0::2] = a * cos - b * sin
-    out[..., 1::2] = a * sin + b * cos
+        a, b = x[..., : dim // 2], x[..., dim // 2 : dim]
+        out[..., :dim] = np.concatenate([a * cos - b * sin, a * sin + b * cos], axis=-1)
+        return out
+    a, b = x[..., 0:dim:2], x[..., 1:dim:2]
+    out[..., 0:dim:2] = a * cos - b * sin
+    out[..., 1:dim:2] = a * sin + b * cos
     return out
 
 
@@ -281,6 +312,11 @@ class AttnInput:
     base: float
     neox: bool
     kv_type: str = "f32"
+    n_rot: int = 0  # rotary dims (0: all)
+    freq_factors: F64 | None = None
+
+    def rope(self, x: F64, pos: npt.NDArray[np.int64]) -> F64:
+        return rope(x, pos, self.base, self.neox, self.n_rot, self.freq_factors)
 
     def k_stored(self, k_roped: F64) -> F64:
         """K as read back from the cache (quantized caches: Hadamard-rotated, then quantized)."""
@@ -328,8 +364,9 @@ def hadamard(n: int) -> F64:
 
 def _rotate(x: F64, kv_type: str) -> F64:
     """llama.cpp rotates Q/K/V by a 64x64 Hadamard matrix per 64-block of the head vector when
-    the cache type is quantized (attn_rot_k / attn_rot_v; head_dim % 64 == 0 here)."""
-    if kv_type in ("f32", "f16"):
+    the cache type is quantized and the head size a multiple of 64 (llama_kv_cache: attn_rot_k /
+    attn_rot_v); other head sizes (96, ...) are cached unrotated."""
+    if kv_type in ("f32", "f16") or x.shape[-1] % HADAMARD_N:
         return x
     blocks = x.reshape(*x.shape[:-1], -1, HADAMARD_N)
     out: F64 = (blocks @ hadamard(HADAMARD_N).T).reshape(x.shape)
@@ -367,8 +404,8 @@ def plain_attention(a: AttnInput, window: int = 0) -> F64:
     """Causal attention at absolute positions; ``window`` > 0 keeps keys with i - j < window."""
     n = a.q.shape[0]
     pos = np.arange(n, dtype=np.int64)
-    q = a.q_for_dot(rope(a.q, pos, a.base, a.neox))
-    scores = _gqa_scores(q, a.k_stored(rope(a.k, pos, a.base, a.neox)), a.scale)
+    q = a.q_for_dot(a.rope(a.q, pos))
+    scores = _gqa_scores(q, a.k_stored(a.rope(a.k, pos)), a.scale)
     dist = pos[:, None] - pos[None, :]
     visible = dist >= 0
     if window > 0:
@@ -407,13 +444,13 @@ def dca_regime_scores(
     n = a.q.shape[0]
     pos = np.arange(n, dtype=np.int64)
     k_pos = pos if mut.keys_unwrapped else pos % dca.chunk_len
-    k = a.k_stored(rope(a.k, k_pos, a.base, a.neox))
+    k = a.k_stored(a.rope(a.k, k_pos))
     factors = mscale_factors(n, dca.mscale_orig)
     if mut.mscale_once:
         factors = np.sqrt(factors)
     # llama.cpp scales the roped query rows (never the cached keys)
     per_regime = [
-        _gqa_scores(a.q_for_dot(rope(a.q, qp, a.base, a.neox) * factors[:, None, None]), k, a.scale)
+        _gqa_scores(a.q_for_dot(a.rope(a.q, qp) * factors[:, None, None]), k, a.scale)
         for qp in _dca_query_positions(n, dca, mut)
     ]
     regime = regime_matrix(n, dca.chunk_len)
@@ -479,21 +516,23 @@ def _heads(x: F64, dim: int) -> F64:
     return x.reshape(x.shape[0], -1, dim)
 
 
-def _proj(m: TinyModel, name: str, x: F64) -> F64:
-    y = x @ m.t(name + ".weight").T
-    bias = m.opt(name + ".bias")
-    return _heads(y if bias is None else y + bias, m.hp.head_dim)
+def _proj(m: TinyModel, il: int, name: str, x: F64) -> F64:
+    p = f"blk.{il}.{name}"
+    y = x @ m.t(p + ".weight").T
+    bias = m.opt(p + ".bias")
+    return _heads(y if bias is None else y + bias, m.hp.layer_head_dim(il))
 
 
 def _q(m: TinyModel, il: int, x: F64) -> F64:
-    q = _proj(m, f"blk.{il}.attn_q", x)
+    q = _proj(m, il, "attn_q", x)
     norm = m.opt(f"blk.{il}.attn_q_norm.weight")
     return q if norm is None else rms_norm(q, norm, m.hp.rms_eps)
 
 
 def _kv(m: TinyModel, il: int, x: F64) -> tuple[F64, F64]:
-    k = _proj(m, f"blk.{il}.attn_k", x)
-    v = _proj(m, f"blk.{il}.attn_v", x)
+    k = _proj(m, il, "attn_k", x)
+    # gemma4: a layer without attn_v uses the K projection as V (before K's norm and rope)
+    v = k if m.opt(f"blk.{il}.attn_v.weight") is None else _proj(m, il, "attn_v", x)
     norm = m.opt(f"blk.{il}.attn_k_norm.weight")
     if norm is not None:
         k = rms_norm(k, norm, m.hp.rms_eps)
@@ -510,14 +549,18 @@ def _attention(m: TinyModel, il: int, x: F64, run: RunConfig, kv_store: KvStore)
     if src == il:
         kv_store[il] = _kv(m, il, x)
     k, v = kv_store[src]
+    # gemma4: the global layers' rope frequency factors (proportional rope)
+    ff = m.opt("rope_freqs.weight") if m.hp.arch == "gemma4" and il not in m.hp.swa_layers else None
     a = AttnInput(
         q=_q(m, il, x),
         k=k,
         v=v,
-        scale=m.hp.attn_scale,
+        scale=_attn_scale(m.hp.arch, m.hp.layer_head_dim(il)),
         base=m.hp.rope_base,
         neox=m.hp.neox,
         kv_type=run.kv_type,
+        n_rot=m.hp.layer_n_rot(il),
+        freq_factors=ff,
     )
     if il in m.hp.swa_layers:
         out = plain_attention(a, window=m.hp.sliding_window)
@@ -529,8 +572,28 @@ def _attention(m: TinyModel, il: int, x: F64, run: RunConfig, kv_store: KvStore)
     return res
 
 
+def _moe_ffn(m: TinyModel, il: int, x: F64) -> F64:
+    """qwen3moe: softmax gate, the top n_expert_used experts, their weights renormalized to sum 1,
+    each a SiLU-gated FFN (llm_graph_context::build_moe_ffn with norm_w)."""
+    p = f"blk.{il}."
+    probs = _softmax_rows(x @ m.t(p + "ffn_gate_inp.weight").T)  # (tokens, n_expert)
+    top = np.argsort(-probs, axis=-1, kind="stable")[:, : m.hp.n_expert_used]
+    gate_w, up_w = m.t(p + "ffn_gate_exps.weight"), m.t(p + "ffn_up_exps.weight")
+    down_w = m.t(p + "ffn_down_exps.weight")
+    out: F64 = np.zeros_like(x)
+    for i in range(x.shape[0]):
+        w = probs[i, top[i]]
+        w = w / np.sum(w)
+        for e, we in zip(top[i], w, strict=True):
+            hidden = silu(gate_w[e] @ x[i]) * (up_w[e] @ x[i])
+            out[i] += we * (down_w[e] @ hidden)
+    return out
+
+
 def _ffn(m: TinyModel, il: int, x: F64) -> F64:
     p = f"blk.{il}."
+    if m.opt(p + "ffn_gate_inp.weight") is not None:
+        return _moe_ffn(m, il, x)
     gate = x @ m.t(p + "ffn_gate.weight").T
     up = x @ m.t(p + "ffn_up.weight").T
     act = gelu_ggml_cpu(gate) if m.hp.gemma else silu(gate)

@@ -77,6 +77,18 @@ class TinySpec:
     dca_local_size: int = 0
     dca_orig: int = 0
     yarn: tuple[float, int] | None = None
+    # other shapes and rope layouts (0 / defaults = the usual tiny model): ``n_rot`` rotary dims
+    # (rope.dimension_count; < head_dim is partial rotary; gemma4: its global layers only),
+    # ``head_dim_swa`` gemma4's SWA-layer head size (key_length_swa; its global layers use
+    # head_dim), ``rope_freqs`` gemma4's global-layer frequency factors ("ones", or
+    # "proportional": the first quarter of the pairs rotate, the others get factor 1e30, i.e. do
+    # not), ``k_eq_v`` gemma4's global layers without attn_v (V is the K projection),
+    # ``rope_freq_base`` and ``n_ctx_train`` < 0 (no context_length key: hostile metadata)
+    n_rot: int = 0
+    head_dim_swa: int = 0
+    rope_freqs: str = "ones"
+    k_eq_v: bool = False
+    rope_freq_base: float = 10000.0
     layers: int = 0  # 0: the tests' layer count (2; gemma4 5 or 6)
     swa_pattern: int = 2  # gemma3: every swa_pattern-th layer is global, the others sliding-window
     weight_type: str = "f32"  # "f32" or "q8_0" (the 2-D projection matrices)
@@ -113,6 +125,24 @@ class TinySpec:
             return self.qk_norm_scale / math.sqrt(math.sqrt(self.head_dim))
         return self.qk_norm_scale
 
+    def swa_layers(self) -> list[bool]:
+        """Per layer: sliding-window (True) or global, as written to the GGUF."""
+        if self.arch == "gemma4":
+            # the last KV-owning layer before the shared ones must be global, the one before it SWA
+            if self.n_shared_kv:
+                return [True, True, True, False, True, False]
+            return [True, True, True, True, False]
+        if self.arch == "gemma3":
+            # scalar n: layer il is sliding-window iff il % n < n - 1 (2: layer 0 SWA, 1 global)
+            return [il % self.swa_pattern < self.swa_pattern - 1 for il in range(self.n_layer)]
+        return [False] * self.n_layer
+
+    def layer_head_dim(self, il: int) -> int:
+        """The head size of layer ``il`` (gemma4: ``head_dim_swa`` on its SWA layers)."""
+        if self.arch == "gemma4" and self.head_dim_swa and self.swa_layers()[il]:
+            return self.head_dim_swa
+        return self.head_dim
+
     def file_name(self) -> str:
         meta = ""
         if self.dca_chunk_size or self.dca_local_size or self.dca_orig:
@@ -130,6 +160,12 @@ class TinySpec:
             shape += f"-L{self.layers}-p{self.swa_pattern}-{self.weight_type}"
         if self.tokenizer != "test":
             shape += f"-tk{self.tokenizer}"
+        rope = (self.n_rot, self.head_dim_swa, self.rope_freqs, self.k_eq_v, self.rope_freq_base)
+        if rope != (0, 0, "ones", False, 10000.0):
+            shape += (
+                f"-r{self.n_rot}-ds{self.head_dim_swa}-{self.rope_freqs}-kv{int(self.k_eq_v)}"
+                f"-b{self.rope_freq_base:g}"
+            )
         return (
             f"tiny-{self.variant}-s{self.seed}-qk{self.qk_scale:g}-n{self.qk_norm_scale:g}"
             f"-vo{self.vo_scale:g}-w{self.sliding_window}-e{self.embd_scale:g}{meta}-f3-g4{shape}.gguf"
@@ -174,7 +210,8 @@ def _filled(n: int, value: float) -> npt.NDArray[np.float32]:
 
 
 def _common_kv(wr: gguf.GGUFWriter, spec: TinySpec) -> None:
-    wr.add_context_length(spec.n_ctx_train)
+    if spec.n_ctx_train >= 0:
+        wr.add_context_length(spec.n_ctx_train)
     wr.add_embedding_length(spec.n_embd)
     wr.add_block_count(spec.n_layer)
     wr.add_feed_forward_length(spec.n_ff)
@@ -182,9 +219,9 @@ def _common_kv(wr: gguf.GGUFWriter, spec: TinySpec) -> None:
     wr.add_head_count_kv(spec.n_head_kv)
     wr.add_key_length(spec.head_dim)
     wr.add_value_length(spec.head_dim)
-    wr.add_rope_dimension_count(spec.head_dim)
+    wr.add_rope_dimension_count(spec.n_rot or spec.head_dim)
     wr.add_layer_norm_rms_eps(1e-6)
-    wr.add_rope_freq_base(10000.0)
+    wr.add_rope_freq_base(spec.rope_freq_base)
     if spec.tokenizer == "no_vocab":
         # llama-vocab.cpp: no tokens, n_tokens from <arch>.vocab_size (token_embd's rows)
         wr.add_tokenizer_model("no_vocab")
@@ -251,44 +288,42 @@ def _arch_kv(wr: gguf.GGUFWriter, spec: TinySpec) -> None:
         wr.add_expert_feed_forward_length(spec.n_ff)
     if spec.arch == "gemma3":
         wr.add_sliding_window(spec.sliding_window)
-        # scalar n: layer il is sliding-window iff il % n < n - 1 (2: layer 0 SWA, layer 1 global)
-        wr.add_sliding_window_pattern(spec.swa_pattern)
+        wr.add_sliding_window_pattern(spec.swa_pattern)  # see TinySpec.swa_layers
         wr.add_rope_freq_base_swa(10000.0)
     if spec.arch == "gemma4":
-        # the last KV-owning layer before the shared ones must be global, the one before it SWA
-        pattern = (
-            [True, True, True, False, True, False]
-            if spec.n_shared_kv
-            else [True, True, True, True, False]
-        )
-        wr.add_sliding_window_pattern(pattern)
+        wr.add_sliding_window_pattern(spec.swa_layers())
         wr.add_sliding_window(spec.sliding_window)
         wr.add_embedding_length_per_layer_input(0)
-        wr.add_key_length_swa(spec.head_dim)
-        wr.add_value_length_swa(spec.head_dim)
+        head_dim_swa = spec.head_dim_swa or spec.head_dim
+        wr.add_key_length_swa(head_dim_swa)
+        wr.add_value_length_swa(head_dim_swa)
+        if spec.n_rot or spec.head_dim_swa:  # SWA layers: full rotary of their own head size
+            wr.add_rope_dimension_count_swa(head_dim_swa)
         wr.add_rope_freq_base_swa(10000.0)
         wr.add_shared_kv_layers(spec.n_shared_kv)
 
 
 def _attn_tensors(t: Tensors, rnd: _Weights, spec: TinySpec, il: int) -> None:
     p = f"blk.{il}."
-    q_dim, kv_dim = spec.n_head * spec.head_dim, spec.n_head_kv * spec.head_dim
+    head_dim = spec.layer_head_dim(il)
+    q_dim, kv_dim = spec.n_head * head_dim, spec.n_head_kv * head_dim
     qk_norm = spec.arch in QK_NORM_ARCHS
     proj_scale = 0.02 if qk_norm else spec.qk_scale
     has_kv = not (spec.n_shared_kv and il >= spec.n_layer - spec.n_shared_kv)
     t[p + "attn_q.weight"] = rnd.matrix(spec.n_embd, q_dim, scale=proj_scale)
     if has_kv:
         t[p + "attn_k.weight"] = rnd.matrix(spec.n_embd, kv_dim, scale=proj_scale)
-        t[p + "attn_v.weight"] = rnd.matrix(spec.n_embd, kv_dim, scale=spec.vo_scale)
+        if not (spec.k_eq_v and not spec.swa_layers()[il]):
+            t[p + "attn_v.weight"] = rnd.matrix(spec.n_embd, kv_dim, scale=spec.vo_scale)
     if spec.arch == "qwen2":
         t[p + "attn_q.bias"] = rnd.normal(q_dim)
         t[p + "attn_k.bias"] = rnd.normal(kv_dim)
         t[p + "attn_v.bias"] = rnd.normal(kv_dim)
     t[p + "attn_output.weight"] = rnd.matrix(q_dim, spec.n_embd, scale=spec.vo_scale)
     if qk_norm:
-        t[p + "attn_q_norm.weight"] = _filled(spec.head_dim, spec.qk_norm_weight)
+        t[p + "attn_q_norm.weight"] = _filled(head_dim, spec.qk_norm_weight)
         if has_kv:
-            t[p + "attn_k_norm.weight"] = _filled(spec.head_dim, spec.qk_norm_weight)
+            t[p + "attn_k_norm.weight"] = _filled(head_dim, spec.qk_norm_weight)
 
 
 def _ffn_tensors(t: Tensors, rnd: _Weights, spec: TinySpec, il: int) -> None:
@@ -322,8 +357,23 @@ def build_tensors(spec: TinySpec) -> Tensors:
             t[f"blk.{il}.post_ffw_norm.weight"] = _filled(spec.n_embd, 0.03)
         _ffn_tensors(t, rnd, spec, il)
     if spec.arch == "gemma4":
-        t["rope_freqs.weight"] = _filled(spec.head_dim // 2, 1.0)
+        t["rope_freqs.weight"] = rope_freq_factors(spec)
     return t
+
+
+ROPE_FREQS: tuple[str, ...] = ("ones", "proportional")
+
+
+def rope_freq_factors(spec: TinySpec) -> npt.NDArray[np.float32]:
+    """gemma4's global-layer rope frequency factors (head_dim / 2 of them, see TinySpec)."""
+    n = spec.head_dim // 2
+    if spec.rope_freqs == "ones":
+        return _filled(n, 1.0)
+    if spec.rope_freqs == "proportional":
+        out = _filled(n, 1e30)
+        out[: max(1, n // 4)] = 1.0
+        return out
+    raise ValueError(f"rope_freqs {spec.rope_freqs!r}: use one of {', '.join(ROPE_FREQS)}")
 
 
 def tokenizer_for(src: Path) -> str:

@@ -160,6 +160,23 @@ def corrupted(path: Path, at: float = 0.5, count: int = 16) -> Path:
     return path
 
 
+def bad_header(path: Path, member: int) -> Path:
+    """`path` (a plain or compressed tar) with the header checksum of its `member`-th member
+    broken: Python's tarfile takes such a header for the end of the archive (GNU tar reports
+    it and skips to the next header)."""
+    import bz2
+    import gzip
+    import lzma
+
+    codec = {"w:gz": gzip, "w:xz": lzma, "w:bz2": bz2}.get(tar_mode(path))
+    raw = bytearray(codec.decompress(path.read_bytes()) if codec else path.read_bytes())
+    with tarfile.open(fileobj=io.BytesIO(bytes(raw))) as tar:
+        offset = tar.getmembers()[member].offset
+    raw[offset + 150] ^= 0x01  # a digit of the checksum field (bytes 148-155)
+    path.write_bytes(codec.compress(bytes(raw)) if codec else bytes(raw))
+    return path
+
+
 def zip_bad_crc(path: Path, members: Sequence[M]) -> Path:
     """A stored zip whose last member's bytes were changed after its CRC was written."""
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as zf:
