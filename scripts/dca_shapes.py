@@ -6,16 +6,25 @@ FFN size; fewer layers; Q8_0 projection matrices), made by the project's own gen
 (tests/dca/tiny_models.py), benchmarked with ONE llama-bench run per cell that covers DCA off and
 on and both depths:
 
-    llama-bench -m MODEL -fa 1 -ngl 99 -p 512 -n 64 -d 32768,131072 -dca 0,1 -r R \
+    llama-bench -m MODEL -fa 1 -ngl 99 -p 512 -n 64 -d 32768,131072 -dca 0,1,1,0 -r R \
                 -ctk KV -ctv KV -o json
+
+Each arm runs in I contexts (--instances, default 2, in the balanced order 0,1,1,0) of R
+repetitions each (--reps, default 2). On the H200 the decode rate of one arm differed between two
+contexts of one process by up to 9 % (median 3.6 %, 16 pairs, session 9; see
+docs/benchmarks/shapes-2026-12-01/README.md), as much as the target's margin, and the repetitions
+inside one context do not sample that. The ratio is the mean of the DCA contexts over the mean of
+the plain ones; `instance_ratios` keeps each pair.
 
 Every model has n_ctx_train = 32768 (Qwen2.5's), so DCA uses the same chunks everywhere
 (chunk 24576, local window 4096, chunk length 20480): depth 32k is chunk 1, 128k chunk 6, 512k
 chunk 25.
 
-    dca_shapes.py plan   [--matrix gpu|cpu] [--reps R]       the cells, their estimated H200 time
+    dca_shapes.py plan   [--matrix gpu|cpu] [--reps R] [--instances I]
+                         the cells and their estimated H200 time
     dca_shapes.py run    --bin DIR --work DIR --out FILE.json [--matrix gpu|cpu] [--cells a,b]
-                         [--reps R] [--budget-s S] [--threads N] [--wait-load L] [--gguf-py DIR]
+                         [--reps R] [--instances I] [--budget-s S] [--threads N]
+                         [--wait-load L] [--gguf-py DIR]
     dca_shapes.py models --work DIR [--matrix gpu|cpu] [--cells a,b] [--gguf-py DIR]
     dca_shapes.py path   --work DIR --cells a,b [--gguf-py DIR]    the GGUF of each cell
 
@@ -165,18 +174,28 @@ _FILL_128K_SHARE = 1.0 / (2 * (1 + 1 / 16))  # one fill at 128k, as a share of t
 _T_GGUF_S = 3.0  # writing the GGUF on the device (tiled Q8_0), at most
 
 
-def estimate_s(cell: Cell, reps: int) -> float:
+def estimate_s(cell: Cell, reps: int, instances: int = 1) -> float:
     shape = SHAPES[cell.shape]
     n_fills = 2 if len(cell.depths) > 1 else 1
     fill = sum(n_fills * _FILL_128K_SHARE * (d / 131072) ** 2 for d in cell.depths)
     width = shape.attn_width * fill * _T_PER_WIDTH_S
-    return _T_GGUF_S + _T_FIXED_S * max(1.0, reps / 4) + width
+    return _T_GGUF_S + _T_FIXED_S * max(1.0, reps * instances / 4) + width
+
+
+def dca_order(instances: int) -> str:
+    """llama-bench's -dca list for INSTANCES contexts per arm, in balanced order (0,1,1,0,...):
+    neither arm always runs first, so a drift over the run weighs on both."""
+    order: list[str] = []
+    for i in range(instances):
+        order += ["0", "1"] if i % 2 == 0 else ["1", "0"]
+    return ",".join(order)
 
 
 def bench_command(bin_dir: Path, model: Path, cell: Cell, reps: int, ngl: int,
-                  threads: int | None) -> list[str]:
+                  threads: int | None, instances: int = 1) -> list[str]:
     cmd = [str(bin_dir / "llama-bench"), "-m", str(model), "-fa", "1", "-ngl", str(ngl),
-           "-p", "512", "-n", "64", "-d", ",".join(map(str, cell.depths)), "-dca", "0,1",
+           "-p", "512", "-n", "64", "-d", ",".join(map(str, cell.depths)),
+           "-dca", dca_order(instances),
            "-r", str(reps), "-ctk", cell.kv, "-ctv", cell.kv, "-o", "json", *cell.dca_args]
     if threads:
         cmd += ["-t", str(threads)]
@@ -220,18 +239,22 @@ def _summary_module() -> Any:
 
 
 def _ratio_spread(bench_rows: list[dict[str, Any]], row: dict[str, Any]) -> dict[str, float]:
-    """Per-repetition DCA / plain ratios of one summary row (rep i of DCA over rep i of plain):
-    min, max and the standard deviation propagated from the two means' standard deviations."""
-    def pick(dca: bool) -> dict[str, Any]:
+    """Per-repetition DCA / plain ratios of one summary row (repetition i of DCA over repetition i
+    of plain, the instances of each arm in run order): min, max and the standard deviation
+    propagated from the two arms' standard deviations."""
+    def samples(dca: bool) -> list[float]:
+        out: list[float] = []
         for b in bench_rows:
             name = f"pp{b['n_prompt']}" if b["n_prompt"] else f"tg{b['n_gen']}"
             same_cell = name == row["test"] and int(b["n_depth"]) == row["depth"]
             if same_cell and bool(b.get("dca")) == dca:
-                return b
-        raise KeyError(row["test"])
-    plain, dca = pick(False), pick(True)
-    per_rep = [d / p for d, p in zip(dca["samples_ts"], plain["samples_ts"], strict=False) if p]
-    rel_p, rel_d = plain["stddev_ts"] / plain["avg_ts"], dca["stddev_ts"] / dca["avg_ts"]
+                out += [float(x) for x in b["samples_ts"]]
+        if not out:
+            raise KeyError(row["test"])
+        return out
+    plain, dca = samples(False), samples(True)
+    per_rep = [d / p for d, p in zip(dca, plain, strict=False) if p]
+    rel_p, rel_d = row["plain_sd"] / row["plain_ts"], row["dca_sd"] / row["dca_ts"]
     rel = (rel_p**2 + rel_d**2) ** 0.5
     return {"ratio_min": round(min(per_rep), 3), "ratio_max": round(max(per_rep), 3),
             "ratio_sd": round(row["ratio"] * rel, 3)}
@@ -262,7 +285,7 @@ def _wait_load(limit: float | None, max_wait_s: float = 900.0) -> None:
 def run_cell(cell: Cell, args: argparse.Namespace) -> RunResult:
     shape = SHAPES[cell.shape]
     model = write_model(shape, args.work)
-    cmd = bench_command(args.bin, model, cell, args.reps, args.ngl, args.threads)
+    cmd = bench_command(args.bin, model, cell, args.reps, args.ngl, args.threads, args.instances)
     if args.nice:
         cmd = ["nice", "-n", str(args.nice), *cmd]
     _wait_load(args.wait_load)
@@ -271,7 +294,8 @@ def run_cell(cell: Cell, args: argparse.Namespace) -> RunResult:
     wall = time.time() - t0
     out = RunResult(cell.name, {**asdict(shape), "gqa": shape.gqa, "model_file": model.name},
                     cell.kv, cell.why, cmd, res.returncode, round(wall, 1),
-                    round(estimate_s(cell, args.reps), 1), stderr_tail=res.stderr[-2000:])
+                    round(estimate_s(cell, args.reps, args.instances), 1),
+                    stderr_tail=res.stderr[-2000:])
     if res.returncode == 0:
         try:
             out.bench = json.loads(res.stdout)
@@ -305,12 +329,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
     total = 0.0
     for cell in selected(args):
         s = SHAPES[cell.shape]
-        est = estimate_s(cell, args.reps)
+        est = estimate_s(cell, args.reps, args.instances)
         total += est
         print(f"{cell.name:<28} {s.mimics:<14} GQA {s.gqa:<2} hd {s.head_dim:<3} "
               f"layers {s.layers:>2}/{s.real_layers:<2} KV {cell.kv:<5} "
               f"depths {','.join(str(d // 1024) + 'k' for d in cell.depths):<10} ~{est:5.0f} s")
-    print(f"total ~{total:.0f} s ({total / 60:.1f} min) on the H200, -r {args.reps}")
+    print(f"total ~{total:.0f} s ({total / 60:.1f} min) on the H200, -r {args.reps} "
+          f"x {args.instances} instances per arm")
     return 0
 
 
@@ -342,7 +367,8 @@ def write_doc(args: argparse.Namespace, gguf_from: str, t_start: float, results:
     ratios = [r["ratio"] for r in rows]
     doc = {
         "what": "DCA on / off throughput across model shapes and KV types (issue 15)",
-        "tree": args.tree, "matrix": args.matrix, "reps": args.reps, "gguf_from": gguf_from,
+        "tree": args.tree, "matrix": args.matrix, "reps": args.reps, "instances": args.instances,
+        "gguf_from": gguf_from,
         "host": platform.node(), "n_ctx_train": N_CTX_TRAIN, "complete": done,
         "targets": {"cell": f">= {TARGET_CELL}", "median": f">= {TARGET_MEDIAN}"},
         "median_ratio": statistics.median(ratios) if ratios else None,
@@ -363,7 +389,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     results: list[RunResult] = []
     skipped: list[dict[str, Any]] = []
     for cell in selected(args):
-        est = estimate_s(cell, args.reps)
+        est = estimate_s(cell, args.reps, args.instances)
         left = args.budget_s - (time.time() - t_start) if args.budget_s else None
         if left is not None and est > left:
             skipped.append({"cell": cell.name, "estimate_s": round(est, 1),
@@ -410,7 +436,9 @@ def main(argv: list[str]) -> int:
         p = sub.add_parser(name)
         p.add_argument("--matrix", choices=sorted(MATRICES), default="gpu")
         p.add_argument("--cells", default="", help="comma-separated cell names (default: all)")
-        p.add_argument("--reps", type=int, default=4)
+        p.add_argument("--reps", type=int, default=2, help="repetitions per instance (default 2)")
+        p.add_argument("--instances", type=int, default=2,
+                       help="llama-bench contexts per arm, in balanced order (default 2: -dca 0,1,1,0)")
         if name != "plan":
             p.add_argument("--work", type=Path, required=True, help="where the GGUFs go (reused)")
             p.add_argument("--gguf-py", type=Path, default=None)

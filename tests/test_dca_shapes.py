@@ -41,27 +41,56 @@ FAKE_BENCH = r'''#!{python}
 import json, sys
 a = sys.argv
 depths = [int(d) for d in a[a.index("-d") + 1].split(",")]
+arms = [v == "1" for v in a[a.index("-dca") + 1].split(",")]
 ratio = {ratio}
+drift = {drift}  # the j-th DCA context's extra factor (a context-level difference)
 rows = []
-for dca in (False, True):
+seen = {{False: 0, True: 0}}
+for dca in arms:
+    j = seen[dca]
+    seen[dca] += 1
     for d in depths:
         for p, g in ((512, 0), (0, 64)):
             base = 100.0 if p else 50.0
             factors = (1.02, 0.98) if dca else (0.98, 1.02)  # rep i of DCA vs rep i of plain
-            samples = [base * (ratio if dca else 1.0) * f for f in factors]
+            scale = ratio * drift[j] if dca else 1.0
+            samples = [base * scale * f for f in factors]
             rows.append(dict(n_prompt=p, n_gen=g, n_depth=d, dca=dca, samples_ts=samples,
                              avg_ts=sum(samples) / 2, stddev_ts=abs(samples[1] - samples[0]) / 2))
 print(json.dumps(rows))
 '''
 
 
-def _fake_bin(tmp_path: Path, ratio: float) -> Path:
+def _fake_bin(tmp_path: Path, ratio: float, drift: tuple[float, ...] = (1.0, 1.0)) -> Path:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     bench = bin_dir / "llama-bench"
-    bench.write_text(FAKE_BENCH.format(python=sys.executable, ratio=ratio))
+    bench.write_text(FAKE_BENCH.format(python=sys.executable, ratio=ratio, drift=list(drift)))
     bench.chmod(bench.stat().st_mode | stat.S_IEXEC)
     return bin_dir
+
+
+def test_contexts_per_arm_run_in_balanced_order() -> None:
+    assert ds.dca_order(1) == "0,1"
+    assert ds.dca_order(2) == "0,1,1,0"
+    assert ds.dca_order(3) == "0,1,1,0,0,1"
+
+
+def test_two_contexts_per_arm_pool_into_one_ratio(tmp_path: Path) -> None:
+    out = tmp_path / "out.json"
+    argv = ["run", "--matrix", "cpu", "--cells", "qwen2.5-0.5b-l2/f16", "--bin",
+            str(_fake_bin(tmp_path, 1.0, (0.9, 1.1))), "--work", str(tmp_path / "work"),
+            "--out", str(out)]
+    assert ds.main(argv) == 0  # defaults: -r 2 in 2 contexts per arm
+    doc = json.loads(out.read_text())
+    assert doc["reps"] == 2 and doc["instances"] == 2
+    row = doc["rows"][0]
+    assert "-dca 0,1,1,0 -r 2" in row["command"]
+    assert row["ratio"] == pytest.approx(1.0) and row["instances"] == 2
+    assert row["instance_ratios"] == pytest.approx([0.9, 1.1])
+    assert row["reps"] == 4  # every repetition of both contexts
+    assert row["ratio_min"] == pytest.approx(0.9 * 0.98 / 1.02, abs=1e-3)
+    assert row["ratio_max"] == pytest.approx(1.1 * 1.02 / 0.98, abs=1e-3)
 
 
 @pytest.mark.parametrize(("ratio", "rc"), [(1.05, 0), (0.9, 1)])
@@ -69,7 +98,7 @@ def test_run_writes_rows_spread_and_commands(tmp_path: Path, ratio: float, rc: i
     out = tmp_path / "out.json"
     argv = ["run", "--matrix", "cpu", "--cells", "qwen2.5-0.5b-l2/f16", "--bin",
             str(_fake_bin(tmp_path, ratio)), "--work", str(tmp_path / "work"), "--out", str(out),
-            "--reps", "2", "--tree", "abc"]
+            "--reps", "2", "--instances", "1", "--tree", "abc"]
     assert ds.main(argv) == rc
     doc = json.loads(out.read_text())
     assert doc["complete"] and doc["tree"] == "abc" and doc["median_ratio"] == pytest.approx(ratio)
@@ -78,7 +107,7 @@ def test_run_writes_rows_spread_and_commands(tmp_path: Path, ratio: float, rc: i
     assert row["ratio_min"] == pytest.approx(ratio * 0.98 / 1.02, abs=1e-3)
     assert row["ratio_max"] == pytest.approx(ratio * 1.02 / 0.98, abs=1e-3)
     assert row["ratio_sd"] > 0 and row["kv"] == "f16" and row["gqa"] == 7
-    assert "-d 8192 -dca 0,1" in row["command"] and "--dca-chunk-size 6144" in row["command"]
+    assert "-d 8192 -dca 0,1 " in row["command"] and "instances" not in row and "--dca-chunk-size 6144" in row["command"]
     assert doc["runs"][0]["command"] == row["command"].split()
     assert (doc["cells_missing_target"] == []) == (ratio >= 0.95)
 

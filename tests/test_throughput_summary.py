@@ -59,3 +59,22 @@ def test_main_writes_rows_and_fails_on_a_miss(tmp_path: Path) -> None:
     assert summary["tree"] == "abc" and summary["rows"][0]["ratio"] == 0.9
     assert summary["rows"][0]["command"] == "llama-bench -dca 0,1"
     assert ts.main([str(out), f"m={bench}", "--target", "0.9"]) == 0
+
+
+def test_contexts_of_one_arm_pool_and_pair_in_run_order(tmp_path: Path) -> None:
+    plain_a, plain_b = _row(0, 64, 32768, False, 100.0), _row(0, 64, 32768, False, 110.0)
+    plain_b["samples_ts"] = [105.0, 115.0]
+    bench = _bench(tmp_path, [plain_a, _row(0, 64, 32768, True, 99.0),
+                              _row(0, 64, 32768, True, 104.0), plain_b])
+    (row,) = ts.summarize("m", bench, None, 0.95)
+    assert row["ratio"] == pytest.approx(101.5 / 105.0, abs=1e-3) and row["met"]
+    assert row["instances"] == 2 and row["instance_ratios"] == [0.99, 0.945]
+    assert row["reps"] == 6 and row["plain_ts"] == 105.0
+    # the pooled spread of 100 x4, 105 and 115: larger than either context's own
+    assert row["plain_sd"] == pytest.approx(6.06, abs=0.05)
+
+
+def test_one_context_per_arm_keeps_its_own_spread(tmp_path: Path) -> None:
+    bench = _bench(tmp_path, [_row(0, 64, 32768, False, 100.0), _row(0, 64, 32768, True, 96.0)])
+    (row,) = ts.summarize("m", bench, None, 0.95)
+    assert row["plain_sd"] == 1.0 and "instances" not in row and row["reps"] == 4
