@@ -7,7 +7,8 @@
 - ``<model>-<label>-summary.json``: results.summary (jobs, budget, cells, prefill rates);
 - ``cells/<model>-<label>-<method>-<multiple>x.json``: each cell's raw trials and jobs;
 - ``<model>-<label>-<task>.png``: accuracy vs length per task (plots.py);
-- ``<model>-<label>.md``: the command, device, accuracy / memory / prefill tables, jobs not run;
+- ``<model>-<label>.md``: the device, each run (command, server, budget), accuracy / memory /
+  prefill tables, jobs not run;
 
 and makes sure `doc_md` holds generated accuracy and memory blocks for the merged file (inserted
 before the ``<!-- longctx:published -->`` marker when missing), then regenerates every block.
@@ -45,12 +46,40 @@ def _prefill_table(doc: Mapping[str, Any]) -> str:
 
 
 def _not_run(doc: Mapping[str, Any]) -> list[str]:
-    return [
-        f"- {j['method']}@{','.join(map(str, j['lengths']))} x{j['haystacks']}: {j['status']}"
-        + (f" ({j['reason']})" if j.get("reason") else "")
-        for j in doc["jobs"]
-        if j["status"] not in ("ok", "probe")
-    ]
+    """One line per job not run or cut short, the same job of several runs once (with its runs)."""
+    lines: dict[str, list[int]] = {}
+    for j in doc["jobs"]:
+        if j["status"] in ("ok", "probe"):
+            continue
+        line = (f"- {j['method']}@{','.join(map(str, j['lengths']))} x{j['haystacks']}: "
+                f"{j['status']}" + (f" ({j['reason']})" if j.get("reason") else ""))
+        runs = lines.setdefault(line, [])
+        if int(j.get("run", 0)) + 1 not in runs:
+            runs.append(int(j.get("run", 0)) + 1)
+    multi = len(doc.get("runs") or []) > 1
+    return [line + (f" (run {', '.join(map(str, runs))})" if multi else "")
+            for line, runs in lines.items()]
+
+
+def _runs(doc: Mapping[str, Any]) -> list[str]:
+    """The runs section: when, which server, how long, the budget and the command of each."""
+    parts = ["## Runs\n"]
+    for i, run in enumerate(results.runs_of(doc), 1):
+        budget = run.get("budget") or {}
+        parts += [
+            f"{i}. started {run.get('started', '?')}, server `{run.get('server') or '?'}`, "
+            f"{run.get('wall_s', '?')} s, budget left {budget.get('left_s')} s, "
+            f"measured/expected {budget.get('ratio')}:\n",
+            "```sh\n" + shlex.join(str(a) for a in run.get("command") or []) + "\n```\n",
+        ]
+    rep = doc.get("repeats") or {}
+    if rep.get("trials"):
+        parts.append(
+            f"{rep['trials']} trials ran in more than one run (same method, length, haystack and "
+            f"question); the tables keep the first run's, and {rep['disagree']} of the repeats "
+            "scored differently (llama-server's batches of several slots are not bitwise "
+            "reproducible, so a greedy answer can change between runs).\n")
+    return parts
 
 
 def page(doc: Mapping[str, Any], stem: str) -> str:
@@ -59,15 +88,11 @@ def page(doc: Mapping[str, Any], stem: str) -> str:
     gpus = ", ".join(str(g.get("name")) for g in device.get("gpus", [])) or (
         f"{device.get('cpu', '?')} (CPU)"
     )
-    budget = doc.get("budget") or {}
     parts = [
         f"# {model['name']} ({doc['label']}): long-context retrieval\n",
         f"Model `{model['file']}` (sha256 {model['sha256'][:12]}…, {model['arch']}, trained "
-        f"{model['n_ctx_train']}), {gpus}, server `{doc['server'].get('version', '?')}`, started "
-        f"{doc.get('started', '?')}, {doc.get('wall_s', '?')} s, budget left "
-        f"{budget.get('left_s')} s, measured/expected {budget.get('ratio')}.\n",
-        "Command:\n",
-        "```sh\n" + shlex.join(str(a) for a in doc["command"]) + "\n```\n",
+        f"{model['n_ctx_train']}), {gpus}.\n",
+        *_runs(doc),
         "## Accuracy (correct/n [Wilson 95% over questions])\n",
         report.accuracy_table(doc),
         "## Memory per server\n",

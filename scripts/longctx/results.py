@@ -171,20 +171,47 @@ def trial_key(t: Mapping[str, Any]) -> tuple[Any, ...]:
     return (t["method"], t["length"], t["group"], t["seed"], t["haystack"], t["question"])
 
 
+def runs_of(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The runs (harness calls) one document stands for: those a merged document lists, else its
+    own header."""
+    if doc.get("runs"):
+        return [dict(r) for r in doc["runs"]]
+    server = doc.get("server") or {}
+    return [{"started": doc.get("started"), "wall_s": doc.get("wall_s"),
+             "command": doc.get("command"), "server": server.get("version"),
+             "budget": doc.get("budget")}]
+
+
 def combine(docs: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
-    """Documents grouped by (model name, label): the first document's header, every job, and
-    the trials of all of them (a trial seen twice kept once), cells recomputed."""
+    """Documents grouped by (model name, label): the first document's header, the runs of all of
+    them (`runs`), every job (tagged with its run's index), and the trials of all of them. A trial
+    seen twice (same method, length, haystack and question in two runs) is kept once, the first
+    run's; `repeats` counts such trials and those whose second answer scored differently."""
     out: dict[tuple[str, str], dict[str, Any]] = {}
-    seen: dict[tuple[str, str], set[tuple[Any, ...]]] = {}
+    kept: dict[tuple[str, str], dict[tuple[Any, ...], bool]] = {}
     for doc in docs:
         key = (str(doc["model"]["name"]), str(doc["label"]))
-        merged = out.setdefault(key, {**doc, "jobs": [], "trials": []})
+        merged = out.setdefault(key, {**doc, "runs": [], "jobs": [], "trials": [],
+                                      "repeats": {"trials": 0, "disagree": 0}})
         if merged["model"]["sha256"] != doc["model"]["sha256"]:
             raise BadInput(f"two files label {key} with different model files")
-        merged["jobs"] = [*merged["jobs"], *doc["jobs"]]
-        keys = seen.setdefault(key, set())
-        fresh = [t for t in doc["trials"] if trial_key(t) not in keys]
-        keys.update(trial_key(t) for t in fresh)
+        first_run = len(merged["runs"])
+        merged["runs"] = [*merged["runs"], *runs_of(doc)]
+        merged["jobs"] = [*merged["jobs"],
+                          *({**j, "run": first_run + int(j.get("run", 0))} for j in doc["jobs"])]
+        prior = doc.get("repeats") or {}
+        merged["repeats"] = {k: merged["repeats"][k] + int(prior.get(k, 0))
+                             for k in ("trials", "disagree")}
+        seen = kept.setdefault(key, {})  # the trials of the earlier documents
+        fresh = []
+        for t in doc["trials"]:
+            tk = trial_key(t)
+            if tk in seen:
+                merged["repeats"]["trials"] += 1
+                merged["repeats"]["disagree"] += int(seen[tk] != bool(t["correct"]))
+            else:
+                fresh.append(t)
+        seen.update((trial_key(t), bool(t["correct"])) for t in fresh)
         merged["trials"] = [*merged["trials"], *fresh]
     for merged in out.values():
         merged["cells"] = cells(merged["trials"], int(merged["model"]["n_ctx_train"]))

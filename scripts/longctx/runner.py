@@ -204,7 +204,14 @@ class Run:
         self.cfg = cfg
         self.lock = threading.Lock()
         self.trials: list[dict[str, Any]] = [t for d in cfg.resume for t in d["trials"]]
-        self.jobs: list[dict[str, Any]] = [j for d in cfg.resume for j in d["jobs"]]
+        self.prior_runs: list[dict[str, Any]] = []  # the runs of the --resume documents
+        self.jobs: list[dict[str, Any]] = []
+        for d in cfg.resume:
+            offset = len(self.prior_runs)
+            self.prior_runs += results.runs_of(d)
+            self.jobs += [{**j, "run": offset + int(j.get("run", 0))} for j in d["jobs"]]
+        self.repeats = {k: sum(int((d.get("repeats") or {}).get(k, 0)) for d in cfg.resume)
+                        for k in ("trials", "disagree")}
         self.done = results.done_units(self.trials)
         self.claimed: set[tuple[Any, ...]] = set(self.done)  # done, or taken by a running job
         self.started = time.monotonic()
@@ -242,7 +249,12 @@ class Run:
             "started": self.started_at,
             "wall_s": round(time.monotonic() - self.started, 1),
             "budget": self.budget.describe(),
-            "jobs": self.jobs,
+            "runs": [*self.prior_runs, {
+                "started": self.started_at, "wall_s": round(time.monotonic() - self.started, 1),
+                "command": list(cfg.command), "server": self.version,
+                "budget": self.budget.describe()}],
+            "repeats": dict(self.repeats),
+            "jobs": [{**j, "run": j.get("run", len(self.prior_runs))} for j in self.jobs],
             "trials": self.trials,
             "cells": cells(self.trials, cfg.model.n_ctx_train),
         }  # fmt: skip

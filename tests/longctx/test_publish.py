@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -55,3 +56,24 @@ def test_publish_needs_the_marker(tmp_path: Path) -> None:
     md.write_text("# DCA\n")
     with pytest.raises(BadInput, match="longctx:published"):
         publish.publish([_doc()], tmp_path / "out", md, tmp_path)
+
+
+def test_the_page_lists_every_run_and_each_skipped_job_once(tmp_path: Path) -> None:
+    docs: list[dict[str, Any]] = []
+    for i in (1, 2):
+        trials = [trial("passkey", "dca", 2048, True, 0, question=i - 1)]
+        if i == 2:  # question 0 again, scored differently
+            trials.append(trial("passkey", "dca", 2048, False, 0, question=0))
+        doc: dict[str, Any] = document(trials, "h200")
+        doc["started"], doc["command"] = f"2026-12-0{i}T00:00:00+00:00", ["longctx", f"run{i}"]
+        doc["jobs"] = [*doc["jobs"], {**doc["jobs"][0], "status": "budget", "lengths": [8192],
+                                      "reason": "1 haystack(s) would overrun the budget"}]
+        docs.append(doc)
+    out = tmp_path / "out"
+    publish.publish(docs, out, None, tmp_path)
+    page = (out / "tiny-h200.md").read_text()
+    assert "1. started 2026-12-01T00:00:00+00:00" in page and "longctx run1" in page
+    assert "2. started 2026-12-02T00:00:00+00:00" in page and "longctx run2" in page
+    assert "1 trials ran in more than one run" in page and "1 of the repeats scored" in page
+    skipped = [line for line in page.splitlines() if line.startswith("- dca@8192")]
+    assert skipped == ["- dca@8192 x1: budget (1 haystack(s) would overrun the budget) (run 1, 2)"]

@@ -70,6 +70,22 @@ def test_combine_merges_calls_and_drops_repeated_trials() -> None:
         results.combine([a, bad])
 
 
+def test_combine_keeps_every_run_and_counts_repeats_that_disagree() -> None:
+    a = document([trial(question=0), trial(question=1)])
+    a["started"], a["command"] = "t1", ["run", "1"]
+    b = document([trial(question=1, correct=False), trial(question=0), trial(question=2)])
+    b["started"], b["command"] = "t2", ["run", "2"]
+    merged = results.combine([a, b])[("tiny", "cpu")]
+    assert [r["started"] for r in merged["runs"]] == ["t1", "t2"]
+    assert [r["command"] for r in merged["runs"]] == [["run", "1"], ["run", "2"]]
+    assert [j["run"] for j in merged["jobs"]] == [0, 1]
+    assert merged["repeats"] == {"trials": 2, "disagree": 1}  # question 1 scored differently
+    assert [t["correct"] for t in merged["trials"] if t["question"] == 1] == [True]  # the first
+    again = results.combine([merged, document([trial(question=3)])])[("tiny", "cpu")]
+    assert len(again["runs"]) == 3 and [j["run"] for j in again["jobs"]] == [0, 1, 2]
+    assert again["repeats"] == {"trials": 2, "disagree": 1}  # carried over
+
+
 def test_done_units_are_per_haystack() -> None:
     done = results.done_units([trial(haystack=3, question=q) for q in range(4)])
     assert done == {("dca", 2048, "combined", 99, 3)}

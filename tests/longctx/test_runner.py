@@ -102,6 +102,12 @@ def test_resume_runs_only_the_missing_haystacks(tmp_path: Path, fake_bin: Path) 
     assert len(second["trials"]) == 3 * QUESTIONS, [j["reason"] for j in second["jobs"]]
     assert sorted({t["haystack"] for t in second["trials"]}) == [0, 1, 2]
     assert second["jobs"][-1]["units_planned"] == 2
+    # both runs stay on record: the first's command and start, its jobs tagged run 0
+    assert [r["started"] for r in second["runs"]] == [first["started"], second["started"]]
+    assert second["runs"][0]["command"] == first["command"]
+    assert [j["run"] for j in second["jobs"]] == [0] * len(first["jobs"]) + [1] * (
+        len(second["jobs"]) - len(first["jobs"]))
+    assert second["repeats"] == {"trials": 0, "disagree": 0}
 
 
 def test_budget_skips_jobs_that_cannot_fit(tmp_path: Path, fake_bin: Path) -> None:
