@@ -182,13 +182,22 @@ def runs_of(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
              "budget": doc.get("budget")}]
 
 
+def _content(record: Mapping[str, Any]) -> str:
+    """A job or trial record as text, without its run index (a record --resume carried over
+    compares equal to the original)."""
+    return json.dumps({k: v for k, v in record.items() if k != "run"}, sort_keys=True)
+
+
 def combine(docs: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
     """Documents grouped by (model name, label): the first document's header, the runs of all of
-    them (`runs`), every job (tagged with its run's index), and the trials of all of them. A trial
-    seen twice (same method, length, haystack and question in two runs) is kept once, the first
-    run's; `repeats` counts such trials and those whose second answer scored differently."""
+    them (`runs`), every job (tagged with its run's index), and the trials of all of them. Records
+    a `--resume` run carried over (a started server's job, a trial: equal to one already merged)
+    are kept once. A trial run again
+    (same method, length, haystack and question, another record) is kept once, the earlier one;
+    `repeats` counts such trials and those whose repeat scored differently."""
     out: dict[tuple[str, str], dict[str, Any]] = {}
-    kept: dict[tuple[str, str], dict[tuple[Any, ...], bool]] = {}
+    kept: dict[tuple[str, str], dict[tuple[Any, ...], Mapping[str, Any]]] = {}
+    jobs_seen: dict[tuple[str, str], set[str]] = {}
     for doc in docs:
         key = (str(doc["model"]["name"]), str(doc["label"]))
         merged = out.setdefault(key, {**doc, "runs": [], "jobs": [], "trials": [],
@@ -197,21 +206,26 @@ def combine(docs: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], dict[str
             raise BadInput(f"two files label {key} with different model files")
         first_run = len(merged["runs"])
         merged["runs"] = [*merged["runs"], *runs_of(doc)]
-        merged["jobs"] = [*merged["jobs"],
-                          *({**j, "run": first_run + int(j.get("run", 0))} for j in doc["jobs"])]
+        seen_jobs = jobs_seen.setdefault(key, set())
+        for j in doc["jobs"]:
+            if j.get("log") and _content(j) in seen_jobs:
+                continue  # a server's record carried over by --resume (one that never started,
+                # e.g. skipped for the budget, is the same record in every run that skipped it)
+            seen_jobs.add(_content(j))
+            merged["jobs"] = [*merged["jobs"], {**j, "run": first_run + int(j.get("run", 0))}]
         prior = doc.get("repeats") or {}
         merged["repeats"] = {k: merged["repeats"][k] + int(prior.get(k, 0))
                              for k in ("trials", "disagree")}
         seen = kept.setdefault(key, {})  # the trials of the earlier documents
         fresh = []
         for t in doc["trials"]:
-            tk = trial_key(t)
-            if tk in seen:
-                merged["repeats"]["trials"] += 1
-                merged["repeats"]["disagree"] += int(seen[tk] != bool(t["correct"]))
-            else:
+            earlier = seen.get(trial_key(t))
+            if earlier is None:
                 fresh.append(t)
-        seen.update((trial_key(t), bool(t["correct"])) for t in fresh)
+            elif _content(earlier) != _content(t):
+                merged["repeats"]["trials"] += 1
+                merged["repeats"]["disagree"] += int(bool(earlier["correct"]) != bool(t["correct"]))
+        seen.update((trial_key(t), t) for t in fresh)
         merged["trials"] = [*merged["trials"], *fresh]
     for merged in out.values():
         merged["cells"] = cells(merged["trials"], int(merged["model"]["n_ctx_train"]))

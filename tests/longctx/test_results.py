@@ -73,7 +73,8 @@ def test_combine_merges_calls_and_drops_repeated_trials() -> None:
 def test_combine_keeps_every_run_and_counts_repeats_that_disagree() -> None:
     a = document([trial(question=0), trial(question=1)])
     a["started"], a["command"] = "t1", ["run", "1"]
-    b = document([trial(question=1, correct=False), trial(question=0), trial(question=2)])
+    b = document([trial(question=1, correct=False), trial(question=0, wall_s=0.2),
+                  trial(question=2)])  # fmt: skip
     b["started"], b["command"] = "t2", ["run", "2"]
     merged = results.combine([a, b])[("tiny", "cpu")]
     assert [r["started"] for r in merged["runs"]] == ["t1", "t2"]
@@ -81,11 +82,24 @@ def test_combine_keeps_every_run_and_counts_repeats_that_disagree() -> None:
     assert [j["run"] for j in merged["jobs"]] == [0, 1]
     assert merged["repeats"] == {"trials": 2, "disagree": 1}  # question 1 scored differently
     assert [t["correct"] for t in merged["trials"] if t["question"] == 1] == [True]  # the first
-    again = results.combine([merged, document([trial(question=3)])])[("tiny", "cpu")]
+    carried = document([trial(question=0), trial(question=3)])  # q0: a's record, via --resume
+    again = results.combine([merged, carried])[("tiny", "cpu")]
     assert len(again["runs"]) == 3 and [j["run"] for j in again["jobs"]] == [0, 1, 2]
-    assert again["repeats"] == {"trials": 2, "disagree": 1}  # carried over
+    assert again["repeats"] == {"trials": 2, "disagree": 1}  # carried over, q0 not a repeat
+    assert [t["question"] for t in again["trials"]] == [0, 1, 2, 3]
 
 
 def test_done_units_are_per_haystack() -> None:
     done = results.done_units([trial(haystack=3, question=q) for q in range(4)])
     assert done == {("dca", 2048, "combined", 99, 3)}
+
+
+def test_a_started_servers_job_carried_by_resume_is_kept_once() -> None:
+    first = document([trial(question=0)])
+    job: dict[str, object] = {**first["jobs"][0], "log": "h200-dca-2048-x1-lane0.log"}  # type: ignore[index]
+    first["jobs"] = [job]
+    resumed = document([trial(question=0), trial(question=1)])
+    resumed["jobs"] = [job, {**job, "log": "other.log"}]
+    merged = results.combine([first, resumed])[("tiny", "cpu")]
+    assert [j["log"] for j in merged["jobs"]] == ["h200-dca-2048-x1-lane0.log", "other.log"]
+    assert merged["repeats"] == {"trials": 0, "disagree": 0}
