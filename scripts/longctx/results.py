@@ -171,6 +171,17 @@ def trial_key(t: Mapping[str, Any]) -> tuple[Any, ...]:
     return (t["method"], t["length"], t["group"], t["seed"], t["haystack"], t["question"])
 
 
+def corpus_of(t: Mapping[str, Any], doc: Mapping[str, Any]) -> str:
+    """The sha256 of the corpus a trial's haystack was cut from: the trial's own `corpus` (runs
+    record it since session 9), else its document's."""
+    return str(t.get("corpus") or (doc.get("corpus") or {}).get("sha256") or "")
+
+
+def with_corpus(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The trials of `doc`, each naming its corpus."""
+    return [{**t, "corpus": corpus_of(t, doc)} for t in doc["trials"]]
+
+
 def runs_of(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The runs (harness calls) one document stands for: those a merged document lists, else its
     own header."""
@@ -182,21 +193,23 @@ def runs_of(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
              "budget": doc.get("budget")}]
 
 
-def _content(record: Mapping[str, Any]) -> str:
+def _content(record: Mapping[str, Any], drop: tuple[str, ...] = ("run",)) -> str:
     """A job or trial record as text, without its run index (a record --resume carried over
     compares equal to the original)."""
-    return json.dumps({k: v for k, v in record.items() if k != "run"}, sort_keys=True)
+    return json.dumps({k: v for k, v in record.items() if k not in drop}, sort_keys=True)
 
 
 def combine(docs: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
     """Documents grouped by (model name, label): the first document's header, the runs of all of
-    them (`runs`), every job (tagged with its run's index), and the trials of all of them. Records
-    a `--resume` run carried over (a started server's job, a trial: equal to one already merged)
-    are kept once. A trial run again
-    (same method, length, haystack and question, another record) is kept once, the earlier one;
-    `repeats` counts such trials and those whose repeat scored differently."""
+    them (`runs`), every job (tagged with its run's index), and the trials of all of them, each
+    naming its corpus. Records a `--resume` run carried over (a started server's job, a trial equal
+    to one already merged) are kept once. A trial run again (same corpus, method, length, haystack
+    and question; another record) is kept once, the earlier one; `repeats` counts such trials and
+    those whose repeat scored differently. Give resumed documents before the runs that resumed
+    them: a carried trial then keeps the corpus of the run that made it."""
     out: dict[tuple[str, str], dict[str, Any]] = {}
     kept: dict[tuple[str, str], dict[tuple[Any, ...], Mapping[str, Any]]] = {}
+    contents: dict[tuple[str, str], set[str]] = {}
     jobs_seen: dict[tuple[str, str], set[str]] = {}
     for doc in docs:
         key = (str(doc["model"]["name"]), str(doc["label"]))
@@ -216,20 +229,30 @@ def combine(docs: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], dict[str
         prior = doc.get("repeats") or {}
         merged["repeats"] = {k: merged["repeats"][k] + int(prior.get(k, 0))
                              for k in ("trials", "disagree")}
-        seen = kept.setdefault(key, {})  # the trials of the earlier documents
-        fresh = []
-        for t in doc["trials"]:
-            earlier = seen.get(trial_key(t))
-            if earlier is None:
-                fresh.append(t)
-            elif _content(earlier) != _content(t):
-                merged["repeats"]["trials"] += 1
-                merged["repeats"]["disagree"] += int(bool(earlier["correct"]) != bool(t["correct"]))
-        seen.update((trial_key(t), t) for t in fresh)
-        merged["trials"] = [*merged["trials"], *fresh]
+        _merge_trials(merged, with_corpus(doc), kept.setdefault(key, {}),
+                      contents.setdefault(key, set()))
     for merged in out.values():
         merged["cells"] = cells(merged["trials"], int(merged["model"]["n_ctx_train"]))
     return out
+
+
+def _merge_trials(merged: dict[str, Any], trials: list[dict[str, Any]],
+                  seen: dict[tuple[Any, ...], Mapping[str, Any]], contents: set[str]) -> None:
+    """Add one document's trials to `merged` (see combine); `seen` and `contents` hold the
+    earlier documents' trials by identity and by content (without the corpus)."""
+    fresh = []
+    for t in trials:
+        if _content(t, ("run", "corpus")) in contents:
+            continue  # carried over by --resume
+        earlier = seen.get((t["corpus"], *trial_key(t)))
+        if earlier is None:
+            fresh.append(t)
+        else:
+            merged["repeats"]["trials"] += 1
+            merged["repeats"]["disagree"] += int(bool(earlier["correct"]) != bool(t["correct"]))
+    seen.update(((t["corpus"], *trial_key(t)), t) for t in fresh)
+    contents.update(_content(t, ("run", "corpus")) for t in fresh)
+    merged["trials"] = [*merged["trials"], *fresh]
 
 
 def done_units(trials: Iterable[Mapping[str, Any]]) -> set[tuple[Any, ...]]:

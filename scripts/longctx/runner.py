@@ -203,7 +203,9 @@ class Run:
     def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg
         self.lock = threading.Lock()
-        self.trials: list[dict[str, Any]] = [t for d in cfg.resume for t in d["trials"]]
+        # resumed trials keep the corpus they were cut from; only those of this run's corpus
+        # count as done (a haystack of another corpus is another haystack)
+        self.trials: list[dict[str, Any]] = [t for d in cfg.resume for t in results.with_corpus(d)]
         self.prior_runs: list[dict[str, Any]] = []  # the runs of the --resume documents
         self.jobs: list[dict[str, Any]] = []
         for d in cfg.resume:
@@ -212,7 +214,7 @@ class Run:
             self.jobs += [{**j, "run": offset + int(j.get("run", 0))} for j in d["jobs"]]
         self.repeats = {k: sum(int((d.get("repeats") or {}).get(k, 0)) for d in cfg.resume)
                         for k in ("trials", "disagree")}
-        self.done = results.done_units(self.trials)
+        self.done = results.done_units(t for t in self.trials if t["corpus"] == cfg.corpus.sha256)
         self.claimed: set[tuple[Any, ...]] = set(self.done)  # done, or taken by a running job
         self.started = time.monotonic()
         self.started_at = datetime.now(UTC).isoformat(timespec="seconds")
@@ -367,6 +369,7 @@ class Run:
                 "cached_tokens": got.cached_n, "prompt_ms": round(got.prompt_ms, 1),
                 "gen_ms": round(got.predicted_ms, 1), "wall_s": round(wall, 3),
                 "peak_device_mib": peak["device_mib"], "peak_host_mib": peak["host_mib"],
+                "corpus": self.cfg.corpus.sha256,
             })  # fmt: skip
         self.budget.record(self.expected_s(unit), time.monotonic() - t0)
         with self.lock:

@@ -103,3 +103,14 @@ def test_a_started_servers_job_carried_by_resume_is_kept_once() -> None:
     merged = results.combine([first, resumed])[("tiny", "cpu")]
     assert [j["log"] for j in merged["jobs"]] == ["h200-dca-2048-x1-lane0.log", "other.log"]
     assert merged["repeats"] == {"trials": 0, "disagree": 0}
+
+
+def test_trials_of_two_corpora_are_two_trials() -> None:
+    a = document([trial(question=0)])
+    a["corpus"] = {"sha256": "11" * 32}
+    b = document([trial(question=0, correct=False, depth=0.5)])
+    b["corpus"] = {"sha256": "22" * 32}
+    merged = results.combine([a, b])[("tiny", "cpu")]
+    assert [t["corpus"] for t in merged["trials"]] == ["11" * 32, "22" * 32]
+    assert merged["repeats"] == {"trials": 0, "disagree": 0}
+    assert merged["cells"][0]["n"] == 2

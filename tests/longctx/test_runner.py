@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 from pathlib import Path
@@ -108,6 +109,22 @@ def test_resume_runs_only_the_missing_haystacks(tmp_path: Path, fake_bin: Path) 
     assert [j["run"] for j in second["jobs"]] == [0] * len(first["jobs"]) + [1] * (
         len(second["jobs"]) - len(first["jobs"]))
     assert second["repeats"] == {"trials": 0, "disagree": 0}
+
+
+def test_resume_with_another_corpus_runs_the_haystacks_again(tmp_path: Path,
+                                                             fake_bin: Path) -> None:
+    methods = [BUILTIN["naive"]]
+    first = run(_config(tmp_path, fake_bin, methods, _grid(methods, (1,), 1, lanes=1)))
+    other = dataclasses.replace(_config(tmp_path, fake_bin, methods,
+                                        _grid(methods, (1,), 1, lanes=1), resume=(first,)),
+                                corpus=corpus(n=150))  # fmt: skip
+    second = run(other)
+    corpora = [t["corpus"] for t in second["trials"]]
+    assert corpora == [first["corpus"]["sha256"]] * QUESTIONS + [other.corpus.sha256] * QUESTIONS
+    assert first["corpus"]["sha256"] != other.corpus.sha256
+    merged = results.combine([first, second])[("tiny", "test")]
+    assert len(merged["trials"]) == 2 * QUESTIONS  # both haystacks; neither is a repeat
+    assert merged["repeats"] == {"trials": 0, "disagree": 0}
 
 
 def test_budget_skips_jobs_that_cannot_fit(tmp_path: Path, fake_bin: Path) -> None:
