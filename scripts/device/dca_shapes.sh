@@ -8,7 +8,8 @@
 #       no longer fit and keeps what it measured)                                                  ~6.5 min
 # The GGUFs are written here by the project's generator (tests/dca/tiny_models.py) with the tree's own gguf-py.
 # -> $OUT: shapes-tests.txt, dca-memory.json, dca-memory.txt, dca-shapes.json, dca-shapes.txt (5 files)
-# usage: [R=4] [LIMIT_S=570] [TREE=post_tree id] bash scripts/device/dca_shapes.sh
+# usage: [R=2] [INSTANCES=2] [LIMIT_S=570] [TREE=post_tree id] bash scripts/device/dca_shapes.sh
+#   R repetitions in each of INSTANCES llama-bench contexts per arm (see scripts/dca_shapes.py)
 set -uo pipefail
 source scripts/device/common.sh
 t0=$(date +%s)
@@ -38,8 +39,8 @@ cat "$OUT/dca-memory.txt"
 
 left=$(( ${LIMIT_S:-570} - ($(date +%s) - t0) ))
 echo "== matrix, $left s left"
-python3 scripts/dca_shapes.py run --matrix gpu --bin "$bin" --work "$shapes" --gguf-py "$gguf_py" --reps "${R:-4}" \
-  --budget-s "$left" --tree "${TREE:-$tree}" --out "$OUT/dca-shapes.json" > "$OUT/dca-shapes.txt" 2>&1
+python3 scripts/dca_shapes.py run --matrix gpu --bin "$bin" --work "$shapes" --gguf-py "$gguf_py" --reps "${R:-2}" \
+  --instances "${INSTANCES:-2}" --budget-s "$left" --tree "${TREE:-$tree}" --out "$OUT/dca-shapes.json" > "$OUT/dca-shapes.txt" 2>&1
 echo "dca_shapes rc=$? (0: every cell >= 0.95 and median >= 1.0; 1: target missed; 2: a run failed)"
 tail -60 "$OUT/dca-shapes.txt"
 echo "total $(( $(date +%s) - t0 )) s"

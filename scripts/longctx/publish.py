@@ -74,11 +74,12 @@ def _runs(doc: Mapping[str, Any]) -> list[str]:
         ]
     rep = doc.get("repeats") or {}
     if rep.get("trials"):
+        why = (" (greedy answers are not bitwise reproducible between runs: llama-server "
+               "batches the requests of its slots together)") if rep.get("disagree") else ""
         parts.append(
-            f"{rep['trials']} trials ran in more than one run (same method, length, haystack and "
-            f"question); the tables keep the first run's, and {rep['disagree']} of the repeats "
-            "scored differently (llama-server's batches of several slots are not bitwise "
-            "reproducible, so a greedy answer can change between runs).\n")
+            f"{rep['trials']} trials ran in more than one run (same corpus, method, length, "
+            f"haystack and question); the tables keep the first run's, and {rep['disagree']} of "
+            f"the repeats scored differently{why}.\n")
     return parts
 
 
