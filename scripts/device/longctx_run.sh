@@ -17,8 +17,9 @@
 # The script stops the harness at BUDGET_S + 60 s at the latest (SIGTERM: servers killed, every
 # finished haystack already written).
 # LONGCTX_DATA: corpus.json.xz and tokens-<model>.json.xz (`python3 -m scripts.longctx corpus` /
-#   `tokens`, see scripts/device/README.md); without them the corpus is built here (~10 s) and
-#   tokenized on the fly.
+#   `tokens`, see scripts/device/README.md); without them the corpus is built here (~10 s) from this
+#   machine's files and tokenized on the fly. A LONGCTX_DATA named but lacking corpus.json.xz is an
+#   error (exit 2): its haystacks would silently come from another corpus.
 #
 # writes to $OUT (each JSON rewritten after every haystack, so a timeout keeps what finished):
 #   longctx-MODEL.json          every trial, every job (the raw data; `publish` splits it by cell)
@@ -41,6 +42,12 @@ esac
 [ -x "$LLAMA_SERVER" ] || { echo "LLAMA_SERVER=$LLAMA_SERVER is not an executable" >&2; exit 2; }
 budget=${BUDGET_S:-420}
 data=${LONGCTX_DATA:-.device/longctx}
+if [ -n "${LONGCTX_DATA:-}" ] && [ ! -f "$data/corpus.json.xz" ]; then
+  # a named data folder that is not there would silently give haystacks from another corpus
+  echo "LONGCTX_DATA=$data has no corpus.json.xz: carry the folder (python3 -m scripts.longctx corpus) or unset LONGCTX_DATA to build the corpus here" >&2
+  exit 2
+fi
+[ -f "$data/corpus.json.xz" ] || echo "note: no $data/corpus.json.xz: the corpus is built from this machine's files (its haystacks differ from the shipped corpus's)" >&2
 work=$(mktemp -d /tmp/longctx.XXXXXX)
 extra=()
 [ -f "$data/corpus.json.xz" ] && extra+=(--corpus "$data/corpus.json.xz")
