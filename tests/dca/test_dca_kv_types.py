@@ -21,15 +21,17 @@ attention with the default f16 cache.
     float32 noise of a rounding boundary rounds one way in llama.cpp and the other in the
     float64 reference; one such flip moves a K element by a whole q4_0 step (1/8 of its block's
     largest value), and under DCA a flipped key is seen by every query of the inter regime at
-    the same query position. Measured: rows changed by flips are 0.4% .. 8% of the rows, the
-    largest error 1.8e-4 .. 4.5e-3 with plain's 3.4e-5 .. 5.3e-4 (tree 7bbbb27f), so for q4_0
-    the bound is floored at Q4_0_FLIP_FLOOR (about twice the largest measured).
+    the same query position. Measured (tree 7bbbb27f): DCA rows above plain's largest error are
+    0.2% .. 7.6% of the rows, the largest error 9.3e-4 .. 4.5e-3 with plain's 3.4e-5 .. 5.3e-4,
+    so for q4_0 the bound is floored at Q4_0_FLIP_FLOOR (about twice the largest measured).
 
-gemma4 under flash attention: CPU FA turns an f32 cache into f16 (build_attn_mha casts), so f16
-is the cache FA sees; the reference models its rounding, and the remainder (CPU FA accumulates V
-in f16, 1e-3 of the logit scale on the median row, 1e-2 at worst) is plain attention's as much as
-DCA's. test_dca_model.py compares gemma4 on the exact path only, with a fixed factor over the
-largest error; the typical-row statistic here is what makes a trustworthy FA tolerance.
+gemma4 under flash attention: llama.cpp casts an f32 K/V to f16 for FA (build_attn_mha), so f16
+is the cache FA sees; the reference models its rounding. What is left is not modelled (8e-4 ..
+1.5e-3 of the logit scale on the median row, ~1e-2 on the largest, with bf16 too, whose V CPU FA
+accumulates in f32; the exact path is at 1e-5) and is plain attention's as much as DCA's.
+test_dca_model.py compares gemma4 on the exact path only: with a fixed factor over the largest
+error, DCA/plain (1.7-2.1x) was too close to any margin. The median row is stable (1.00x plain's
+here), which gives a trustworthy FA tolerance.
 """
 
 from __future__ import annotations
@@ -56,9 +58,12 @@ from .tiny_models import TinyModels
 
 F64 = npt.NDArray[np.float64]
 
-TYPICAL_FACTOR = 3.0
+# A median is a stable statistic: DCA's measured 0.77x .. 1.12x plain's over the nine cases
+# (docs/benchmarks/dca-kv-types-2026-12-02/errors.json), so 2x is a margin, not a guess; a larger
+# factor would bring gemma4's tolerance (plain's median is 1.4e-3 there) near the mistakes' 4.4e-2.
+TYPICAL_FACTOR = 2.0
 TYPICAL_FLOOR = 1e-6  # float32 noise: the median rows of both paths are at 1e-7 .. 3e-7
-MAX_FACTOR = 3.0  # bf16: DCA's largest error measured at 0.65x .. 2.03x plain's
+MAX_FACTOR = 3.0  # bf16 / f16: DCA's largest error measured at 0.65x .. 2.03x plain's
 Q4_0_FLIP_FLOOR = 1e-2
 MISTAKE_MARGIN = 10.0
 
@@ -214,11 +219,19 @@ def test_each_mistake_is_caught_with_this_kv_cache(
     tolerance away."""
     r = cache_run(arch, cache, dca_tool, models_dir, tmp_path)
     tol = r.typical_tolerance
+    for what, err in mistake_errors(r, dca_tool, tmp_path).items():
+        assert err >= MISTAKE_MARGIN * tol, f"{what}: {err:.3g} vs tolerance {tol:.3g}"
+
+
+def mistake_errors(r: CacheRun, tool: Path, work: Path) -> dict[str, float]:
+    """The typical error of `r`'s DCA run against the reference with MISTAKE, and of llama.cpp
+    run with --dca-local-window one more against the correct reference."""
+    cache = r.kv_type
     run = ref.RunConfig(dca=DCA, mutation=ref.MUTATIONS[MISTAKE], kv_type=cache)
-    err = r.typical_against(r.dca, run)
-    assert err >= MISTAKE_MARGIN * tol, f"{MISTAKE}: {err:.3g} vs tolerance {tol:.3g}"
     flags = ("--dca-chunk-size", str(DCA.chunk_size), "--dca-local-window", "9")
     args = (*MULTI_ARGS, *CACHES[cache], "--dca", "on", *flags)
-    moved = run_tool(dca_tool, multichunk_plan(), r.model, args, tmp_path / "moved")
-    err = r.typical_against(moved, ref.RunConfig(dca=DCA, kv_type=cache))
-    assert err >= MISTAKE_MARGIN * tol, f"local window + 1: {err:.3g} vs tolerance {tol:.3g}"
+    moved = run_tool(tool, multichunk_plan(), r.model, args, work / "moved")
+    return {
+        MISTAKE: r.typical_against(r.dca, run),
+        "local_window+1": r.typical_against(moved, ref.RunConfig(dca=DCA, kv_type=cache)),
+    }
