@@ -235,3 +235,18 @@ def mistake_errors(r: CacheRun, tool: Path, work: Path) -> dict[str, float]:
         MISTAKE: r.typical_against(r.dca, run),
         "local_window+1": r.typical_against(moved, ref.RunConfig(dca=DCA, kv_type=cache)),
     }
+
+
+@pytest.mark.parametrize("kv_type", ["bf16", "q4_0", "q8_0"])
+def test_reference_cache_round_trip_equals_gguf_py(kv_type: str) -> None:
+    """The reference's cache round trips (float32 input) against gguf-py's own quantizers, an
+    implementation of ggml's formats independent of this project's."""
+    import gguf
+
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((64, 128)) * rng.uniform(0.01, 10.0, (64, 1))).astype(np.float32)
+    x[0, :32] = 0.0  # an all-zero block (scale 0)
+    qtype = getattr(gguf.GGMLQuantizationType, kv_type.upper())
+    want = gguf.quants.dequantize(gguf.quants.quantize(x, qtype), qtype).astype(np.float64)
+    got = ref.kv_round(x.astype(np.float64), kv_type)
+    assert np.array_equal(got, want)

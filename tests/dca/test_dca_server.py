@@ -14,6 +14,8 @@
   greedy text of the server without a draft; ``--spec-draft-dca on`` resolves the draft's chunk
   parameters for the draft model; values the draft model cannot take fail at start, naming the
   draft's flag.
+- Other model shapes (head size 112 / GQA 7; Gemma 4's 512 / 256 heads): two slots decode two
+  multi-chunk prompts at once; greedy tokens and log-probabilities equal the dump tool's run.
 
 The exact attention path (f32 KV, flash attention off) is used where texts are compared, so that
 batching cannot move a greedy choice (its logits differ across batch layouts by ~1e-7 only).

@@ -14,7 +14,8 @@ DCA on must also differ from DCA off by far more than the tolerance: the flag re
 struct. `dca_mscale` (None = auto, True, False) reaches it too: on a model whose GGUF names an
 original training length shorter than the prompt, auto and True scale the logits as the
 reference does and False does not. Bad values are refused by Python (ValueError) or by the C side
-(context creation fails).
+(context creation fails). Two other model shapes (head size 112 / GQA 7; Gemma 4's 512 / 256
+heads) give the native tool's logits through `Llama.eval` too.
 """
 
 from __future__ import annotations
