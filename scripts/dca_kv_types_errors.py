@@ -10,29 +10,14 @@ on the DCA build the tests use (PATCHCTL_DCA_SRC / PATCHCTL_DCA_BUILD, tests/dca
 
 from __future__ import annotations
 
-import json
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.dca import test_dca_kv_types as kv
-from tests.dca.builds import env_build
-from tests.dca.model_runs import build_tool
+from tests.dca.model_runs import print_errors
 from tests.dca.tiny_models import TinyModels
-
-
-def main() -> int:
-    build = env_build("DCA")
-    if build is None:
-        print("set PATCHCTL_DCA_SRC and PATCHCTL_DCA_BUILD (a built DCA tree)", file=sys.stderr)
-        return 2
-    tool = build_tool(build)
-    with tempfile.TemporaryDirectory(prefix="dca-kv-types-") as tmp:
-        out = measure(tool, Path(tmp))
-    print(json.dumps(out, indent=1))
-    return 0
 
 
 def measure(tool: Path, work: Path) -> dict[str, dict[str, float]]:
@@ -54,4 +39,4 @@ def measure(tool: Path, work: Path) -> dict[str, dict[str, float]]:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(print_errors(measure))

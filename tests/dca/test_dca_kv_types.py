@@ -48,9 +48,9 @@ from .model_runs import (
     F32,
     ON_GPU,
     Dump,
+    assert_dca_off_is_upstream,
     model_path,
     reference_logits,
-    rel_err_all,
     run_tool,
 )
 from .test_dca_model import DCA, DCA_ON, MULTI_ARGS, OFF_PLANS, multichunk_plan
@@ -93,12 +93,9 @@ def test_dca_off_is_byte_identical_to_upstream_with_bf16_and_q4_0_kv(
 ) -> None:
     model = model_path(models_dir, arch)
     plan, base = OFF_PLANS[plan_name]
-    args = (*base, *CACHES[cache])
-    up = run_tool(upstream_tool, plan, model, args, tmp_path / "up")
-    off = run_tool(dca_tool, plan, model, (*args, "--dca", "off"), tmp_path / "off")
-    assert off.tokens == up.tokens, "greedy tokens differ from upstream with --dca off"
-    rel = rel_err_all(off.logits(), up.logits())
-    assert off.raw == up.raw, f"logits differ from upstream with --dca off (rel {rel:.3g})"
+    assert_dca_off_is_upstream(
+        dca_tool, upstream_tool, plan, model, (*base, *CACHES[cache]), tmp_path
+    )
 
 
 def row_errors(got: list[F32], want: list[F64]) -> F64:
