@@ -10,29 +10,14 @@ PATCHCTL_DCA_BUILD, tests/dca/builds.py).
 
 from __future__ import annotations
 
-import json
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.dca import test_dca_model_shapes as shapes
-from tests.dca.builds import env_build
-from tests.dca.model_runs import build_tool
+from tests.dca.model_runs import print_errors
 from tests.dca.tiny_models import TinyModels, TinySpec
-
-
-def main() -> int:
-    build = env_build("DCA")
-    if build is None:
-        print("set PATCHCTL_DCA_SRC and PATCHCTL_DCA_BUILD (a built DCA tree)", file=sys.stderr)
-        return 2
-    tool = build_tool(build)
-    with tempfile.TemporaryDirectory(prefix="dca-shapes-") as tmp:
-        out = measure(tool, Path(tmp))
-    print(json.dumps(out, indent=1))
-    return 0
 
 
 def measure(tool: Path, work: Path) -> dict[str, dict[str, float]]:
@@ -56,4 +41,4 @@ def measure(tool: Path, work: Path) -> dict[str, dict[str, float]]:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(print_errors(measure))

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 import os
 import shlex
 import subprocess
-from collections.abc import Sequence
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -23,7 +26,7 @@ import numpy.typing as npt
 import pytest
 
 from . import reference as ref
-from .builds import LlamaBuild, compile_native
+from .builds import LlamaBuild, compile_native, env_build
 from .tiny_models import TinyModels, TinySpec
 
 F32 = npt.NDArray[np.float32]
@@ -144,6 +147,18 @@ def run_tool(tool: Path, plan: Plan, model: Path, args: Sequence[str], work: Pat
     return Dump(raw=out.read_bytes(), tokens=tokens, log=proc.stderr)
 
 
+def assert_dca_off_is_upstream(
+    dca_tool: Path, upstream_tool: Path, plan: Plan, model: Path, args: Sequence[str], work: Path
+) -> None:
+    """`plan` with `args` through the unpatched build and through the DCA build with --dca off:
+    the same greedy tokens and the same logit bytes."""
+    up = run_tool(upstream_tool, plan, model, args, work / "up")
+    off = run_tool(dca_tool, plan, model, (*args, "--dca", "off"), work / "off")
+    assert off.tokens == up.tokens, "greedy tokens differ from upstream with --dca off"
+    rel = rel_err_all(off.logits(), up.logits())
+    assert off.raw == up.raw, f"logits differ from upstream with --dca off (rel {rel:.3g})"
+
+
 def random_tokens(n: int, seed: int) -> tuple[int, ...]:
     return tuple(int(t) for t in np.random.default_rng(seed).integers(0, N_VOCAB, n))
 
@@ -190,3 +205,18 @@ def reference_logits(
 
 def rel_err_all(got: Sequence[npt.NDArray[Any]], want: Sequence[npt.NDArray[Any]]) -> float:
     return ref.rel_err(np.concatenate(list(got)), np.concatenate(list(want)))
+
+
+def print_errors(measure: Callable[[Path, Path], dict[str, dict[str, float]]]) -> int:
+    """The entry of the scripts that publish a test's errors (scripts/dca_*_errors.py):
+    `measure(tool, work)` with the dump tool of the DCA build the tests use (the developer
+    override PATCHCTL_DCA_SRC / PATCHCTL_DCA_BUILD) and a temporary directory, printed as JSON."""
+    build = env_build("DCA")
+    if build is None:
+        print("set PATCHCTL_DCA_SRC and PATCHCTL_DCA_BUILD (a built DCA tree)", file=sys.stderr)
+        return 2
+    tool = build_tool(build)
+    with tempfile.TemporaryDirectory(prefix="dca-errors-") as tmp:
+        out = measure(tool, Path(tmp))
+    print(json.dumps(out, indent=1))
+    return 0

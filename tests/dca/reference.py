@@ -10,7 +10,8 @@ layer has no attn_v). Partial rotary (rope.dimension_count < head size): the fir
 roped, the others pass through, as ggml's rope.
 Where llama.cpp's CPU evaluation rounds in a way that the sharp tiny models amplify, the
 reference follows it: rope angles as ggml's float32 rope cache, GELU through ggml's f16 table,
-and (``RunConfig.kv_type``) the KV cache's f16 / Hadamard-rotated q8_0 round trip.
+and (``RunConfig.kv_type``) the KV cache's f16 / bf16 / Hadamard-rotated q8_0 and q4_0 round
+trip.
 
 DCA (docs/dca.md), for chunk_size cs, local window w, chunk length cl = cs - w:
 keys are roped at ``p mod cl``; queries at ``p mod cl`` (intra), ``min(p mod cl + cl, cs)``
@@ -323,9 +324,10 @@ class AttnInput:
         return kv_round(_rotate(k_roped, self.kv_type), self.kv_type)
 
     def q_for_dot(self, q_roped: F64) -> F64:
-        """ggml converts Q to the K type's vec_dot type (f16 -> f16, q8_0 -> q8_0) for K.Q;
-        with a quantized K it rotates Q by the same Hadamard matrix first."""
-        return kv_round(_rotate(q_roped, self.kv_type), self.kv_type)
+        """ggml converts Q to the K type's vec_dot type (VEC_DOT_TYPE: f16 -> f16, bf16 -> bf16,
+        q8_0 and q4_0 -> q8_0) for K.Q; with a quantized K it rotates Q by the same Hadamard
+        matrix first."""
+        return kv_round(_rotate(q_roped, self.kv_type), VEC_DOT_TYPE[self.kv_type])
 
     def v_stored(self) -> F64:
         return kv_round(_rotate(self.v, self.kv_type), self.kv_type)
@@ -335,8 +337,13 @@ class AttnInput:
         return _rotate(out, self.kv_type)
 
 
-KV_TYPES: tuple[str, ...] = ("f32", "f16", "q8_0")
+KV_TYPES: tuple[str, ...] = ("f32", "f16", "bf16", "q8_0", "q4_0")
+QUANTIZED_KV_TYPES = frozenset({"q8_0", "q4_0"})
+# the type ggml's CPU converts the other operand of a dot product with a K of this type to
+# (ggml-cpu.c type_traits_cpu[...].vec_dot_type)
+VEC_DOT_TYPE = {"f32": "f32", "f16": "f16", "bf16": "bf16", "q8_0": "q8_0", "q4_0": "q8_0"}
 Q8_0_BLOCK = 32
+Q4_0_BLOCK = 32
 
 
 def quantize_q8_0(x: F64) -> F64:
@@ -347,6 +354,28 @@ def quantize_q8_0(x: F64) -> F64:
     q = np.round(blocks * inv)
     d16 = d.astype(np.float16).astype(np.float64)
     out: F64 = (q * d16).reshape(x.shape)
+    return out
+
+
+def quantize_q4_0(x: F64) -> F64:
+    """ggml q4_0 round trip along the last axis (quantize_row_q4_0_ref): blocks of 32, d = the
+    value of largest magnitude (the first one) / -8, stored in f16; q = min(15, floor(x / d +
+    8.5)) computed with 1 / d in float32; back as (q - 8) * d."""
+    blocks = x.astype(np.float32).reshape(*x.shape[:-1], -1, Q4_0_BLOCK)
+    first_max = np.argmax(np.abs(blocks), axis=-1)[..., None]
+    d = np.take_along_axis(blocks, first_max, axis=-1) / np.float32(-8.0)
+    inv = np.where(d != 0, np.float32(1.0) / np.where(d != 0, d, np.float32(1.0)), np.float32(0))
+    q = np.minimum(15.0, np.floor(blocks * inv + np.float32(8.5)))
+    d16 = d.astype(np.float16).astype(np.float64)
+    out: F64 = ((q - 8.0) * d16).reshape(x.shape)
+    return out
+
+
+def round_bf16(x: F64) -> F64:
+    """float32 -> bf16 with round-to-nearest-even (ggml_compute_fp32_to_bf16), back as float64."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+    out: F64 = rounded.astype(np.uint32).view(np.float32).astype(np.float64)
     return out
 
 
@@ -366,7 +395,7 @@ def _rotate(x: F64, kv_type: str) -> F64:
     """llama.cpp rotates Q/K/V by a 64x64 Hadamard matrix per 64-block of the head vector when
     the cache type is quantized and the head size a multiple of 64 (llama_kv_cache: attn_rot_k /
     attn_rot_v); other head sizes (96, ...) are cached unrotated."""
-    if kv_type in ("f32", "f16") or x.shape[-1] % HADAMARD_N:
+    if kv_type not in QUANTIZED_KV_TYPES or x.shape[-1] % HADAMARD_N:
         return x
     blocks = x.reshape(*x.shape[:-1], -1, HADAMARD_N)
     out: F64 = (blocks @ hadamard(HADAMARD_N).T).reshape(x.shape)
@@ -380,8 +409,12 @@ def kv_round(x: F64, kv_type: str) -> F64:
     if kv_type == "f16":
         out: F64 = x.astype(np.float16).astype(np.float64)
         return out
+    if kv_type == "bf16":
+        return round_bf16(x)
     if kv_type == "q8_0":
         return quantize_q8_0(x)
+    if kv_type == "q4_0":
+        return quantize_q4_0(x)
     raise ValueError(f"unsupported KV type {kv_type!r}")
 
 

@@ -42,6 +42,7 @@ from .model_runs import (
     Dump,
     Plan,
     _on_gpu,
+    assert_dca_off_is_upstream,
     model_path,
     random_tokens,
     reference_logits,
@@ -127,12 +128,7 @@ def test_dca_off_is_byte_identical_to_upstream(
 ) -> None:
     model = model_path(models_dir, arch)
     plan, base = OFF_PLANS[plan_name]
-    args = (*base, "-fa", fa)
-    up = run_tool(upstream_tool, plan, model, args, tmp_path / "up")
-    off = run_tool(dca_tool, plan, model, (*args, "--dca", "off"), tmp_path / "off")
-    assert off.tokens == up.tokens, "greedy tokens differ from upstream with --dca off"
-    rel = rel_err_all(off.logits(), up.logits())
-    assert off.raw == up.raw, f"logits differ from upstream with --dca off (rel {rel:.3g})"
+    assert_dca_off_is_upstream(dca_tool, upstream_tool, plan, model, (*base, "-fa", fa), tmp_path)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from .model_runs import (
     GPU_PLAIN_MAX,
     ON_GPU,
     Plan,
+    assert_dca_off_is_upstream,
     random_tokens,
     reference_logits,
     rel_err_all,
@@ -116,11 +117,7 @@ def test_dca_off_is_byte_identical_to_upstream_on_other_shapes(
 ) -> None:
     model = models_dir.write(SHAPES[shape])
     args = (*ARGS, "-fa", fa)
-    up = run_tool(upstream_tool, shapes_plan(), model, args, tmp_path / "up")
-    off = run_tool(dca_tool, shapes_plan(), model, (*args, "--dca", "off"), tmp_path / "off")
-    assert off.tokens == up.tokens
-    rel = rel_err_all(off.logits(), up.logits())
-    assert off.raw == up.raw, f"--dca off differs from upstream (rel {rel:.3g})"
+    assert_dca_off_is_upstream(dca_tool, upstream_tool, shapes_plan(), model, args, tmp_path)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,8 @@
   greedy text of the server without a draft; ``--spec-draft-dca on`` resolves the draft's chunk
   parameters for the draft model; values the draft model cannot take fail at start, naming the
   draft's flag.
+- Other model shapes (head size 112 / GQA 7; Gemma 4's 512 / 256 heads): two slots decode two
+  multi-chunk prompts at once; greedy tokens and log-probabilities equal the dump tool's run.
 
 The exact attention path (f32 KV, flash attention off) is used where texts are compared, so that
 batching cannot move a greedy choice (its logits differ across batch layouts by ~1e-7 only).
@@ -25,16 +27,19 @@ import itertools
 import re
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from .builds import LlamaBuild
 from .llama_server import LlamaServer, Reply, ServerFailed
-from .tiny_models import TinySpec, tokenizer_for, write_tiny_gguf
+from .model_runs import Plan, run_tool
+from .test_dca_model_shapes import CHUNK, SHAPES, dca_flags
+from .tiny_models import TinyModels, TinySpec, tokenizer_for, write_tiny_gguf
 
 DCA = ("--dca", "on", "--dca-chunk-size", "320", "--dca-local-window", "64")  # chunk_len 256
 EXACT = ("-ctk", "f32", "-ctv", "f32", "-fa", "off")
@@ -322,3 +327,91 @@ def test_draft_dca_is_resolved_for_the_draft_model(
 
     with pytest.raises(ServerFailed, match="--spec-draft-dca"):
         servers.start(*base, "--spec-draft-dca", "on", "--spec-draft-dca-chunk-size", "320")
+
+
+# ---------------------------------------------------------------------------------------------
+# other model shapes through the HTTP API
+
+SHAPE_CASES = ("qwen3-d112-gqa7", "gemma4-d512-swa256")  # test_dca_model_shapes.SHAPES
+SHAPE_PROMPTS = (prompt(130, seed=21), prompt(95, seed=22))  # chunk_len 40: 4 and 3 chunks
+SHAPE_N_PREDICT = 8
+SHAPE_ARGS = ("-c", "1024", "-b", "256", "-ub", "13")  # the ubatch crosses chunk boundaries
+N_PROBS = 4
+LOGPROB_TOL = 1e-4  # measured 4.6e-6 .. 2.2e-5 (batch layouts differ: two slots vs one sequence)
+
+
+@dataclass(frozen=True)
+class Served:
+    """Per generated token: its id, and the server's top N_PROBS candidates (ids, logprobs)."""
+
+    ids: list[int]
+    candidates: npt.NDArray[np.int64]  # (n_generated, N_PROBS)
+    logprobs: npt.NDArray[np.float64]  # (n_generated, N_PROBS)
+
+
+def served_logprobs(reply: Reply) -> Served:
+    assert reply.status == 200, f"HTTP {reply.status}: {reply.body}"
+    steps = reply.body["completion_probabilities"]
+    tops = [step["top_logprobs"] for step in steps]
+    return Served(
+        ids=[int(step["id"]) for step in steps],
+        candidates=np.asarray([[int(c["id"]) for c in top] for top in tops], dtype=np.int64),
+        logprobs=np.asarray([[float(c["logprob"]) for c in top] for top in tops]),
+    )
+
+
+def native_logprobs(
+    tool: Path, model: Path, tokens: Sequence[int], args: Sequence[str], work: Path
+) -> tuple[list[int], npt.NDArray[np.float64]]:
+    """The same prompt and greedy steps through the dump tool: generated ids and the full
+    log-softmax rows that chose them (n_generated, n_vocab)."""
+    plan = Plan(seqs=(tuple(tokens),), steps=(f"call 0:{len(tokens)}", f"gen 0 {SHAPE_N_PREDICT}"))
+    dump = run_tool(tool, plan, model, (*SHAPE_ARGS, *EXACT, *args), work)
+    logits = dump.logits()[0].astype(np.float64)[len(tokens) - 1 : -1]
+    top = logits.max(axis=1, keepdims=True)
+    logsm = logits - top - np.log(np.exp(logits - top).sum(axis=1, keepdims=True))
+    return list(dump.tokens[0][len(tokens) :]), logsm
+
+
+def logprob_gap(served: Served, native: npt.NDArray[np.float64]) -> float:
+    """max |server logprob - native logprob| over each step's N_PROBS candidates (by id)."""
+    want = np.take_along_axis(native, served.candidates, axis=1)
+    return float(np.max(np.abs(served.logprobs - want)))
+
+
+@pytest.mark.parametrize("shape", SHAPE_CASES)
+def test_other_shapes_through_the_server_equal_the_native_run(
+    shape: str,
+    servers: Servers,
+    dca_tool: Path,
+    models_dir: TinyModels,
+    tmp_path: Path,
+) -> None:
+    """Two slots decode two multi-chunk prompts of a shape test_dca_model_shapes.py checks against
+    the float64 reference (head size 112 / GQA 7; Gemma 4's 512 / 256 heads, proportional rope,
+    V = K), at once: each request's greedy tokens equal the dump tool's run of it alone, and its
+    log-probabilities are within LOGPROB_TOL; a native run with the local window one larger is
+    >= 10x further away (a server that dropped a setting or moved a position cannot pass)."""
+    model = models_dir.write(SHAPES[shape])
+    flags = dca_flags(CHUNK)
+    server = servers.start(
+        "-m", str(model), "-t", "2", "--no-warmup", "--no-webui", "-np", "2",
+        *SHAPE_ARGS, *EXACT, *flags,
+    )  # fmt: skip
+    body = {"n_predict": SHAPE_N_PREDICT, "temperature": 0.0, "ignore_eos": True}
+    body |= {"n_probs": N_PROBS, "cache_prompt": False}
+    with ThreadPoolExecutor(max_workers=len(SHAPE_PROMPTS)) as pool:
+        replies = list(
+            pool.map(lambda p: server.post("/completion", {**body, "prompt": p}), SHAPE_PROMPTS)
+        )
+    assert server.alive()
+    moved = (*flags[:-1], str(CHUNK.local_window + 1))
+    for i, (tokens, reply) in enumerate(zip(SHAPE_PROMPTS, replies, strict=True)):
+        served = served_logprobs(reply)
+        want_ids, want = native_logprobs(dca_tool, model, tokens, flags, tmp_path / f"n{i}")
+        assert served.ids == want_ids, f"prompt {i}: greedy tokens differ from the native run"
+        gap = logprob_gap(served, want)
+        assert gap <= LOGPROB_TOL, f"prompt {i}: log-probabilities {gap:.3g} from the native run"
+        _, other = native_logprobs(dca_tool, model, tokens, moved, tmp_path / f"m{i}")
+        far = logprob_gap(served, other)
+        assert far >= 10 * LOGPROB_TOL, f"prompt {i}: local window + 1 only {far:.3g} away"

@@ -14,7 +14,8 @@ DCA on must also differ from DCA off by far more than the tolerance: the flag re
 struct. `dca_mscale` (None = auto, True, False) reaches it too: on a model whose GGUF names an
 original training length shorter than the prompt, auto and True scale the logits as the
 reference does and False does not. Bad values are refused by Python (ValueError) or by the C side
-(context creation fails).
+(context creation fails). Two other model shapes (head size 112 / GQA 7; Gemma 4's 512 / 256
+heads) give the native tool's logits through `Llama.eval` too.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from .builds import LlamaBuild, series_dir
 from .model_runs import Plan, build_tool, model_path, random_tokens, reference_logits, run_tool
 from .test_dca_config import LOG_INFO, MSCALE_DCA, MSCALE_ORIG, tiny
 from .test_dca_model import DCA, DCA_ON, EXACT, SPEC_EXACT_TOL
+from .test_dca_model_shapes import CHUNK, SHAPES, dca_flags
 from .tiny_models import TinyModels
 from .wheel import Wheel, python_series
 
@@ -139,6 +141,33 @@ def test_llama_dca_matches_llama_cpp_and_the_reference(
     assert plain_err <= 1e-4
     assert ref.rel_err(on, want_on) <= tolerance
     assert ref.rel_err(on, off) >= 100 * tolerance, "dca=True did not change the computation"
+
+
+SHAPE_CASES = ("qwen3-d112-gqa7", "gemma4-d512-swa256")  # test_dca_model_shapes.SHAPES
+SHAPE_TOKENS = 200  # chunk_len 40: five chunks, in ubatches of 13 that cross the boundaries
+
+
+@pytest.mark.parametrize("shape", SHAPE_CASES)
+def test_llama_dca_on_other_shapes_matches_llama_cpp(
+    shape: str, python_site: Path, native_tool: Path, models_dir: TinyModels, tmp_path: Path
+) -> None:
+    """A shape test_dca_model_shapes.py checks against the float64 reference (head size 112 /
+    GQA 7; Gemma 4's 512 / 256 heads, proportional rope, V = K) through `Llama.eval`: the native
+    dump tool's logits up to float noise of two builds, and >= 100x further from the native run
+    with the local window one larger (the sizes reached the C struct and the positions)."""
+    model = models_dir.write(SHAPES[shape])
+    tokens = random_tokens(SHAPE_TOKENS, seed=11)
+    dca = {"dca": True, "dca_chunk_size": CHUNK.chunk_size, "dca_local_window": CHUNK.local_window}
+    kwargs: dict[str, object] = {**CONTEXT, "n_ubatch": 13, **PYTHON_EXACT, **dca}
+    python = llama_logits(python_site, model, tokens, kwargs, tmp_path / "py.npy")
+    plan = Plan(seqs=(tokens,), steps=(f"call 0:{SHAPE_TOKENS}",))
+    args = ("-c", "512", "-b", "512", "-ub", "13", *EXACT)
+    flags = dca_flags(CHUNK)
+    native = run_tool(native_tool, plan, model, (*args, *flags), tmp_path / "n").logits()[0]
+    moved_flags = (*flags[:-1], str(CHUNK.local_window + 1))
+    moved = run_tool(native_tool, plan, model, (*args, *moved_flags), tmp_path / "m").logits()[0]
+    assert ref.rel_err(python, native) <= SAME_SOURCE_TOL
+    assert ref.rel_err(python, moved) >= 100 * SAME_SOURCE_TOL
 
 
 GREEDY = r"""
