@@ -23,7 +23,7 @@ from patchctl.git import Git, scratch_repo
 from patchctl.patchapply import commit_message, patch_sha256
 from patchctl.patchfile import export_patch
 from patchctl.patchparts import split_patch, with_diff
-from patchctl.series import Patch, Series, check_savable
+from patchctl.series import Patch, Series, check_savable, read_patch_file
 from patchctl.session import series_session
 from patchctl.stack import load_stack
 
@@ -204,7 +204,7 @@ def capture_patch(
     data = capture_trees(room.git, patch, pre, post, series.root)
     path = series.patch_path(patch)
     if patch.imported and path.is_file():  # its own header and trailer stay (patchparts.py)
-        data = with_diff(path.read_bytes(), split_patch(data).diff)
+        data = with_diff(read_patch_file(path), split_patch(data).diff)
     sha = patch_sha256(data) if patch.imported else patch.sha256
     recorded = replace(patch, pre_tree=pre, post_tree=post, sha256=sha)
     updated = series.with_patch(recorded)

@@ -8,10 +8,12 @@ it (docs/reliability.md lists them all).
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
-from patchctl.errors import ConfigError
+from patchctl.errors import ConfigError, PatchctlError
 
 KIB = 1 << 10
 MIB = 1 << 20
@@ -103,3 +105,33 @@ def human(n: int) -> str:
         if n >= size:
             return f"{n / size:.1f} {unit}"
     return f"{n} bytes"
+
+
+def read_bounded(path: Path, limit: Limit, what: str) -> bytes:
+    """The bytes of input file `path` (`what` names it in messages: "series file"), refused
+    beyond `limit` without reading more than one byte past it. Every error names the file and
+    the fix: over the limit ConfigError (exit 5); a file that cannot be read (no permission, a
+    directory, a read error) PatchctlError (exit 1, an operating-system error on a path)."""
+    bound = limit.value()
+    try:
+        with path.open("rb") as stream:
+            data = stream.read(bound + 1)
+    except OSError as exc:
+        raise unreadable(path, what, exc) from None
+    if len(data) > bound:
+        raise ConfigError(
+            f"the {what} is larger than {human(bound)}", path=path, hint=limit.hint()
+        )
+    return data
+
+
+def unreadable(path: Path, what: str, exc: OSError) -> PatchctlError:
+    """The error for input file `path` that could not be opened or read (exit 1)."""
+    reason = exc.strerror or type(exc).__name__
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        hint = f"give yourself read permission (e.g. `chmod u+r {path}`) or run as its owner"
+    elif exc.errno == errno.EISDIR:
+        hint = f"{path} must be the {what} itself, not a directory"
+    else:
+        hint = f"check {path} is a regular file you can read, and the disk it is on"
+    return PatchctlError(f"cannot read the {what} {path}: {reason}", hint=hint)
