@@ -84,6 +84,12 @@ DOWNLOAD_BYTES = Limit("PATCHCTL_MAX_DOWNLOAD_BYTES", 4 * GIB, "bytes", "size of
 REGISTRY_BYTES = Limit(
     "PATCHCTL_MAX_REGISTRY_BYTES", 16 * MIB, "bytes", "size of the marker registry read back"
 )
+JOURNAL_BYTES = Limit(
+    "PATCHCTL_MAX_JOURNAL_BYTES",
+    16 * MIB,
+    "bytes",
+    "a journal read back for recovery (series, clean room or rebase journal)",
+)
 INDEX_BYTES = 64 * MIB  # a package index JSON answer (not configurable: real ones are < 1 MiB)
 
 ALL_LIMITS = (
@@ -96,6 +102,7 @@ ALL_LIMITS = (
     BLOB_BYTES,
     DOWNLOAD_BYTES,
     REGISTRY_BYTES,
+    JOURNAL_BYTES,
 )
 
 
@@ -107,11 +114,12 @@ def human(n: int) -> str:
     return f"{n} bytes"
 
 
-def read_bounded(path: Path, limit: Limit, what: str) -> bytes:
+def read_bounded(path: Path, limit: Limit, what: str, *, fix: str | None = None) -> bytes:
     """The bytes of input file `path` (`what` names it in messages: "series file"), refused
     beyond `limit` without reading more than one byte past it. Every error names the file and
-    the fix: over the limit ConfigError (exit 5); a file that cannot be read (no permission, a
-    directory, a read error) PatchctlError (exit 1, an operating-system error on a path)."""
+    the fix: over the limit ConfigError (exit 5; `fix`, when given, comes before the way to
+    raise the limit); a file that cannot be read (no permission, a directory, a read error)
+    PatchctlError (exit 1, an operating-system error on a path)."""
     bound = limit.value()
     try:
         with path.open("rb") as stream:
@@ -119,9 +127,8 @@ def read_bounded(path: Path, limit: Limit, what: str) -> bytes:
     except OSError as exc:
         raise unreadable(path, what, exc) from None
     if len(data) > bound:
-        raise ConfigError(
-            f"the {what} is larger than {human(bound)}", path=path, hint=limit.hint()
-        )
+        hint = limit.hint() if fix is None else f"{fix}; {limit.hint()}"
+        raise ConfigError(f"the {what} is larger than {human(bound)}", path=path, hint=hint)
     return data
 
 
