@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -122,14 +123,26 @@ def read_bounded(path: Path, limit: Limit, what: str, *, fix: str | None = None)
     PatchctlError (exit 1, an operating-system error on a path)."""
     bound = limit.value()
     try:
-        with path.open("rb") as stream:
-            data = stream.read(bound + 1)
+        data = _read_regular(path, bound + 1)
     except OSError as exc:
         raise unreadable(path, what, exc) from None
     if len(data) > bound:
         hint = limit.hint() if fix is None else f"{fix}; {limit.hint()}"
         raise ConfigError(f"the {what} is larger than {human(bound)}", path=path, hint=hint)
     return data
+
+
+def _read_regular(path: Path, size: int) -> bytes:
+    """Up to `size` bytes of regular file `path`; OSError for anything else. Opened without
+    blocking, so a fifo put in a file's place is refused instead of waiting for a writer."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as stream:
+        kind = stat.S_IFMT(os.fstat(fd).st_mode)
+        if kind == stat.S_IFDIR:
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+        if kind != stat.S_IFREG:
+            raise OSError(errno.EINVAL, "not a regular file (a fifo, socket or device)")
+        return stream.read(size)
 
 
 def unreadable(path: Path, what: str, exc: OSError) -> PatchctlError:

@@ -65,12 +65,15 @@ def test_read_bounded_reads_up_to_the_limit_and_names_the_file_past_it(
     assert info.value.hint is not None and SERIES_BYTES.env in info.value.hint
 
 
-@pytest.mark.parametrize("kind", ["directory", "read error", "no permission"])
+@pytest.mark.parametrize("kind", ["directory", "fifo", "read error", "no permission"])
 def test_a_file_that_cannot_be_read_is_named_with_the_fix(tmp_path: Path, kind: str) -> None:
     path = tmp_path / "0001-x.patch"
     if kind == "directory":
         path.mkdir()
         fix = "not a directory"
+    elif kind == "fifo":  # refused at once, never waiting for a writer
+        os.mkfifo(path)
+        fix = "regular file you can read"
     elif kind == "read error":
         if not UNREADABLE.is_file():
             pytest.skip("no /proc/self/mem here (the directory case still runs)")
