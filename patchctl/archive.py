@@ -510,8 +510,7 @@ class _TreeCheck:
     def __init__(self, archive: Path, fold: Fold | None = None) -> None:
         self.archive = archive
         self.kinds: dict[str, str] = {}
-        self.fold = fold
-        self.spelled: dict[str, str] = {}  # folded path -> the first spelling seen
+        self.spellings = None if fold is None else Spellings(fold)
 
     def add(self, member: Member) -> None:
         kinds = self.kinds
@@ -521,8 +520,8 @@ class _TreeCheck:
             kind = kinds.setdefault(parent, "dir")
             if kind != "dir":
                 raise _unsafe(self.archive, member.name, f"lies under {_show(parent)}, a {kind}")
-        if self.fold is not None and not _is_dropped(member.name):
-            self._check_spelling(member.name, parts)
+        if self.spellings is not None and not _is_dropped(member.name):
+            self._check_spelling(member.name)
         kind = "file" if member.kind == "hardlink" else member.kind
         seen = kinds.get(member.name)
         if seen is None:
@@ -532,24 +531,45 @@ class _TreeCheck:
         elif kind != "dir":
             raise _unsafe(self.archive, member.name, "appears twice in the archive")
 
-    def _check_spelling(self, name: str, parts: list[str]) -> None:
+    def _check_spelling(self, name: str) -> None:
         """Refuse a path (or a directory above it) that this file system takes for one seen
         under another spelling: one would be written over the other, or two directories
         merged, before git ever saw them."""
-        assert self.fold is not None
+        assert self.spellings is not None
+        found = self.spellings.add(name)
+        if found is not None:
+            raise UnsafeArchive(
+                f"{self.archive.name}: members {_show(found[0])} and {_show(found[1])} "
+                f"{FOLDED}; nothing was extracted",
+                hint=f"{FOLDING_FIX}, or re-pack the archive without one of them",
+            )
+
+
+FOLDED = "name one file on this file system, which ignores case (or Unicode normalization)"
+FOLDING_FIX = (
+    "put the clean room on a case-sensitive file system (`--workdir`: on macOS a "
+    "case-sensitive APFS volume, on Windows a directory after "
+    "`fsutil file setCaseSensitiveInfo DIR enable`)"
+)
+
+
+class Spellings:
+    """Paths as a file system that folds names (`name_folding`) sees them."""
+
+    def __init__(self, fold: Fold) -> None:
+        self.fold = fold
+        self.spelled: dict[str, str] = {}  # folded path -> the first spelling seen
+
+    def add(self, name: str) -> tuple[str, str] | None:
+        """(earlier spelling, this one) of the first of `name` and the directories above it
+        that folds to a path seen under another spelling; None when there is none."""
+        parts = name.split("/")
         for i in range(1, len(parts) + 1):
             path = "/".join(parts[:i])
             seen = self.spelled.setdefault(self.fold(path), path)
             if seen != path:
-                raise UnsafeArchive(
-                    f"{self.archive.name}: members {_show(seen)} and {_show(path)} name one "
-                    "file on this file system, which ignores case (or Unicode normalization) "
-                    "in names; nothing was extracted",
-                    hint="put the clean room on a case-sensitive file system (`--workdir`: "
-                    "on macOS a case-sensitive APFS volume, on Windows a directory after "
-                    "`fsutil file setCaseSensitiveInfo DIR enable`), or re-pack the archive "
-                    "without one of them",
-                )
+                return seen, path
+        return None
 
 
 PROBE = "patchctl-probe-\u00e9A"  # an uppercase letter and a precomposed e-acute (NFC)
