@@ -34,7 +34,7 @@ from patchctl.git import Git
 from patchctl.journal import RoomJournal
 from patchctl.patchapply import TreePatcher, commit_message, patch_sha256, strict_apply
 from patchctl.progress import Progress, or_null
-from patchctl.series import Series
+from patchctl.series import Series, read_patch_file
 from patchctl.session import series_session
 from patchctl.stack import Entry, check_base_tree, load_stack
 
@@ -74,7 +74,7 @@ def apply_patch(
     Only objects are written: the clean room's HEAD, index and files do not move here.
     """
     patch = entry.patch
-    data = entry.file.read_bytes()
+    data = read_patch_file(entry.file)
     pre = parent.tree if parent is not None else room.base_tree()
     recorded = entry.local_tree(room.git, pre) or pre
     tree = strict_apply(patcher, patch, data, entry.root, pre, recorded=recorded)
@@ -96,7 +96,7 @@ def reusable_prefix(room: Cleanroom, targets: Sequence[Entry]) -> list[AppliedPa
     matching: list[tuple[str, Entry]] = []
     for (commit, pid, sha), entry in zip(room.stack(), targets, strict=False):
         path = entry.file
-        if pid != entry.id or not path.is_file() or sha != patch_sha256(path.read_bytes()):
+        if pid != entry.id or not path.is_file() or sha != patch_sha256(read_patch_file(path)):
             break
         matching.append((commit, entry))
     trees = room.git.trees_of([commit for commit, _entry in matching])
@@ -160,7 +160,7 @@ def _planned(entry: Entry) -> list[str]:
     """(id, sha256, file, root) of a patch about to be applied, as the journal records it
     (root: the directory it applies under; an extended series' patch has its own)."""
     path = entry.file
-    sha = patch_sha256(path.read_bytes()) if path.is_file() else ""
+    sha = patch_sha256(read_patch_file(path)) if path.is_file() else ""
     return [entry.id, sha, os.fsdecode(path.resolve()), entry.root]
 
 

@@ -8,8 +8,10 @@ archive have passed:
    compression ratio), so a bomb stops at its first header past a limit; its name (no `..`, no
    absolute path, no control characters); its type (files, dirs and symlinks; hard links
    become copies; devices and fifos are refused); its place in the tree so far (a path named
-   twice, a member under a file or a symlink, a member that changes type). A regular file is
-   then written, its size bounded by its header; symlinks and hard links are only recorded;
+   twice, a member under a file or a symlink, a member that changes type, and on a file system
+   that ignores case or Unicode normalization in names, as macOS and Windows do, two names it
+   takes for one: `src/A.c` and `src/a.c`). A regular file is then written, its size bounded
+   by its header; symlinks and hard links are only recorded;
 2. at the end of the archive (a corrupt or truncated one stops with the archive library's
    message; gzip's CRC and xz's block checks are read to the end): the single top directory
    and `subdir` are resolved, every hard link must name a regular file of the archive, and
@@ -45,6 +47,7 @@ import stat
 import subprocess
 import tarfile
 import tempfile
+import unicodedata
 import zipfile
 import zlib
 from collections import OrderedDict, deque
@@ -496,13 +499,18 @@ def _check_zip_directory(archive: Path) -> None:
 # ----------------------------------------------------------------------------- checking
 
 
+Fold = Callable[[str], str]
+
+
 class _TreeCheck:
     """The tree so far, as members come: refuses a path named twice, a member under a file or
-    link, and a change of type."""
+    link, and a change of type; with `fold` (how the file system compares names, when it does
+    not compare bytes), also two paths it takes for one."""
 
-    def __init__(self, archive: Path) -> None:
+    def __init__(self, archive: Path, fold: Fold | None = None) -> None:
         self.archive = archive
         self.kinds: dict[str, str] = {}
+        self.spellings = None if fold is None else Spellings(fold)
 
     def add(self, member: Member) -> None:
         kinds = self.kinds
@@ -512,6 +520,8 @@ class _TreeCheck:
             kind = kinds.setdefault(parent, "dir")
             if kind != "dir":
                 raise _unsafe(self.archive, member.name, f"lies under {_show(parent)}, a {kind}")
+        if self.spellings is not None and not _is_dropped(member.name):
+            self._check_spelling(member.name)
         kind = "file" if member.kind == "hardlink" else member.kind
         seen = kinds.get(member.name)
         if seen is None:
@@ -520,6 +530,83 @@ class _TreeCheck:
             raise _unsafe(self.archive, member.name, f"changes type from {seen} to {kind}")
         elif kind != "dir":
             raise _unsafe(self.archive, member.name, "appears twice in the archive")
+
+    def _check_spelling(self, name: str) -> None:
+        """Refuse a path (or a directory above it) that this file system takes for one seen
+        under another spelling: one would be written over the other, or two directories
+        merged, before git ever saw them."""
+        assert self.spellings is not None
+        found = self.spellings.add(name)
+        if found is not None:
+            raise UnsafeArchive(
+                f"{self.archive.name}: members {_show(found[0])} and {_show(found[1])} "
+                f"{FOLDED}; nothing was extracted",
+                hint=f"{FOLDING_FIX}, or re-pack the archive without one of them",
+            )
+
+
+FOLDED = "name one file on this file system, which ignores case (or Unicode normalization)"
+FOLDING_FIX = (
+    "put the clean room on a case-sensitive file system (`--workdir`: on macOS a "
+    "case-sensitive APFS volume, on Windows a directory after "
+    "`fsutil file setCaseSensitiveInfo DIR enable`)"
+)
+
+
+class Spellings:
+    """Paths as a file system that folds names (`name_folding`) sees them."""
+
+    def __init__(self, fold: Fold) -> None:
+        self.fold = fold
+        self.spelled: dict[str, str] = {}  # folded path -> the first spelling seen
+
+    def add(self, name: str) -> tuple[str, str] | None:
+        """(earlier spelling, this one) of the first of `name` and the directories above it
+        that folds to a path seen under another spelling; None when there is none."""
+        parts = name.split("/")
+        for i in range(1, len(parts) + 1):
+            path = "/".join(parts[:i])
+            seen = self.spelled.setdefault(self.fold(path), path)
+            if seen != path:
+                return seen, path
+        return None
+
+
+PROBE = "patchctl-probe-\u00e9A"  # an uppercase letter and a precomposed e-acute (NFC)
+ASCII_PROBE = "patchctl-probe-A"  # where a file system refuses that name: case only
+
+
+def name_folding(dir_fd: int) -> Fold | None:
+    """How the file system of directory `dir_fd` compares names: None when it compares bytes
+    (Linux file systems), else the folding it applies (case, as on macOS and Windows;
+    Unicode normalization, as on macOS). Found by creating a probe file there and looking it
+    up under other spellings; the probe is removed before this returns."""
+    probe = PROBE
+    try:
+        os.close(os.open(probe, _NEW_FILE, 0o600, dir_fd=dir_fd))
+    except OSError:
+        probe = ASCII_PROBE
+        os.close(os.open(probe, _NEW_FILE, 0o600, dir_fd=dir_fd))
+    try:
+        case = _exists(probe.lower(), dir_fd)
+        form = probe != ASCII_PROBE and _exists(unicodedata.normalize("NFD", probe), dir_fd)
+    finally:
+        os.unlink(probe, dir_fd=dir_fd)
+    if case and form:
+        return lambda name: unicodedata.normalize("NFC", name).casefold()
+    if case:
+        return str.casefold
+    if form:
+        return lambda name: unicodedata.normalize("NFC", name)
+    return None
+
+
+def _exists(name: str, dir_fd: int) -> bool:
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def _check_hardlinks(archive: Path, members: list[Member]) -> dict[str, Member]:
@@ -787,7 +874,7 @@ class _Extraction:
         self.report = report
         self.sink = sink  # None once the guess below failed
         self.started: Sink | None = None
-        self.tree = _TreeCheck(archive)
+        self.tree = _TreeCheck(archive, name_folding(dirs.root_fd))
         self.members: list[Member] = []
         self.infos: dict[str, tarfile.TarInfo] = {}  # the links' tar headers (data filter)
         self.unwritten: dict[str, Opener] = {}  # files not written (dropped names)

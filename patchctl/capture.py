@@ -1,9 +1,11 @@
 """Capture: a clean-room work tree -> deterministic patch bytes, committed as the patch.
 
-The work tree is read with `Git.snapshot_worktree` (a copy of the index, so the clean room's
+The work tree is read with `Git.snapshot_trusting` (a copy of the index, so the clean room's
 own index is never touched); `add -A` picks up modified, new, deleted, mode-changed and
-symlinked files. The bytes come from patchfile.py (the canonical diff and header), so the
-same trees and metadata always give the same bytes, which `verify`'s re-export relies on.
+symlinked files, and new files that only a `.gitignore` the upstream does not have hides
+are added too (`worktree_snapshot`, ignores.py): such a rule never leaves work out. The
+bytes come from patchfile.py (the canonical diff and header), so the same trees and metadata
+always give the same bytes, which `verify`'s re-export relies on.
 An imported patch keeps its own header and trailer (patchparts.py): only its diff is
 replaced, and its recorded sha256 follows the new bytes.
 """
@@ -20,10 +22,12 @@ from patchctl.docs import render_docs
 from patchctl.errors import ConfigError, DirtyTree, NothingToCapture, PatchctlError
 from patchctl.fsio import check_writable, refuse_overwrite, write_if_changed
 from patchctl.git import Git, scratch_repo
+from patchctl.ignores import trusted_rules
 from patchctl.patchapply import commit_message, patch_sha256
 from patchctl.patchfile import export_patch
 from patchctl.patchparts import split_patch, with_diff
-from patchctl.series import Patch, Series, check_savable
+from patchctl.progress import notice
+from patchctl.series import Patch, Series, check_savable, read_patch_file
 from patchctl.session import series_session
 from patchctl.stack import load_stack
 
@@ -158,6 +162,23 @@ def stack_position(room: Cleanroom, series: Series, patch_id: str) -> tuple[str,
     )
 
 
+def worktree_snapshot(git: Git, base_tree: str) -> str:
+    """The tree a capture takes from a clean room's work tree: what `git add -A` stages, plus
+    the untracked files that only a `.gitignore` the upstream (tree `base_tree`) does not have
+    hides (one a patch or an edit added: ignores.py), named in a notice. Files the upstream's
+    own rules (or .git/info/exclude) ignore, build output, stay out."""
+    tree, hidden = git.snapshot_trusting(trusted_rules(git, base_tree))
+    if hidden:
+        shown = ", ".join(values.shown(name) for name in hidden[:5])
+        more = f" and {len(hidden) - 5} more" if len(hidden) > 5 else ""
+        notice(
+            f"note: captured {len(hidden)} new file(s) that a .gitignore the upstream does not "
+            f"have hides (added by a patch or in the clean room): {shown}{more}; if they are "
+            "build output, delete them (or build outside the clean room) and capture again"
+        )
+    return tree
+
+
 MoveRef = Callable[[Git, str, str, str], None]  # (git, ref, new commit, reason)
 
 
@@ -200,11 +221,11 @@ def capture_patch(
     patch = load_stack(series).own_entry(patch_id).patch
     parent, _recapture = stack_position(room, series, patch_id)
     pre = room.git.tree_of(parent)
-    post = room.git.snapshot_worktree()
+    post = worktree_snapshot(room.git, room.base_tree())
     data = capture_trees(room.git, patch, pre, post, series.root)
     path = series.patch_path(patch)
     if patch.imported and path.is_file():  # its own header and trailer stay (patchparts.py)
-        data = with_diff(path.read_bytes(), split_patch(data).diff)
+        data = with_diff(read_patch_file(path), split_patch(data).diff)
     sha = patch_sha256(data) if patch.imported else patch.sha256
     recorded = replace(patch, pre_tree=pre, post_tree=post, sha256=sha)
     updated = series.with_patch(recorded)

@@ -43,7 +43,7 @@ from patchctl.sdist import (
     version_sources,
     write_sdist,
 )
-from patchctl.series import Series, load_series
+from patchctl.series import Series, load_series, read_patch_file
 from patchctl.stack import Stack, check_base_tree, load_stack
 from patchctl.upstream import fetch_sdist, local_archive
 
@@ -108,7 +108,7 @@ def patched_tree(stack: Stack, git: Git, start: str) -> str:
     with temp_index(git) as index:
         index.read_tree(start)
         for entry in stack.entries:
-            data = entry.file.read_bytes()
+            data = read_patch_file(entry.file)
             outcome = apply_to_index(index, data, entry.root)
             if not outcome.ok:
                 raise conflict(entry.id, data, outcome.stderr, entry.root, hint="nothing written")

@@ -578,12 +578,21 @@ class Git:
         trust the stale stat data and return the old tree). Without an index, it starts from
         HEAD's tree, so tracked files that a .gitignore matches are kept.
         """
+        return self.snapshot_trusting(None)[0]
+
+    def snapshot_trusting(self, rules: bytes | None) -> tuple[str, list[str]]:
+        """`snapshot_worktree`, and with `rules` (exclude lines relative to the root: the only
+        ignore rules trusted, ignores.py) also every untracked file that the tree's own ignore
+        files hide but `rules` do not: (tree id, those files)."""
         seed = self.index_path()
         with temp_index(self, seed if seed.is_file() else None) as index:
             if not seed.is_file() and self.maybe_rev("HEAD") is not None:
                 index.read_tree("HEAD")
             index.add_all()
-            return index.write_tree()
+            hidden = [] if rules is None else index.untracked_beyond(rules)
+            if hidden:
+                index.add_forced(hidden)
+            return index.write_tree(), hidden
 
 
 # A merge label: one ref-name component (patch ids and upstream labels are of this form).
@@ -665,6 +674,22 @@ class Index:
     def add_all(self) -> None:
         """Stage the whole work tree: modified, new, deleted files (ignored files stay out)."""
         self.run("add", "-A", "--", ".")
+
+    def untracked_beyond(self, rules: bytes) -> list[str]:
+        """The untracked files (not in this index) that exclude lines `rules` alone do not
+        ignore: the work tree's .gitignore files and info/exclude are not read."""
+        with tempfile.TemporaryDirectory(prefix=temp_prefix("index")) as tmp:
+            exclude = Path(tmp) / "exclude"
+            exclude.write_bytes(rules)
+            out = self.run("ls-files", "-z", "--others", f"--exclude-from={exclude}")
+        return [os.fsdecode(p) for p in out.split(b"\0") if p]
+
+    def add_forced(self, paths: Sequence[str]) -> None:
+        """Stage `paths` (literal, not patterns), whatever ignore rules say (`add -f`)."""
+        names = b"".join(os.fsencode(p) + b"\0" for p in paths)
+        env = {**self.env, "GIT_LITERAL_PATHSPECS": "1"}
+        args = ("add", "-f", "--pathspec-from-file=-", "--pathspec-file-nul")
+        self.git.run(*args, stdin=names, env=env)
 
     def apply(self, data: bytes, flags: Sequence[str]) -> tuple[int, bytes]:
         """`git apply --cached <flags>` of patch bytes on stdin: (exit status, stderr).

@@ -30,7 +30,7 @@ from patchctl.docs import render_docs
 from patchctl.errors import ConfigError, NotFound, PatchctlError
 from patchctl.fsio import check_writable, refuse_overwrite, write_new
 from patchctl.git import Git, scratch_repo
-from patchctl.limits import IMPORT_BYTES, PATCH_BYTES, human
+from patchctl.limits import IMPORT_BYTES, PATCH_BYTES, human, read_bounded
 from patchctl.patchapply import Drift, TreePatcher, is_fuzz, patch_sha256, replay_tree
 from patchctl.patchparts import regenerated
 from patchctl.progress import Progress, or_null
@@ -89,7 +89,7 @@ def _read_source(source: Path) -> tuple[str, list[Incoming]]:
         raise NotFound(f"nothing to import at {source}")
     if source.name == QUILT_SERIES:
         return "quilt", read_quilt(source)
-    return "mbox", split_mbox(_read_bounded(source), source.name)
+    return "mbox", split_mbox(read_bounded(source, PATCH_BYTES, "patch or mbox"), source.name)
 
 
 def check_not_encoded(source: Path, item: Incoming) -> None:
@@ -141,14 +141,9 @@ TRANSFER_ENCODING = re.compile(rb"^content-transfer-encoding:", re.IGNORECASE | 
 DIFF_START = re.compile(rb"^(?:diff --git |--- |@@ -)", re.MULTILINE)
 
 
-def _read_bounded(path: Path) -> bytes:
-    """A file's bytes, refused beyond the patch size limit."""
-    limit = PATCH_BYTES.value()
-    with path.open("rb") as stream:
-        data = stream.read(limit + 1)
-    if len(data) > limit:
-        raise ConfigError(f"{path} is larger than {human(limit)}", hint=PATCH_BYTES.hint())
-    return data
+def _read_patch(path: Path) -> bytes:
+    """A patch file's (or mbox's) bytes, refused beyond the patch size limit."""
+    return read_bounded(path, PATCH_BYTES, "patch file")
 
 
 def _read_all(source: Path, paths: list[tuple[str, Path]]) -> list[Incoming]:
@@ -159,7 +154,7 @@ def _read_all(source: Path, paths: list[tuple[str, Path]]) -> list[Incoming]:
     found: list[Incoming] = []
     total = 0
     for name, path in paths:
-        found.append(Incoming(name, _read_bounded(path)))
+        found.append(Incoming(name, _read_patch(path)))
         total += len(found[-1].data)
         if total > limit:
             raise ConfigError(
@@ -176,7 +171,8 @@ def read_quilt(series_file: Path) -> list[Incoming]:
     starts a comment at the start of a line or after whitespace (QUILT_COMMENT)."""
     found: list[tuple[str, Path]] = []
     folder = series_file.parent.resolve()
-    for n, raw in enumerate(_read_bounded(series_file).splitlines(), 1):
+    listing = read_bounded(series_file, PATCH_BYTES, "quilt series file")
+    for n, raw in enumerate(listing.splitlines(), 1):
         words = QUILT_COMMENT.sub(b"", raw.strip()).split()
         if not words:
             continue
@@ -200,7 +196,8 @@ def read_quilt(series_file: Path) -> list[Incoming]:
                 hint="a quilt series names patches inside its own directory",
             )
         if not path.is_file():
-            raise NotFound(f"{series_file}: line {n}: {path} does not exist")
+            what = "is not a regular file" if path.exists() else "does not exist"
+            raise NotFound(f"{series_file}: line {n}: {path} {what}")
         found.append((name, path))
     return _read_all(series_file, found)
 

@@ -46,6 +46,7 @@ from patchctl.cache import cache_dir
 from patchctl.errors import DirtyTree, PatchctlError
 from patchctl.fsio import locked_dir, refuse_overwrite, sync_write, temp_files, write_atomic
 from patchctl.git import Git
+from patchctl.limits import JOURNAL_BYTES, read_bounded
 from patchctl.progress import notice
 
 JOURNAL = ".patchctl-journal.json"
@@ -56,6 +57,7 @@ STAGING, COMMITTED = "staging", "committed"
 # ----------------------------------------------------------------------------- signing
 
 KEY_FILE = "journal.key"
+JOURNAL_FIX = "a patchctl run was killed and left it: move it aside and check the files"
 STAGED_NAME = re.compile(r"\.(?P<name>.+)\.patchctl-[0-9a-f]{12}-[0-9]+")
 
 
@@ -97,14 +99,15 @@ def signed(data: dict[str, Any]) -> bytes:
 def verified(path: Path) -> dict[str, Any]:
     """The journal at `path` if it parses and its signature is this user's (else an error
     naming it: DirtyTree, exit 8, for a journal patchctl did not write here)."""
+    raw = read_journal_bytes(path, JOURNAL_FIX)
     try:
-        data = json.loads(path.read_bytes())
+        data = json.loads(raw)
         if not isinstance(data, dict) or data.get("version") != VERSION:
             raise ValueError("unknown version")
     except ValueError as exc:
         raise PatchctlError(
             f"{path} is not a journal patchctl can read ({exc})",
-            hint="a patchctl run was killed and left it: move it aside and check the files",
+            hint=JOURNAL_FIX,
         ) from None
     mac = data.pop("mac", None)
     body = json.dumps(data, sort_keys=True).encode("utf-8")
@@ -117,6 +120,13 @@ def verified(path: Path) -> dict[str, Any]:
             "another cache directory, check the files it names by hand, then delete it",
         )
     return data
+
+
+def read_journal_bytes(path: Path, fix: str) -> bytes:
+    """A journal's bytes (series, clean room or rebase), within PATCHCTL_MAX_JOURNAL_BYTES: one
+    in a series directory may have come with a repository, and is read before anything else.
+    A journal over the limit is ConfigError (exit 5) naming it, `fix` and the variable."""
+    return read_bounded(path, JOURNAL_BYTES, "journal", fix=fix)
 
 
 def tell(found: Recovered) -> None:

@@ -8,10 +8,13 @@ it (docs/reliability.md lists them all).
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from dataclasses import dataclass
+from pathlib import Path
 
-from patchctl.errors import ConfigError
+from patchctl.errors import ConfigError, PatchctlError
 
 KIB = 1 << 10
 MIB = 1 << 20
@@ -82,6 +85,12 @@ DOWNLOAD_BYTES = Limit("PATCHCTL_MAX_DOWNLOAD_BYTES", 4 * GIB, "bytes", "size of
 REGISTRY_BYTES = Limit(
     "PATCHCTL_MAX_REGISTRY_BYTES", 16 * MIB, "bytes", "size of the marker registry read back"
 )
+JOURNAL_BYTES = Limit(
+    "PATCHCTL_MAX_JOURNAL_BYTES",
+    16 * MIB,
+    "bytes",
+    "a journal read back for recovery (series, clean room or rebase journal)",
+)
 INDEX_BYTES = 64 * MIB  # a package index JSON answer (not configurable: real ones are < 1 MiB)
 
 ALL_LIMITS = (
@@ -94,6 +103,7 @@ ALL_LIMITS = (
     BLOB_BYTES,
     DOWNLOAD_BYTES,
     REGISTRY_BYTES,
+    JOURNAL_BYTES,
 )
 
 
@@ -103,3 +113,45 @@ def human(n: int) -> str:
         if n >= size:
             return f"{n / size:.1f} {unit}"
     return f"{n} bytes"
+
+
+def read_bounded(path: Path, limit: Limit, what: str, *, fix: str | None = None) -> bytes:
+    """The bytes of input file `path` (`what` names it in messages: "series file"), refused
+    beyond `limit` without reading more than one byte past it. Every error names the file and
+    the fix: over the limit ConfigError (exit 5; `fix`, when given, comes before the way to
+    raise the limit); a file that cannot be read (no permission, a directory, a read error)
+    PatchctlError (exit 1, an operating-system error on a path)."""
+    bound = limit.value()
+    try:
+        data = _read_regular(path, bound + 1)
+    except OSError as exc:
+        raise unreadable(path, what, exc) from None
+    if len(data) > bound:
+        hint = limit.hint() if fix is None else f"{fix}; {limit.hint()}"
+        raise ConfigError(f"the {what} is larger than {human(bound)}", path=path, hint=hint)
+    return data
+
+
+def _read_regular(path: Path, size: int) -> bytes:
+    """Up to `size` bytes of regular file `path`; OSError for anything else. Opened without
+    blocking, so a fifo put in a file's place is refused instead of waiting for a writer."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as stream:
+        kind = stat.S_IFMT(os.fstat(fd).st_mode)
+        if kind == stat.S_IFDIR:
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+        if kind != stat.S_IFREG:
+            raise OSError(errno.EINVAL, "not a regular file (a fifo, socket or device)")
+        return stream.read(size)
+
+
+def unreadable(path: Path, what: str, exc: OSError) -> PatchctlError:
+    """The error for input file `path` that could not be opened or read (exit 1)."""
+    reason = exc.strerror or type(exc).__name__
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        hint = f"give yourself read permission (e.g. `chmod u+r {path}`) or run as its owner"
+    elif exc.errno == errno.EISDIR:
+        hint = f"{path} must be the {what} itself, not a directory"
+    else:
+        hint = f"check {path} is a regular file you can read, and the disk it is on"
+    return PatchctlError(f"cannot read the {what} {path}: {reason}", hint=hint)

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from patchctl import rebasestate
-from patchctl.capture import outside_root
+from patchctl.capture import outside_root, worktree_snapshot
 from patchctl.cleanroom import (
     BASE_REF,
     BRANCH,
@@ -551,7 +551,7 @@ def _take_resolution(room: Cleanroom, series: Series, journal: Journal) -> Journ
     stop = _stopped(journal)
     patch = series.patch(stop.id)
     pre = room.git.tree_of(journal.head)
-    post = room.git.snapshot_worktree()
+    post = worktree_snapshot(room.git, room.git.tree_of(journal.new_base))
     _check_resolution(room, series, patch, pre, post)
     data = _old_bytes(room, patch)
     with scratch_repo([room.path]) as scratch:

@@ -28,10 +28,15 @@ from typing import Any
 
 from patchctl.errors import NotFound, PatchctlError
 from patchctl.fsio import write_atomic
+from patchctl.journal import read_journal_bytes
 
 DIRNAME = "patchctl-rebase"
 VERSION = 1
 STATES = ("running", "stopping", "stopped", "finishing", "aborting")
+UNREADABLE_HINT = (
+    "the clean room's old branch is untouched: move the clean room aside and run "
+    "`patchctl cleanroom apply` again"
+)
 
 
 @dataclass(frozen=True)
@@ -114,14 +119,13 @@ def load(room: Path) -> Journal:
         raise NotFound(
             f"no rebase is in progress in {room}", hint="start one with `patchctl rebase --onto`"
         )
+    raw = read_journal_bytes(path, UNREADABLE_HINT)
     try:
-        data = json.loads(path.read_bytes())
-        return _journal(data)
+        return _journal(json.loads(raw))
     except (ValueError, KeyError, TypeError) as exc:
         raise PatchctlError(
             f"rebase journal {path} is unreadable: {exc}",
-            hint="the clean room's old branch is untouched: move the clean room aside and "
-            "run `patchctl cleanroom apply` again",
+            hint=UNREADABLE_HINT,
         ) from None
 
 

@@ -36,7 +36,7 @@ from patchctl.git import scratch_repo
 from patchctl.patchapply import Drift, TreePatcher, is_fuzz, patch_sha256, replay_tree
 from patchctl.patchparts import regenerated, split_patch
 from patchctl.progress import Progress, or_null
-from patchctl.series import Patch, Series
+from patchctl.series import Patch, Series, read_patch_file
 from patchctl.session import series_session
 
 
@@ -97,7 +97,7 @@ def refresh_patches(
     with TreePatcher(room.git) as patcher, scratch_repo([room.path]) as scratch:
         pre = room.base_tree()
         for patch in series.patches[: last + 1]:
-            data = series.patch_path(patch).read_bytes()
+            data = read_patch_file(series.patch_path(patch))
             onto = f" to tree {pre}"
             replayed = replay_tree(patcher, pre, data, series.root, patch.id, onto=onto)
             if patch.id in targets:

@@ -28,7 +28,7 @@ from patchctl import values
 from patchctl.archive import is_archive
 from patchctl.errors import ConfigError, NotFound
 from patchctl.fsio import write_if_changed
-from patchctl.limits import PATCH_BYTES, SERIES_BYTES, human
+from patchctl.limits import PATCH_BYTES, SERIES_BYTES, human, read_bounded
 
 SERIES_FILE = "series.yaml"
 SCHEMA_VERSION = 1
@@ -220,7 +220,7 @@ def load_series(dir_or_file: Path, *, check_files: bool = True) -> Series:
     path = series_file(Path(dir_or_file))
     if not path.is_file():
         raise NotFound(f"no series file at {path}", hint="pass --series DIR")
-    raw = _read_bounded(path)
+    raw = read_bounded(path, SERIES_BYTES, "series file")
     series = replace(_series_from(_parse_yaml(raw, path), path), header=_header(raw))
     _check_locations(series)
     if check_files:
@@ -228,15 +228,10 @@ def load_series(dir_or_file: Path, *, check_files: bool = True) -> Series:
     return series
 
 
-def _read_bounded(path: Path) -> bytes:
-    limit = SERIES_BYTES.value()
-    with path.open("rb") as stream:
-        raw = stream.read(limit + 1)
-    if len(raw) > limit:
-        raise ConfigError(
-            f"the file is larger than {human(limit)}", path=path, hint=SERIES_BYTES.hint()
-        )
-    return raw
+def read_patch_file(path: Path) -> bytes:
+    """A patch file's bytes, within PATCHCTL_MAX_PATCH_BYTES (load_series checked its size,
+    but it may have changed since); an error that names the file when it cannot be read."""
+    return read_bounded(path, PATCH_BYTES, "patch file")
 
 
 def _header(raw: bytes) -> str:

@@ -26,7 +26,7 @@ from pathlib import Path
 from patchctl.errors import ChecksumMismatch, ConfigError, NotFound
 from patchctl.git import Git, temp_index
 from patchctl.patchapply import apply_to_index
-from patchctl.series import SERIES_FILE, Patch, Series, folded, load_series
+from patchctl.series import SERIES_FILE, Patch, Series, folded, load_series, read_patch_file
 
 
 def join_root(prefix: str, root: str) -> str:
@@ -199,7 +199,7 @@ def compose(stack: Stack, git: Git, start: str) -> tuple[str | None, str]:
     with temp_index(git) as index:
         index.read_tree(start)
         for entry in stack.inherited():
-            outcome = apply_to_index(index, entry.file.read_bytes(), entry.root)
+            outcome = apply_to_index(index, read_patch_file(entry.file), entry.root)
             if not outcome.ok:
                 why = f"the extended series' patch {entry.id} does not apply here: "
                 return None, why + outcome.first_error()

@@ -24,7 +24,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-from patchctl.archive import extract_archive, is_archive
+from patchctl.archive import (
+    FOLDED,
+    FOLDING_FIX,
+    Spellings,
+    extract_archive,
+    is_archive,
+    name_folding,
+)
 from patchctl.cache import cache_dir
 from patchctl.errors import (
     ChecksumMismatch,
@@ -404,7 +411,7 @@ def materialize(series: Series, repo: Git, progress: Progress | None = None) -> 
     if up.kind == "git":
         result = _materialize_git(series, repo, progress)
     else:
-        result = _from_tree_cache(up, repo) or _materialize_archive(series, repo, progress)
+        result = _from_tree_cache(series, repo) or _materialize_archive(series, repo, progress)
     _check_tree(series, result.tree)
     return result
 
@@ -526,10 +533,11 @@ def tree_from_cache(up: Upstream, repo: Git) -> Materialized | None:
     return Materialized(tree, dropped)
 
 
-def _from_tree_cache(up: Upstream, repo: Git) -> Materialized | None:
+def _from_tree_cache(series: Series, repo: Git) -> Materialized | None:
     """The staged upstream from the tree cache (None on a miss or an unreadable cache)."""
-    result = tree_from_cache(up, repo)
+    result = tree_from_cache(series.upstream, repo)
     if result is not None:
+        check_names_fit(series, repo, result.tree)  # cached from a clean room elsewhere
         repo.read_tree(result.tree, reset=True, update=True)
     return result
 
@@ -551,8 +559,33 @@ def _materialize_git(series: Series, repo: Git, progress: Progress | None) -> Ma
             )
         tree = found
     _check_tree_size(series, repo, tree)
+    check_names_fit(series, repo, tree)
     repo.read_tree(tree, reset=True, update=True)
     return Materialized(tree)
+
+
+def check_names_fit(series: Series, repo: Git, tree: str) -> None:
+    """Before `tree` is checked out into `repo`'s work tree: on a file system that folds
+    names (macOS, Windows: archive.name_folding), two paths it takes for one (`src/A.c`,
+    `src/a.c`) would be written one over the other; ConfigError (exit 5) naming both."""
+    fd = os.open(repo.repo, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fold = name_folding(fd)
+    finally:
+        os.close(fd)
+    if fold is None:
+        return  # the file system tells every name of the tree apart
+    spellings = Spellings(fold)
+    for entry in repo.ls_tree(tree):
+        found = spellings.add(os.fsdecode(entry.path))
+        if found is not None:
+            raise ConfigError(
+                f"the tree of {series.upstream.describe()} holds {found[0]!r} and "
+                f"{found[1]!r}, which {FOLDED}; nothing was checked out",
+                path=series.path,
+                key="upstream",
+                hint=f"{FOLDING_FIX}, or pin an upstream without one of them",
+            )
 
 
 def _check_tree_size(series: Series, repo: Git, tree: str) -> None:

@@ -41,7 +41,7 @@ from patchctl.markers import (
 from patchctl.patchapply import Outcome, TreePatcher, drift_summary, patch_sha256
 from patchctl.patchfile import diff_tree_pairs, render_patch
 from patchctl.progress import Progress, or_null
-from patchctl.series import Patch, Series, load_series
+from patchctl.series import Patch, Series, load_series, read_patch_file
 from patchctl.stack import Stack, compose, load_stack
 
 STEPS = ("chain", "forward", "reverse", "reexport", "markers")
@@ -328,7 +328,7 @@ def upstream_markers(git: Git, tree: str, markers: tuple[str, ...]) -> frozenset
 
 
 def _item(series: Series, patch: Patch) -> _Item:
-    return _Item(patch, series.patch_path(patch).read_bytes(), patch.pre_tree, patch.post_tree)
+    return _Item(patch, read_patch_file(series.patch_path(patch)), patch.pre_tree, patch.post_tree)
 
 
 def _link(series: Series, position: int, start: str) -> str | None:

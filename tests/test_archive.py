@@ -13,7 +13,8 @@ import pytest
 from support.archives import Special, make_tar
 from support.files import Entry, Exe, Link
 
-from patchctl.archive import extract_archive, is_git_dir_name
+from patchctl import archive as archive_module
+from patchctl.archive import extract_archive, is_git_dir_name, name_folding
 from patchctl.errors import NotFound, ToolchainMissing, UnsafeArchive
 from patchctl.progress import RecordingProgress
 
@@ -390,3 +391,120 @@ def test_a_subdir_is_never_sunk(tmp_path: Path) -> None:
 )
 def test_is_git_dir_name_follows_gits_ntfs_and_hfs_rules(part: str, git: bool) -> None:
     assert is_git_dir_name(part) is git
+
+
+class FoldingOs:
+    """The os module as archive.py sees it, on a simulated case-insensitive file system (as
+    macOS and Windows have by default): a name relative to a directory descriptor is stored
+    and looked up in lower case, so `A.c` and `a.c` are one file."""
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(os, name)
+
+    @staticmethod
+    def _fold(path: str | os.PathLike[str]) -> str:
+        name = os.fspath(path)
+        return name if name.startswith("/") else name.lower()
+
+    def open(
+        self,
+        path: str | os.PathLike[str],
+        flags: int,
+        mode: int = 0o777,
+        *,
+        dir_fd: int | None = None,
+    ) -> int:
+        return os.open(self._fold(path), flags, mode, dir_fd=dir_fd)
+
+    def mkdir(self, path: str, mode: int = 0o777, *, dir_fd: int | None = None) -> None:
+        os.mkdir(self._fold(path), mode, dir_fd=dir_fd)
+
+    def symlink(self, src: str, dst: str, *, dir_fd: int | None = None) -> None:
+        os.symlink(src, self._fold(dst), dir_fd=dir_fd)
+
+    def stat(
+        self, path: str, *, dir_fd: int | None = None, follow_symlinks: bool = True
+    ) -> os.stat_result:
+        return os.stat(self._fold(path), dir_fd=dir_fd, follow_symlinks=follow_symlinks)
+
+    def unlink(self, path: str, *, dir_fd: int | None = None) -> None:
+        os.unlink(self._fold(path), dir_fd=dir_fd)
+
+
+COLLIDING: dict[str, tuple[dict[str, Entry | Special], str, str]] = {
+    "files": ({"src/A.c": b"int A;\n", "src/a.c": b"int a;\n"}, "src/A.c", "src/a.c"),
+    "top-level": ({"Makefile": b"all:\n", "makefile": b"x:\n"}, "Makefile", "makefile"),
+    "directories": ({"SRC/x.c": b"int x;\n", "src/y.c": b"int y;\n"}, "SRC", "src"),
+    "a link": ({"README": b"r\n", "readme": Link("README")}, "README", "readme"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(COLLIDING))
+def test_names_one_file_on_a_case_insensitive_file_system_are_refused_before_writing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    """On a file system that ignores case, two members it takes for one would overwrite each
+    other (a generic 'File exists' error) or merge two directories silently: refused (exit 7)
+    naming the archive, both members and the fix, and nothing is left."""
+    files, first, second = COLLIDING[case]
+    archive = make_tar(tmp_path / "pkg-1.0.tar.gz", files)
+    monkeypatch.setattr(archive_module, "os", FoldingOs())
+    dest = tmp_path / "out"
+    with pytest.raises(UnsafeArchive) as info:
+        extract_archive(archive, dest)
+    message = str(info.value)
+    assert info.value.exit_code == 7
+    first, second = f"pkg-1.0/{first}", f"pkg-1.0/{second}"  # as the archive names them
+    assert message.startswith(f"pkg-1.0.tar.gz: members {first!r} and {second!r} name one file")
+    assert "ignores case" in message and "nothing was extracted" in message
+    assert info.value.hint is not None and "case-sensitive file system" in info.value.hint
+    assert "--workdir" in info.value.hint
+    assert not dest.exists()
+
+
+def test_names_differing_only_in_case_extract_exactly_where_the_file_system_tells_them_apart(
+    tmp_path: Path,
+) -> None:
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        folding = name_folding(fd)
+    finally:
+        os.close(fd)
+    if folding is not None:
+        pytest.skip("the test directory's file system ignores case")
+    files: dict[str, Entry | Special] = {
+        "src/A.c": b"int A;\n",
+        "src/a.c": b"int a;\r\n",
+        "Makefile": b"all:\n",
+        "makefile": Exe(b"x:\n"),
+        "SRC/x.c": b"int x;\n",
+    }
+    archive = make_tar(tmp_path / "pkg-1.0.tar.gz", files)
+    dest = tmp_path / "out"
+    assert extract_archive(archive, dest).files == 5
+    for name, entry in files.items():
+        data = entry.data if isinstance(entry, Exe) else entry
+        assert (dest / name).read_bytes() == data
+    assert os.access(dest / "makefile", os.X_OK) and not os.access(dest / "Makefile", os.X_OK)
+
+
+def test_name_folding_probes_the_file_system_and_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "X").write_bytes(b"")
+    ignores_case = (tmp_path / "x").exists()
+    (tmp_path / "X").unlink()
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        found = name_folding(fd)
+        if ignores_case:
+            assert found is not None and found("A") == found("a")
+        else:
+            assert found is None or found("A") != found("a")
+        assert list(tmp_path.iterdir()) == []
+        monkeypatch.setattr(archive_module, "os", FoldingOs())
+        fold = name_folding(fd)
+        assert fold is not None and fold("src/A.c") == fold("SRC/a.c") != fold("src/b.c")
+        assert list(tmp_path.iterdir()) == []
+    finally:
+        os.close(fd)

@@ -285,3 +285,59 @@ def test_recapturing_an_imported_patch_keeps_its_header_and_records_its_sha256(
     entry = series.patches[0]
     assert entry.imported and entry.sha256 == sha256(data)
     assert verify_series(series, [room.path]).ok
+
+
+UPSTREAM_IGNORES: dict[str, bytes] = {
+    ".gitignore": b"# build output\n/build/\n*.o\n",
+    "tools/.gitignore": b"out/\n",
+    "src/main.c": b"int main(void) { return 0; }\n",
+    "tools/gen.py": b"print(1)\n",
+}
+
+
+def test_a_gitignore_the_upstream_does_not_have_hides_nothing_from_capture(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A .gitignore added in the clean room (by a patch or an edit) that ignores `*.c` and
+    `src/` does not leave the user's new files out of the patch (lost work); what the
+    upstream's own rules ignore (build output: /build/, *.o, tools/**/out/) stays out, and
+    .git/info/exclude, the user's own, is honoured."""
+    from patchctl import progress
+    from patchctl.capture import add_patch, capture
+
+    series_dir = make_project(tmp_path, UPSTREAM_IGNORES)
+    cleanroom_apply(series_dir)
+    add_patch(series_dir, "0001-one", "One")
+    room = series_dir.parent.parent / "cleanroom" / "demo"
+    write_files(
+        room,
+        {
+            ".gitignore": b"/build/\n*.o\n*.c\nsrc/\n!keep.o\n",  # hostile, and one negation
+            "src/.gitignore": b"*\n",
+            "src/new.c": b"int new_work;\n",
+            "src/deep/new.h": b"#define NEW 1\n",
+            "out/kept.c": b"int kept;\n",  # tools/.gitignore's out/ is for tools/ only
+            "keep.o": b"shipped object\n",  # ignored upstream, un-ignored by the tree
+            "build/CMakeCache.txt": b"cache\n",
+            "src/main.o": b"object\n",
+            "tools/out/gen.bin": b"\x00generated\n",
+            "scratch.txt": b"my notes\n",
+        },
+    )
+    (room / ".git" / "info").mkdir(exist_ok=True)
+    (room / ".git" / "info" / "exclude").write_bytes(b"/scratch.txt\n")
+    notes: list[str] = []
+    monkeypatch.setattr(progress, "notice_sink", notes.append)
+    result = capture(series_dir, "0001-one")
+    data = result.captured.data
+    names = sorted(line.split(b" b/")[-1] for line in data.splitlines()
+                   if line.startswith(b"diff --git "))  # fmt: skip
+    assert names == [
+        b".gitignore", b"keep.o", b"out/kept.c", b"src/.gitignore", b"src/deep/new.h",
+        b"src/new.c",
+    ]  # fmt: skip
+    assert b"+int new_work;" in data and b"+#define NEW 1" in data
+    assert len(notes) == 1 and "captured 4 new file(s)" in notes[0]
+    for name in ("src/.gitignore", "src/deep/new.h", "src/new.c", "out/kept.c"):
+        assert name in notes[0]
+    assert verify_series(load_series(series_dir), [room]).ok

@@ -8,7 +8,7 @@ import pytest
 from support.repos import new_repo
 from support.series import make_series
 
-from patchctl.errors import ConfigError, NotFound, PatchDoesNotApply
+from patchctl.errors import ConfigError, NotFound, PatchctlError, PatchDoesNotApply
 from patchctl.git import Git
 from patchctl.importer import (
     Incoming,
@@ -253,7 +253,11 @@ def test_quilt_options_and_missing_files(tmp_path: Path) -> None:
     assert str(info.value).endswith("options -p0")
     assert info.value.hint is not None and "quilt refresh -p ab" in info.value.hint
     (d / "series").write_bytes(b"missing.patch\n")
-    with pytest.raises(NotFound):
+    with pytest.raises(NotFound, match=r"missing\.patch does not exist"):
+        read_source(d)
+    (d / "dir.patch").mkdir()
+    (d / "series").write_bytes(b"dir.patch\n")
+    with pytest.raises(NotFound, match=r"dir\.patch is not a regular file"):
         read_source(d)
     with pytest.raises(NotFound):
         read_source(tmp_path / "nothing-here")
@@ -396,3 +400,15 @@ def test_upstream_status_from_dep3(header: bytes, status: str | None) -> None:
         Incoming("x.patch", header + b"\n" + DEP3[DEP3.index(b"--- a") :]), 1, "t", set()
     )
     assert entry.upstream_status == status
+
+
+def test_an_import_source_that_cannot_be_read_is_named() -> None:
+    """A read error (EIO: /proc/self/mem opens but cannot be read, even by root) names the
+    source and the fix (exit 1), rather than a bare operating-system error."""
+    source = Path("/proc/self/mem")
+    if not source.is_file():
+        pytest.skip("no /proc/self/mem here")
+    with pytest.raises(PatchctlError) as info:
+        read_source(source)
+    assert info.value.exit_code == 1
+    assert str(info.value).startswith(f"cannot read the patch or mbox {source}: ")

@@ -14,9 +14,9 @@ from patchctl import journal as journal_module
 from patchctl import killpoint
 from patchctl.apply import cleanroom_apply
 from patchctl.capture import add_patch, capture
-from patchctl.errors import DirtyTree, PatchctlError
+from patchctl.errors import ConfigError, DirtyTree, PatchctlError
 from patchctl.git import Git
-from patchctl.journal import JOURNAL, Journal, read_journal, recover
+from patchctl.journal import JOURNAL, Journal, RoomJournal, read_journal, recover, verified
 from patchctl.series import load_series
 from patchctl.session import series_session
 
@@ -203,3 +203,41 @@ def test_a_signed_journal_still_names_only_staged_siblings(tmp_path: Path) -> No
     with pytest.raises(PatchctlError, match="is not a staged copy"):
         recover(tmp_path / "s")
     assert victim.read_bytes() == b"mine\n"
+
+
+def test_a_journal_over_the_limit_is_refused_naming_it_before_it_is_parsed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A journal in a series directory may have come with a repository: it is read within
+    PATCHCTL_MAX_JOURNAL_BYTES (exit 5 naming the file, the fix and the variable), and
+    nothing it names is touched; at the limit it recovers as always."""
+    a = tmp_path / "a.txt"
+    a.write_bytes(b"old\n")
+    journal = Journal(tmp_path / JOURNAL, "capture")
+    journal.stage_file(a, b"new\n")
+    size = (tmp_path / JOURNAL).stat().st_size
+    before = hidden(tmp_path)
+    monkeypatch.setenv("PATCHCTL_MAX_JOURNAL_BYTES", str(size - 1))
+    with pytest.raises(ConfigError) as info:
+        recover(tmp_path)
+    assert info.value.exit_code == 5 and info.value.path == tmp_path / JOURNAL
+    assert "the journal is larger than" in str(info.value)
+    hint = info.value.hint or ""
+    assert "move it aside" in hint and "PATCHCTL_MAX_JOURNAL_BYTES=<bytes>" in hint
+    assert hidden(tmp_path) == before and a.read_bytes() == b"old\n"
+    monkeypatch.setenv("PATCHCTL_MAX_JOURNAL_BYTES", str(size))
+    found = recover(tmp_path)
+    assert found is not None and found.outcome == "rolled back"
+    assert hidden(tmp_path) == []
+
+
+def test_a_room_journal_over_the_limit_is_refused_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    room = tmp_path / "room"
+    journal = RoomJournal(room, "cleanroom apply")
+    journal.record(head="0" * 40)
+    monkeypatch.setenv("PATCHCTL_MAX_JOURNAL_BYTES", "16")
+    with pytest.raises(ConfigError, match="the journal is larger than 16 bytes") as info:
+        verified(journal.path)
+    assert info.value.path == journal.path

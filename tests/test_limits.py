@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
-from patchctl.errors import ConfigError
-from patchctl.limits import ALL_LIMITS, ARCHIVE_BYTES, human
+from patchctl.errors import ConfigError, PatchctlError
+from patchctl.limits import (
+    ALL_LIMITS,
+    ARCHIVE_BYTES,
+    PATCH_BYTES,
+    SERIES_BYTES,
+    human,
+    read_bounded,
+)
 
 
 def test_defaults_and_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -27,8 +37,6 @@ def test_bad_values_are_config_errors_naming_the_variable(
 
 
 def test_every_limit_is_documented() -> None:
-    from pathlib import Path
-
     doc = (Path(__file__).parent.parent / "docs" / "reliability.md").read_text()
     for limit in ALL_LIMITS:
         assert f"| `{limit.env}` |" in doc
@@ -36,3 +44,49 @@ def test_every_limit_is_documented() -> None:
 
 def test_human_sizes() -> None:
     assert human(12) == "12 bytes" and human(1536) == "1.5 KiB" and human(8 << 30) == "8.0 GiB"
+
+
+# A regular file that cannot be read: opening it works, reading it fails with EIO, and the
+# OSError names no file (root cannot be kept out of a chmod 000 file; this works as root).
+UNREADABLE = Path("/proc/self/mem")
+
+
+def test_read_bounded_reads_up_to_the_limit_and_names_the_file_past_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "series.yaml"
+    path.write_bytes(b"x" * 10)
+    monkeypatch.setenv(SERIES_BYTES.env, "10")
+    assert read_bounded(path, SERIES_BYTES, "series file") == b"x" * 10
+    path.write_bytes(b"x" * 11)
+    with pytest.raises(ConfigError, match="series file is larger than 10 bytes") as info:
+        read_bounded(path, SERIES_BYTES, "series file")
+    assert info.value.path == path and info.value.exit_code == 5
+    assert info.value.hint is not None and SERIES_BYTES.env in info.value.hint
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo", "read error", "no permission"])
+def test_a_file_that_cannot_be_read_is_named_with_the_fix(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / "0001-x.patch"
+    if kind == "directory":
+        path.mkdir()
+        fix = "not a directory"
+    elif kind == "fifo":  # refused at once, never waiting for a writer
+        os.mkfifo(path)
+        fix = "regular file you can read"
+    elif kind == "read error":
+        if not UNREADABLE.is_file():
+            pytest.skip("no /proc/self/mem here (the directory case still runs)")
+        path = UNREADABLE
+        fix = "regular file you can read"
+    else:
+        path.write_bytes(b"x")
+        path.chmod(0)
+        if os.access(path, os.R_OK):
+            pytest.skip("running as root: chmod 000 does not keep root out")
+        fix = "chmod u+r"
+    with pytest.raises(PatchctlError) as info:
+        read_bounded(path, PATCH_BYTES, "patch file")
+    assert type(info.value) is PatchctlError and info.value.exit_code == 1
+    assert str(info.value).startswith(f"cannot read the patch file {path}: ")
+    assert info.value.hint is not None and fix in info.value.hint

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from patchctl import rebasestate
-from patchctl.errors import NotFound, PatchctlError
+from patchctl.errors import ConfigError, NotFound, PatchctlError
 from patchctl.rebasestate import Done, Journal, Stop
 
 
@@ -81,6 +81,21 @@ def test_an_unreadable_journal_says_so_and_how_to_recover(room: Path, text: byte
     with pytest.raises(PatchctlError, match="is unreadable") as info:
         rebasestate.load(room)
     assert "cleanroom apply" in (info.value.hint or "")
+
+
+def test_a_journal_over_the_limit_is_refused_naming_it(
+    room: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rebasestate.save(room, journal())
+    path = rebasestate.directory(room) / "journal.json"
+    monkeypatch.setenv("PATCHCTL_MAX_JOURNAL_BYTES", str(path.stat().st_size - 1))
+    with pytest.raises(ConfigError, match="the journal is larger than") as info:
+        rebasestate.load(room)
+    assert info.value.path == path and info.value.exit_code == 5
+    assert "cleanroom apply" in (info.value.hint or "")
+    assert "PATCHCTL_MAX_JOURNAL_BYTES" in (info.value.hint or "")
+    monkeypatch.setenv("PATCHCTL_MAX_JOURNAL_BYTES", str(path.stat().st_size))
+    assert rebasestate.load(room) == journal()
 
 
 def test_staged_bytes_and_old_copies_are_kept_byte_for_byte_until_removed(room: Path) -> None:

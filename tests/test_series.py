@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from patchctl.errors import ConfigError, NotFound
-from patchctl.series import Patch, dump_series, load_series, save_series
+from patchctl.errors import ConfigError, NotFound, PatchctlError
+from patchctl.series import Patch, dump_series, load_series, read_patch_file, save_series
 
 REPO = Path(__file__).resolve().parent.parent
 SHA = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
@@ -277,3 +277,30 @@ def test_save_then_load_round_trips_any_text(
         tuple(markers),
         imported,
     )
+
+
+def test_a_series_file_that_cannot_be_read_is_named(tmp_path: Path) -> None:
+    """A read error (here EIO: /proc/self/mem opens but cannot be read, even by root) names
+    the series file and the fix (exit 1), rather than a bare operating-system error."""
+    unreadable = Path("/proc/self/mem")
+    if not unreadable.is_file():
+        pytest.skip("no /proc/self/mem here")
+    directory = tmp_path / "series"
+    directory.mkdir()
+    (directory / "series.yaml").symlink_to(unreadable)
+    with pytest.raises(PatchctlError) as info:
+        load_series(directory)
+    assert info.value.exit_code == 1
+    assert f"cannot read the series file {directory / 'series.yaml'}: " in str(info.value)
+    assert info.value.hint is not None and "regular file you can read" in info.value.hint
+
+
+def test_a_patch_file_that_is_a_directory_now_is_named(good: Path) -> None:
+    series = load_series(good)
+    path = series.patch_path(series.patches[0])
+    path.unlink()
+    path.mkdir()  # after load_series checked it: a reader must still name it
+    with pytest.raises(PatchctlError) as info:
+        read_patch_file(path)
+    assert info.value.exit_code == 1
+    assert str(info.value).startswith(f"cannot read the patch file {path}: ")

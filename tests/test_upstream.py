@@ -17,7 +17,7 @@ from support.files import Entry, Exe, Link
 from support.repos import Repo
 
 from patchctl.cache import cache_dir
-from patchctl.errors import ChecksumMismatch, NotFound
+from patchctl.errors import ChecksumMismatch, ConfigError, NotFound
 from patchctl.git import Git
 from patchctl.progress import RecordingProgress
 from patchctl.series import Series, Upstream
@@ -424,3 +424,59 @@ def test_a_cached_tree_is_fetched_as_objects_without_a_checkout(
     cached = tree_from_cache(up, repo)
     assert cached == first and repo.maybe_rev(f"{cached.tree}:x.c") is not None
     assert list((tmp_path / "two").iterdir()) == [tmp_path / "two" / ".git"]  # nothing written
+
+
+CASE_PAIR: dict[str, Entry] = {"src/A.c": b"int A;\n", "src/a.c": b"int a;\n", "README": b"r\n"}
+
+
+def fold_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the clean room's file system one that ignores case, as macOS and Windows do by
+    default (archive.name_folding finds that out with a probe file; tests/test_archive.py
+    checks the probe itself)."""
+    from patchctl import upstream
+
+    monkeypatch.setattr(upstream, "name_folding", lambda fd: str.casefold, raising=False)
+
+
+def test_a_git_tree_with_names_one_file_here_is_refused_before_checkout(
+    tmp_path: Path, make_repo: Callable[..., Repo], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A git checkout on a file system that folds case would write src/a.c over src/A.c (git
+    only warns): refused (exit 5) naming both and the fix, nothing checked out. Where the file
+    system tells them apart, both are checked out byte for byte."""
+    repo = make_repo(CASE_PAIR, name="cased")
+    series = git_series(tmp_path, repo)
+    room = Git.init(tmp_path / "ok")
+    assert materialize(series, room).tree == repo.tree
+    assert [(room.repo / n).read_bytes() for n in ("src/A.c", "src/a.c")] == [b"int A;\n",
+                                                                           b"int a;\n"]  # fmt: skip
+    fold_names(monkeypatch)
+    room = Git.init(tmp_path / "folded")
+    with pytest.raises(ConfigError) as info:
+        materialize(series, room)
+    assert info.value.exit_code == 5 and info.value.key == "upstream"
+    assert "holds 'src/A.c' and 'src/a.c', which name one file on this file system" in str(
+        info.value
+    )
+    assert "nothing was checked out" in str(info.value)
+    assert info.value.hint is not None and "case-sensitive file system" in info.value.hint
+    assert sorted(p.name for p in room.repo.iterdir()) == [".git"]
+
+
+def test_a_cached_tree_with_names_one_file_here_is_refused_before_checkout(
+    tmp_path: Path, cache_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tree cache skips extraction (and its checks): a tree cached from a clean room on
+    another file system is checked again before it is checked out."""
+    (tmp_path / "s").mkdir()
+    archive = make_tar(tmp_path / "s" / "orig.tar.gz", CASE_PAIR)
+    series = Series(
+        tmp_path / "s" / "series.yaml",
+        Upstream(kind="archive", path="orig.tar.gz", sha256=sha(archive)),
+    )
+    materialize(series, Git.init(tmp_path / "one"))  # cached
+    fold_names(monkeypatch)
+    room = Git.init(tmp_path / "two")
+    with pytest.raises(ConfigError, match=r"holds 'src/A\.c' and 'src/a\.c'"):
+        materialize(series, room)
+    assert sorted(p.name for p in room.repo.iterdir()) == [".git"]
