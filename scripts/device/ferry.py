@@ -114,7 +114,7 @@ def main() -> int:
     p = sub.add_parser("pack")
     p.add_argument("outdir", type=Path)
     p.add_argument("files", type=Path, nargs="+")
-    p.add_argument("--chunk-mib", type=int, default=50)
+    p.add_argument("--chunk-mib", type=int, default=40)
     u = sub.add_parser("unpack")
     u.add_argument("stage", type=Path)
     u.add_argument("dest", type=Path)
