@@ -229,20 +229,26 @@ def combine(docs: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], dict[str
         prior = doc.get("repeats") or {}
         merged["repeats"] = {k: merged["repeats"][k] + int(prior.get(k, 0))
                              for k in ("trials", "disagree")}
-        _merge_trials(merged, with_corpus(doc), kept.setdefault(key, {}),
+        _merge_trials(merged, doc, kept.setdefault(key, {}),
                       contents.setdefault(key, set()))
     for merged in out.values():
         merged["cells"] = cells(merged["trials"], int(merged["model"]["n_ctx_train"]))
     return out
 
 
-def _merge_trials(merged: dict[str, Any], trials: list[dict[str, Any]],
+def _merge_trials(merged: dict[str, Any], doc: Mapping[str, Any],
                   seen: dict[tuple[Any, ...], Mapping[str, Any]], contents: set[str]) -> None:
-    """Add one document's trials to `merged` (see combine); `seen` and `contents` hold the
-    earlier documents' trials by identity and by content (without the corpus)."""
+    """Add one document's trials to `merged` (see combine). `seen` holds the earlier documents'
+    trials by identity, `contents` their records as text, each with and without its corpus.
+    A trial that names its own corpus (runs since session 9) is carried over when its record,
+    corpus included, was merged before; an older trial only has its document's corpus, which
+    is not the one it was cut from when a run resumed a document of another corpus, so it is
+    compared without it."""
     fresh = []
-    for t in trials:
-        if _content(t, ("run", "corpus")) in contents:
+    for t in doc["trials"]:
+        own = bool(t.get("corpus"))
+        t = {**t, "corpus": corpus_of(t, doc)}
+        if _content(t, ("run",) if own else ("run", "corpus")) in contents:
             continue  # carried over by --resume
         earlier = seen.get((t["corpus"], *trial_key(t)))
         if earlier is None:
@@ -251,7 +257,7 @@ def _merge_trials(merged: dict[str, Any], trials: list[dict[str, Any]],
             merged["repeats"]["trials"] += 1
             merged["repeats"]["disagree"] += int(bool(earlier["correct"]) != bool(t["correct"]))
     seen.update(((t["corpus"], *trial_key(t)), t) for t in fresh)
-    contents.update(_content(t, ("run", "corpus")) for t in fresh)
+    contents.update(_content(t, drop) for t in fresh for drop in (("run",), ("run", "corpus")))
     merged["trials"] = [*merged["trials"], *fresh]
 
 

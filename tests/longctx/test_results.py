@@ -114,3 +114,13 @@ def test_trials_of_two_corpora_are_two_trials() -> None:
     assert [t["corpus"] for t in merged["trials"]] == ["11" * 32, "22" * 32]
     assert merged["repeats"] == {"trials": 0, "disagree": 0}
     assert merged["cells"][0]["n"] == 2
+
+
+def test_equal_records_of_two_corpora_are_two_trials() -> None:
+    # runs since session 9 name each trial's corpus: a haystack of another corpus whose record
+    # happens to equal an earlier one (the fake server's timings) is not a carried-over copy
+    a = document([trial(question=0, corpus="11" * 32)])
+    b = document([trial(question=0, corpus="11" * 32), trial(question=0, corpus="22" * 32)])
+    merged = results.combine([a, b])[("tiny", "cpu")]
+    assert [t["corpus"] for t in merged["trials"]] == ["11" * 32, "22" * 32]
+    assert merged["repeats"] == {"trials": 0, "disagree": 0}  # b's first is a's, carried
