@@ -205,8 +205,10 @@ def combine(docs: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], dict[str
     naming its corpus. Records a `--resume` run carried over (a started server's job, a trial equal
     to one already merged) are kept once. A trial run again (same corpus, method, length, haystack
     and question; another record) is kept once, the earlier one; `repeats` counts such trials and
-    those whose repeat scored differently. Give resumed documents before the runs that resumed
-    them: a carried trial then keeps the corpus of the run that made it."""
+    those whose repeat scored differently. A run already merged (same id, or start, command and
+    wall time) is not merged again, nor a document all of whose runs are. Give resumed documents
+    before the runs that resumed them: a carried trial then keeps the corpus of the run that made
+    it."""
     out: dict[tuple[str, str], dict[str, Any]] = {}
     kept: dict[tuple[str, str], dict[tuple[Any, ...], Mapping[str, Any]]] = {}
     contents: dict[tuple[str, str], set[str]] = {}
@@ -217,15 +219,18 @@ def combine(docs: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], dict[str
                                       "repeats": {"trials": 0, "disagree": 0}})
         if merged["model"]["sha256"] != doc["model"]["sha256"]:
             raise BadInput(f"two files label {key} with different model files")
-        first_run = len(merged["runs"])
-        merged["runs"] = [*merged["runs"], *runs_of(doc)]
+        index = _merge_runs(merged, runs_of(doc))
+        if all(i is None for i in index):
+            continue  # every run of this document is merged already (the same file twice)
         seen_jobs = jobs_seen.setdefault(key, set())
         for j in doc["jobs"]:
-            if j.get("log") and _content(j) in seen_jobs:
-                continue  # a server's record carried over by --resume (one that never started,
-                # e.g. skipped for the budget, is the same record in every run that skipped it)
+            run = index[min(int(j.get("run", 0)), len(index) - 1)]
+            if run is None or (j.get("log") and _content(j) in seen_jobs):
+                continue  # a job of a run merged before, or a server's record carried over by
+                # --resume (one that never started, e.g. skipped for the budget, is the same
+                # record in every run that skipped it)
             seen_jobs.add(_content(j))
-            merged["jobs"] = [*merged["jobs"], {**j, "run": first_run + int(j.get("run", 0))}]
+            merged["jobs"] = [*merged["jobs"], {**j, "run": run}]
         prior = doc.get("repeats") or {}
         merged["repeats"] = {k: merged["repeats"][k] + int(prior.get(k, 0))
                              for k in ("trials", "disagree")}
@@ -234,6 +239,30 @@ def combine(docs: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], dict[str
     for merged in out.values():
         merged["cells"] = cells(merged["trials"], int(merged["model"]["n_ctx_train"]))
     return out
+
+
+def _run_key(run: Mapping[str, Any]) -> str | None:
+    """What tells one run from another: its id (runs since session 9), else its start, command and
+    wall time; None (never equal) for a document that records none of them."""
+    if run.get("id"):
+        return str(run["id"])
+    if not run.get("started"):
+        return None
+    return json.dumps([run.get("started"), run.get("command"), run.get("wall_s")])
+
+
+def _merge_runs(merged: dict[str, Any], runs: list[dict[str, Any]]) -> list[int | None]:
+    """Append the runs `merged` does not have yet; for each of `runs`, its index in
+    `merged["runs"]`, or None when it was there before."""
+    have = {_run_key(r) for r in merged["runs"]} - {None}
+    index: list[int | None] = []
+    for r in runs:
+        if _run_key(r) in have:
+            index.append(None)
+        else:
+            index.append(len(merged["runs"]))
+            merged["runs"] = [*merged["runs"], r]
+    return index
 
 
 def _merge_trials(merged: dict[str, Any], doc: Mapping[str, Any],

@@ -24,6 +24,7 @@ import itertools
 import shutil
 import threading
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -212,12 +213,14 @@ class Run:
             offset = len(self.prior_runs)
             self.prior_runs += results.runs_of(d)
             self.jobs += [{**j, "run": offset + int(j.get("run", 0))} for j in d["jobs"]]
-        self.repeats = {k: sum(int((d.get("repeats") or {}).get(k, 0)) for d in cfg.resume)
-                        for k in ("trials", "disagree")}
+        # the resumed documents' own repeat counts stay with them: `publish` merges this run with
+        # them (a count carried here would be counted twice there)
+        self.repeats = {"trials": 0, "disagree": 0}
         self.done = results.done_units(t for t in self.trials if t["corpus"] == cfg.corpus.sha256)
         self.claimed: set[tuple[Any, ...]] = set(self.done)  # done, or taken by a running job
         self.started = time.monotonic()
         self.started_at = datetime.now(UTC).isoformat(timespec="seconds")
+        self.run_id = uuid.uuid4().hex  # tells this run from another started the same second
         budget = cfg.plan.budget_s
         start = self.started if cfg.budget_from is None else cfg.budget_from
         self.budget = Budget(None if budget is None else start + budget)
@@ -252,7 +255,8 @@ class Run:
             "wall_s": round(time.monotonic() - self.started, 1),
             "budget": self.budget.describe(),
             "runs": [*self.prior_runs, {
-                "started": self.started_at, "wall_s": round(time.monotonic() - self.started, 1),
+                "id": self.run_id, "started": self.started_at,
+                "wall_s": round(time.monotonic() - self.started, 1),
                 "command": list(cfg.command), "server": self.version,
                 "budget": self.budget.describe()}],
             "repeats": dict(self.repeats),

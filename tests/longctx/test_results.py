@@ -124,3 +124,15 @@ def test_equal_records_of_two_corpora_are_two_trials() -> None:
     merged = results.combine([a, b])[("tiny", "cpu")]
     assert [t["corpus"] for t in merged["trials"]] == ["11" * 32, "22" * 32]
     assert merged["repeats"] == {"trials": 0, "disagree": 0}  # b's first is a's, carried
+
+
+def test_merging_a_merged_document_again_changes_nothing() -> None:
+    a = document([trial(question=0)])
+    a["started"], a["command"], a["wall_s"] = "t1", ["run", "1"], 5.0
+    b = document([trial(question=0, wall_s=0.2), trial(question=1)])  # q0 run again
+    b["started"], b["command"], b["wall_s"] = "t2", ["run", "2"], 6.0
+    once = results.combine([a, b])[("tiny", "cpu")]
+    assert once["repeats"] == {"trials": 1, "disagree": 0} and len(once["runs"]) == 2
+    again = results.combine([once, b])[("tiny", "cpu")]  # b is in `once` already
+    assert again["repeats"] == once["repeats"] and again["runs"] == once["runs"]
+    assert len(again["trials"]) == len(once["trials"]) and len(again["jobs"]) == len(once["jobs"])
