@@ -242,11 +242,12 @@ def _ratio_spread(bench_rows: list[dict[str, Any]], row: dict[str, Any]) -> dict
     """Per-repetition DCA / plain ratios of one summary row (repetition i of DCA over repetition i
     of plain, the instances of each arm in run order): min, max and the standard deviation
     propagated from the two arms' standard deviations."""
+    test_name = _summary_module()._test_name
+
     def samples(dca: bool) -> list[float]:
         out: list[float] = []
         for b in bench_rows:
-            name = f"pp{b['n_prompt']}" if b["n_prompt"] else f"tg{b['n_gen']}"
-            same_cell = name == row["test"] and int(b["n_depth"]) == row["depth"]
+            same_cell = test_name(b) == row["test"] and int(b["n_depth"]) == row["depth"]
             if same_cell and bool(b.get("dca")) == dca:
                 out += [float(x) for x in b["samples_ts"]]
         if not out:

@@ -225,11 +225,12 @@ def combine(docs: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], dict[str
         seen_jobs = jobs_seen.setdefault(key, set())
         for j in doc["jobs"]:
             run = index[min(int(j.get("run", 0)), len(index) - 1)]
-            if run is None or (j.get("log") and _content(j) in seen_jobs):
+            text = _content(j)
+            if run is None or (j.get("log") and text in seen_jobs):
                 continue  # a job of a run merged before, or a server's record carried over by
                 # --resume (one that never started, e.g. skipped for the budget, is the same
                 # record in every run that skipped it)
-            seen_jobs.add(_content(j))
+            seen_jobs.add(text)
             merged["jobs"] = [*merged["jobs"], {**j, "run": run}]
         prior = doc.get("repeats") or {}
         merged["repeats"] = {k: merged["repeats"][k] + int(prior.get(k, 0))
