@@ -68,6 +68,11 @@ def pack(outdir: Path, files: list[Path], chunk: int) -> dict[str, object]:
 
 
 def _read_range(stage: Path, chunk: int, start: int, size: int, dst: Path) -> bool:
+    """Copy bytes [start, start + size) of the stream into dst; False (nothing written) when one of
+    its chunks is not staged yet, so a call that adds one chunk does not rewrite a partial file."""
+    parts = range(start // chunk, (start + size - 1) // chunk + 1) if size else range(0)
+    if any(not (stage / f"c{i:02d}").exists() for i in parts):
+        return False
     with dst.open("wb") as out:
         pos, end = start, start + size
         while pos < end:

@@ -13,6 +13,8 @@
 #   expected to end within BUDGET_S seconds of this script's start (estimates from the cost model
 #   h200-0.5b, scaled by measured/expected as cells finish). `python3 -m scripts.longctx plan
 #   --tier onecall --lanes 2 --budget-s 420` prints the queue with its estimates.
+# TIER fill: the cells onecall leaves out or short (0.5x, 16x for every method, DCA at 32x, then
+#   haystacks up to 20 per cell), the same queue rules; give --resume with the published file.
 # PROBES: memory probes (METHOD@MULTIPLE) run first, alone: 1M tokens with f16 and q8_0 KV.
 # The script stops the harness at BUDGET_S + 60 s at the latest (SIGTERM: servers killed, every
 # finished haystack already written).

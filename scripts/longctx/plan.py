@@ -191,7 +191,7 @@ def lengths_of(multiples: Sequence[float], n_train: int) -> tuple[int, ...]:
 # ----------------------------------------------------------------------------- tiers
 
 
-TIERS = ("smoke", "core", "full", "onecall")
+TIERS = ("smoke", "core", "full", "onecall", "fill")
 
 # The one-call plan (~7 min of one H200 for a 0.5B model trained at 32k): cells (method,
 # multiple of the trained length, haystacks) in priority order. First every method at 1x-4x and
@@ -215,11 +215,28 @@ ONECALL: tuple[tuple[str, float, int], ...] = (
 )  # fmt: skip
 
 
-def _onecall_jobs(methods: dict[str, Method], n: int) -> list[Job]:
-    """ONECALL's cells for the given methods, one server each (memory per length)."""
+# The fill plan: the cells `onecall` leaves out or short, meant to resume (--resume) a document
+# that onecall runs already hold. First the grid's ends: 0.5x (cheap), DCA at 32x (all or nothing,
+# so it starts while the budget is fresh) and every method at 16x; then haystacks up to 20 per cell
+# at 0.5x-2x, where most questions are one per haystack (passkey, mv_niah, vt), then 4x and 8x.
+FILL: tuple[tuple[str, float, int], ...] = (
+    ("naive", 0.5, 8), ("dca", 0.5, 8),
+    ("dca", 32, 1),
+    ("naive", 16, 1), ("yarn", 16, 1), ("dca", 16, 1), ("linear", 16, 1), ("dca-mscale", 16, 1),
+    ("naive", 2, 20), ("linear", 2, 20), ("yarn", 2, 20), ("dca", 2, 20), ("dca-mscale", 2, 20),
+    ("naive", 0.5, 20), ("dca", 0.5, 20), ("naive", 1, 20), ("dca", 1, 24),
+    ("dca", 4, 12), ("yarn", 4, 12), ("linear", 4, 8), ("naive", 4, 8), ("dca-mscale", 4, 12),
+    ("dca", 8, 6), ("yarn", 8, 4), ("dca-mscale", 8, 4), ("linear", 8, 3), ("naive", 8, 3),
+    ("dca", 16, 2), ("dca-mscale", 32, 1),
+)  # fmt: skip
+
+
+def _queue_jobs(cells: Sequence[tuple[str, float, int]], methods: dict[str, Method], n: int,
+                ) -> list[Job]:  # fmt: skip
+    """A queue's cells for the given methods, one server each (memory per length)."""
     return [
         Job(name, (round(mult * n),), haystacks, 1)
-        for name, mult, haystacks in ONECALL
+        for name, mult, haystacks in cells
         if name in methods and methods[name].runs_at(round(mult * n), n)
     ]
 
@@ -240,7 +257,9 @@ def _tier_jobs(tier: str, methods: dict[str, Method], n: int) -> list[Job]:
         jobs += [Job(d, (32 * n,), 1, 1) for d in dcas[:1]]
         return jobs
     if tier == "onecall":
-        return _onecall_jobs(methods, n)
+        return _queue_jobs(ONECALL, methods, n)
+    if tier == "fill":
+        return _queue_jobs(FILL, methods, n)
     if tier == "full":
         jobs = grid_jobs(ms, (n // 2, n), n, 20, 4, server_per_length=True)
         jobs += grid_jobs(ms, (2 * n,), n, 20, 4, server_per_length=True)
@@ -263,7 +282,9 @@ def tier_plan(
     haystacks), DCA alone at 8x, 16x and 32x (one haystack each). full: 0.5x-2x 20 haystacks,
     4x 8, 8x 3, 16x 1 per method, DCA and DCA+mscale at 32x 2; meant to be resumed (--resume)
     over several calls. onecall: the ONECALL cells as a queue plan for `lanes` workers (one
-    device call under a budget). `probes` adds memory probes (method name, multiple of n_train).
+    device call under a budget). fill: the FILL cells, the same way (0.5x, 16x, DCA at 32x, then
+    haystacks up to 20 per cell; resume onecall runs with it). `probes` adds memory probes
+    (method name, multiple of n_train).
     """
     by_name = {m.name: m for m in methods}
     jobs = _tier_jobs(tier, by_name, n_train)
@@ -277,7 +298,7 @@ def tier_plan(
     if not jobs:
         raise ConfigError(f"tier {tier} has no job for methods {sorted(by_name)}")
     base = Plan(tier, ((),), layout, TASKS, budget_s)
-    if tier == "onecall":
+    if tier in ("onecall", "fill"):
         return replace(base, lanes=(tuple(jobs),), queue=True, workers=max(1, lanes))
     return replace(base, lanes=assign_lanes(jobs, lanes, n_train, cost, base, params))
 

@@ -120,3 +120,15 @@ def test_the_h200_cost_model_follows_a_quadratic_law_to_256k() -> None:
     a, c = 35e-6, 0.455e-9  # s per token, s per token^2 (see plan.COSTS)
     for n in (32_768, 65_536, 131_072, 262_144):
         assert H200.prefill_s(n) == pytest.approx(a * n + c * n * n, rel=0.05)
+
+
+def test_fill_tier_completes_the_grid_ends_before_adding_haystacks() -> None:
+    plan = tier_plan("fill", METHODS, N, H200, PARAMS, lanes=2, budget_s=800)
+    assert plan.queue and plan.workers == 2
+    cells = [(j.method, j.lengths[0] / N, j.haystacks) for j in plan.jobs]
+    assert cells[:3] == [("naive", 0.5, 8), ("dca", 0.5, 8), ("dca", 32, 1)]
+    at_16 = {m for m, x, _ in cells[3:8] if x == 16}
+    assert at_16 == {"naive", "linear", "yarn", "dca", "dca-mscale"}  # every method at 16x next
+    assert not any(m in ("linear", "yarn", "dca-mscale") and x <= 1 for m, x, _ in cells)
+    at_2 = {m: h for m, x, h in cells if x == 2}
+    assert set(at_2) == set(at_16) and min(at_2.values()) >= 20  # the 20 trials per cell
