@@ -81,14 +81,27 @@ def _buffers(buffers: Mapping[str, Mapping[str, float]]) -> str:
     return " / ".join(_mib(total[k]) for k in ("model", "KV", "compute")) + f" ({label})"
 
 
+# A "24 GB" card's memory as nvidia-smi reports it (RTX 4090: 24564 MiB; RTX 3090: 24576 MiB).
+CARD_24GB_MIB = 24564
+
+
+def _fits(device_mib: object) -> str:
+    """Whether a process of this device peak fits a 24 GB card (its peak includes the CUDA
+    context; a display or another process on that card needs room of its own)."""
+    if device_mib is None:
+        return ""
+    return "yes" if float(device_mib) <= CARD_24GB_MIB else "no"  # type: ignore[arg-type]
+
+
 def memory_table(doc: Mapping[str, Any]) -> str:
-    """One row per server job that ran: method, context, KV type, status, the peaks and
-    llama.cpp's own buffers (device peak: nvidia-smi for the process; all GPUs: the peak of the
-    whole device minus what was in use before the server started)."""
+    """One row per server job that ran: method, context, KV type, status, the peaks, whether
+    that peak fits a 24 GB card, and llama.cpp's own buffers (device peak: nvidia-smi for the
+    process; all GPUs: the peak of the whole device minus what was in use before the server
+    started)."""
     lines = [
         "| method | n_ctx | slots | KV | status | device peak MiB | all GPUs peak - before MiB | "
-        "host peak MiB | model / KV / compute buffers MiB |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "host peak MiB | fits 24 GB | model / KV / compute buffers MiB |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for job in sorted(doc["jobs"], key=lambda j: (j.get("n_ctx", 0), j["method"])):
         mem = job.get("memory") or {}
@@ -99,7 +112,8 @@ def memory_table(doc: Mapping[str, Any]) -> str:
         lines.append(
             f"| {job['method']} | {job.get('n_ctx', '')} | {job['slots']} | "
             f"{_kv_type(job.get('args', []))} | {job['status']} | {_mib(mem.get('device_mib'))} | "
-            f"{_mib(used)} | {_mib(mem.get('host_mib'))} | {_buffers(mem['buffers'])} |"
+            f"{_mib(used)} | {_mib(mem.get('host_mib'))} | {_fits(mem.get('device_mib'))} | "
+            f"{_buffers(mem['buffers'])} |"
         )
     return "\n".join(lines) + "\n"
 

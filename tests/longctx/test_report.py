@@ -33,14 +33,16 @@ def test_accuracy_table() -> None:
 
 def test_memory_table() -> None:
     table = report.memory_table(_doc())
-    assert "| dca | 2304 | 1 | q8_0 | ok | 900 | 1000 | 300 | 374 / 12 / 300 (CUDA0) |" in table
+    assert "| dca | 2304 | 1 | q8_0 | ok | 900 | 1000 | 300 | yes | 374 / 12 / 300 (CUDA0) |" in table
     doc = _doc()
     jobs = doc["jobs"]
     assert isinstance(jobs, list)
     jobs[0]["memory"] = {"host_mib": 210.0, "device_mib": None, "device_total_mib": None,
                          "buffers": {"CPU_Mapped": {"model": 92.1},
                                      "CPU": {"KV": 56.25, "compute": 14.76}}}  # fmt: skip
-    assert "| 92 / 56 / 15 (host) |" in report.memory_table(doc)
+    assert "| 210 |  | 92 / 56 / 15 (host) |" in report.memory_table(doc)  # no device peak
+    jobs[0]["memory"] = {"device_mib": 24565.0, "buffers": {"CUDA0": {"KV": 20000.0}}}
+    assert "| 24565 |  |  | no | 0 / 20000 / 0 (CUDA0) |" in report.memory_table(doc)
 
 
 def test_blocks_are_regenerated_and_stale_ones_found(tmp_path: Path) -> None:
