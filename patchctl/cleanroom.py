@@ -343,11 +343,18 @@ def locked(workdir: Path) -> Iterator[None]:
 
 
 def discard_cleanroom(room: Cleanroom) -> None:
-    """Remove a clean room patchctl created (only when it has no unsaved work)."""
+    """Remove a clean room patchctl created, only when it holds nothing else: no unsaved work
+    and no ignored file (a model or a build someone put there; git status does not list them)."""
     if not is_cleanroom(room.path):
         raise PatchctlError(f"{room.path} is not a patchctl clean room; not removing it")
     if room.is_dirty():
         raise DirtyTree(f"{room.path} has unsaved work; not removing it")
+    ignored = room.git.ignored_paths()
+    if ignored:
+        raise DirtyTree(
+            f"{room.path} holds {len(ignored)} ignored path(s) ({', '.join(ignored[:3])}); "
+            "not removing it"
+        )
     shutil.rmtree(room.path)
 
 

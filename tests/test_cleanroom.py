@@ -18,6 +18,7 @@ from patchctl.apply import cleanroom_apply
 from patchctl.cleanroom import (
     create_cleanroom,
     default_workdir,
+    discard_cleanroom,
     load_cleanroom,
     locked,
     marker_path,
@@ -103,6 +104,20 @@ def test_dirty_paths_and_backup(tmp_path: Path, upstream: Repo) -> None:
     # The backup does not change the work tree; a second backup gets the next number.
     assert sorted(room.dirty_paths()) == dirty
     assert room.save_unsaved_work().ref == "refs/patchctl/backups/2"
+
+
+def test_discard_keeps_a_room_holding_an_ignored_file(tmp_path: Path, upstream: Repo) -> None:
+    series = load_series(write_series(tmp_path / "s", git_upstream(upstream)))
+    room = create_cleanroom(series, tmp_path / "room")
+    (room.path / ".git" / "info" / "exclude").write_text("*.gguf\n")
+    (room.path / "model.gguf").write_bytes(b"GGUF weights nobody else has")
+    assert room.dirty_paths() == []  # git status does not show it
+    with pytest.raises(DirtyTree, match="1 ignored path"):
+        discard_cleanroom(room)
+    assert (room.path / "model.gguf").read_bytes() == b"GGUF weights nobody else has"
+    (room.path / "model.gguf").unlink()
+    discard_cleanroom(room)
+    assert not room.path.exists()
 
 
 def test_backup_sees_a_same_size_edit_made_in_the_second_of_the_index_write(

@@ -103,7 +103,9 @@ def bring_to(series: Series, path: Path, say: Say) -> Cleanroom:
                 )
             if not same_pin(room, series):
                 say(f"{path}: made from another upstream pin; recreating it")
-                discard_cleanroom(room)
+                for cache in path.rglob("__pycache__"):  # the tests' own bytecode (gguf-py)
+                    shutil.rmtree(cache)
+                discard_cleanroom(room)  # refuses any other ignored file
                 room = None
         if room is None:
             say(f"materializing {series.upstream.describe()} into {path}")
