@@ -54,6 +54,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import IO, Protocol, Self, cast
 
@@ -500,6 +501,7 @@ def _check_zip_directory(archive: Path) -> None:
 
 
 Fold = Callable[[str], str]
+Same = Callable[[str, str], bool]  # whether the file system takes two names for one
 
 
 class _TreeCheck:
@@ -507,10 +509,10 @@ class _TreeCheck:
     link, and a change of type; with `fold` (how the file system compares names, when it does
     not compare bytes), also two paths it takes for one."""
 
-    def __init__(self, archive: Path, fold: Fold | None = None) -> None:
+    def __init__(self, archive: Path, fold: Fold | None = None, same: Same | None = None) -> None:
         self.archive = archive
         self.kinds: dict[str, str] = {}
-        self.spellings = None if fold is None else Spellings(fold)
+        self.spellings = None if fold is None else Spellings(fold, same)
 
     def add(self, member: Member) -> None:
         kinds = self.kinds
@@ -554,22 +556,43 @@ FOLDING_FIX = (
 
 
 class Spellings:
-    """Paths as a file system that folds names (`name_folding`) sees them."""
+    """Paths as a file system that folds names (`name_folding`) sees them.
 
-    def __init__(self, fold: Fold) -> None:
+    `fold` finds the candidates: two spellings of one folded path. `same`, when given, asks the
+    file system itself about each candidate's last names (`same_name`), since `fold` can only
+    approximate its rules (`str.casefold` takes "Straße" for "Strasse"; APFS and NTFS do not).
+    """
+
+    def __init__(self, fold: Fold, same: Same | None = None) -> None:
         self.fold = fold
-        self.spelled: dict[str, str] = {}  # folded path -> the first spelling seen
+        self.same = same
+        self.spelled: dict[str, list[str]] = {}  # folded path -> its spellings, distinct here
 
     def add(self, name: str) -> tuple[str, str] | None:
         """(earlier spelling, this one) of the first of `name` and the directories above it
-        that folds to a path seen under another spelling; None when there is none."""
+        that this file system takes for a path seen under another spelling; None when there
+        is none."""
         parts = name.split("/")
         for i in range(1, len(parts) + 1):
             path = "/".join(parts[:i])
-            seen = self.spelled.setdefault(self.fold(path), path)
-            if seen != path:
-                return seen, path
+            spellings = self.spelled.setdefault(self.fold(path), [])
+            if path in spellings:
+                continue
+            for seen in spellings:
+                if self._one_file(seen, path):
+                    return seen, path
+            spellings.append(path)
         return None
+
+    def _one_file(self, seen: str, path: str) -> bool:
+        """Whether `seen` and `path` (folded alike) name one file: in one directory (the
+        directories above were checked first, so differing ones are distinct there) and with
+        last names the file system takes for one."""
+        head, _, last = path.rpartition("/")
+        seen_head, _, seen_last = seen.rpartition("/")
+        if head != seen_head:
+            return False
+        return self.same is None or self.same(seen_last, last)
 
 
 PROBE = "patchctl-probe-\u00e9A"  # an uppercase letter and a precomposed e-acute (NFC)
@@ -599,6 +622,33 @@ def name_folding(dir_fd: int) -> Fold | None:
     if form:
         return lambda name: unicodedata.normalize("NFC", name)
     return None
+
+
+def same_name(dir_fd: int, first: str, second: str) -> bool:
+    """Whether the file system of directory `dir_fd` takes the names `first` and `second` for
+    one: a file named `first` is made in a fresh probe directory there and looked up as
+    `second`; the probe is removed before this returns. A name the file system refuses, or a
+    probe that cannot be made, counts as one file (the refusal then stands)."""
+    probe = f"patchctl-probe-{os.getpid()}-{os.urandom(4).hex()}"
+    try:
+        os.mkdir(probe, 0o700, dir_fd=dir_fd)
+    except OSError:
+        return True
+    try:
+        fd = os.open(probe, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
+        try:
+            try:
+                os.close(os.open(first, _NEW_FILE, 0o600, dir_fd=fd))
+            except OSError:
+                return True
+            try:
+                return _exists(second, fd)
+            finally:
+                os.unlink(first, dir_fd=fd)
+        finally:
+            os.close(fd)
+    finally:
+        os.rmdir(probe, dir_fd=dir_fd)
 
 
 def _exists(name: str, dir_fd: int) -> bool:
@@ -874,7 +924,8 @@ class _Extraction:
         self.report = report
         self.sink = sink  # None once the guess below failed
         self.started: Sink | None = None
-        self.tree = _TreeCheck(archive, name_folding(dirs.root_fd))
+        fold = name_folding(dirs.root_fd)
+        self.tree = _TreeCheck(archive, fold, partial(same_name, dirs.root_fd))
         self.members: list[Member] = []
         self.infos: dict[str, tarfile.TarInfo] = {}  # the links' tar headers (data filter)
         self.unwritten: dict[str, Opener] = {}  # files not written (dropped names)

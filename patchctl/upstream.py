@@ -20,6 +20,7 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import suppress
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin, urlsplit
@@ -31,6 +32,7 @@ from patchctl.archive import (
     extract_archive,
     is_archive,
     name_folding,
+    same_name,
 )
 from patchctl.cache import cache_dir
 from patchctl.errors import (
@@ -570,12 +572,16 @@ def check_names_fit(series: Series, repo: Git, tree: str) -> None:
     `src/a.c`) would be written one over the other; ConfigError (exit 5) naming both."""
     fd = os.open(repo.repo, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        fold = name_folding(fd)
+        _check_spellings(series, repo, tree, fd)
     finally:
         os.close(fd)
+
+
+def _check_spellings(series: Series, repo: Git, tree: str, fd: int) -> None:
+    fold = name_folding(fd)
     if fold is None:
         return  # the file system tells every name of the tree apart
-    spellings = Spellings(fold)
+    spellings = Spellings(fold, partial(same_name, fd))
     for entry in repo.ls_tree(tree):
         found = spellings.add(os.fsdecode(entry.path))
         if found is not None:

@@ -14,7 +14,7 @@ from support.archives import Special, make_tar
 from support.files import Entry, Exe, Link
 
 from patchctl import archive as archive_module
-from patchctl.archive import extract_archive, is_git_dir_name, name_folding
+from patchctl.archive import extract_archive, is_git_dir_name, name_folding, same_name
 from patchctl.errors import NotFound, ToolchainMissing, UnsafeArchive
 from patchctl.progress import RecordingProgress
 
@@ -508,3 +508,43 @@ def test_name_folding_probes_the_file_system_and_leaves_nothing(
         assert list(tmp_path.iterdir()) == []
     finally:
         os.close(fd)
+
+
+def test_names_that_only_casefold_alike_are_asked_of_the_file_system(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`str.casefold` takes "Straße" for "Strasse"; a file system that ignores case keeps
+    them apart (here: one that compares lower case). Such a pair, and names alike only in
+    directories that differ there, extract; a pair it does take for one is still refused."""
+    monkeypatch.setattr(archive_module, "os", FoldingOs())
+    files: dict[str, Entry | Special] = {
+        "Straße.txt": b"sz\n",
+        "Strasse.txt": b"ss\n",
+        "Straße/A.c": b"int A;\n",
+        "Strasse/a.c": b"int a;\n",
+    }
+    dest = tmp_path / "out"
+    assert extract_archive(make_tar(tmp_path / "pkg-1.0.tar.gz", files), dest).files == 4
+    for name, data in files.items():
+        assert (dest / name.lower()).read_bytes() == data  # this file system stores lower case
+    folded = {**files, "Straße/a.c": b"x\n"}
+    with pytest.raises(UnsafeArchive) as info:
+        extract_archive(make_tar(tmp_path / "pkg-1.1.tar.gz", folded), tmp_path / "out2")
+    assert "'pkg-1.0/Straße/A.c' and 'pkg-1.0/Straße/a.c'" in str(info.value)
+
+
+def test_same_name_probes_and_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "X").write_bytes(b"")
+    ignores_case = (tmp_path / "x").exists()
+    (tmp_path / "X").unlink()
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert same_name(fd, "A", "a") == ignores_case
+        assert same_name(fd, "A", "A") and not same_name(fd, "A", "B")
+        monkeypatch.setattr(archive_module, "os", FoldingOs())
+        assert same_name(fd, "A", "a") and not same_name(fd, "Straße", "Strasse")
+    finally:
+        os.close(fd)
+    assert list(tmp_path.iterdir()) == []

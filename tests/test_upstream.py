@@ -436,6 +436,7 @@ def fold_names(monkeypatch: pytest.MonkeyPatch) -> None:
     from patchctl import upstream
 
     monkeypatch.setattr(upstream, "name_folding", lambda fd: str.casefold, raising=False)
+    monkeypatch.setattr(upstream, "same_name", lambda fd, a, b: a.casefold() == b.casefold())
 
 
 def test_a_git_tree_with_names_one_file_here_is_refused_before_checkout(
