@@ -19,14 +19,13 @@ from pathlib import Path
 from patchctl import killpoint
 from patchctl.cleanroom import (
     BACKUP_REFS,
-    BASE_REF,
-    BRANCH,
     Backup,
     Cleanroom,
     build_partial,
     create_cleanroom,
     is_cleanroom,
     load_cleanroom,
+    not_patchctls,
     same_pin,
 )
 from patchctl.errors import DirtyTree
@@ -261,28 +260,6 @@ class OldCleanroom:
 
     path: Path
     holds: tuple[str, ...]  # what is in it: "ignored files: build/", "branch refs/heads/wip"
-
-
-def not_patchctls(room: Cleanroom) -> list[str]:
-    """What a clean room holds that patchctl did not make and its backups do not keep:
-    ignored files, refs other than its branch, base and backups (a branch, the stash),
-    nested repositories. Deleting the clean room would lose them."""
-    found = []
-    ignored = room.git.ignored_paths()
-    if ignored:
-        found.append(_listing("ignored file(s)", ignored))
-    ours = (BRANCH, BASE_REF)
-    refs = [r for r in room.git.refs("refs/") if r not in ours and not r.startswith(BACKUP_REFS)]
-    if refs:
-        found.append(_listing("ref(s)", refs))
-    nested = [p for p in room.dirty_paths() if p.endswith("/")]
-    if nested:
-        found.append(_listing("nested repositories", nested))
-    return found
-
-
-def _listing(what: str, names: list[str]) -> str:
-    return f"{len(names)} {what}: " + ", ".join(names[:3]) + (" ..." if len(names) > 3 else "")
 
 
 def aside_path(room: Path) -> Path:

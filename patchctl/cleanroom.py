@@ -344,18 +344,38 @@ def locked(workdir: Path) -> Iterator[None]:
 
 def discard_cleanroom(room: Cleanroom) -> None:
     """Remove a clean room patchctl created, only when it holds nothing else: no unsaved work
-    and no ignored file (a model or a build someone put there; git status does not list them)."""
+    and nothing `not_patchctls` names (an ignored model or build someone put there: git status
+    does not list them; a branch; a nested repository)."""
     if not is_cleanroom(room.path):
         raise PatchctlError(f"{room.path} is not a patchctl clean room; not removing it")
     if room.is_dirty():
         raise DirtyTree(f"{room.path} has unsaved work; not removing it")
+    held = not_patchctls(room)
+    if held:
+        raise DirtyTree(f"{room.path} holds {'; '.join(held)}; not removing it")
+    shutil.rmtree(room.path)
+
+
+def not_patchctls(room: Cleanroom) -> list[str]:
+    """What a clean room holds that patchctl did not make and its backups do not keep:
+    ignored files, refs other than its branch, base and backups (a branch, the stash),
+    nested repositories. Deleting the clean room would lose them."""
+    found = []
     ignored = room.git.ignored_paths()
     if ignored:
-        raise DirtyTree(
-            f"{room.path} holds {len(ignored)} ignored path(s) ({', '.join(ignored[:3])}); "
-            "not removing it"
-        )
-    shutil.rmtree(room.path)
+        found.append(_listing("ignored file(s)", ignored))
+    ours = (BRANCH, BASE_REF)
+    refs = [r for r in room.git.refs("refs/") if r not in ours and not r.startswith(BACKUP_REFS)]
+    if refs:
+        found.append(_listing("ref(s)", refs))
+    nested = [p for p in room.dirty_paths() if p.endswith("/")]
+    if nested:
+        found.append(_listing("nested repositories", nested))
+    return found
+
+
+def _listing(what: str, names: list[str]) -> str:
+    return f"{len(names)} {what}: " + ", ".join(names[:3]) + (" ..." if len(names) > 3 else "")
 
 
 def repin_marker(room: Cleanroom, series: Series, base_commit: str, base_tree: str) -> Cleanroom:

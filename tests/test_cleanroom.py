@@ -112,7 +112,7 @@ def test_discard_keeps_a_room_holding_an_ignored_file(tmp_path: Path, upstream: 
     (room.path / ".git" / "info" / "exclude").write_text("*.gguf\n")
     (room.path / "model.gguf").write_bytes(b"GGUF weights nobody else has")
     assert room.dirty_paths() == []  # git status does not show it
-    with pytest.raises(DirtyTree, match="1 ignored path"):
+    with pytest.raises(DirtyTree, match=r"1 ignored file\(s\): model\.gguf"):
         discard_cleanroom(room)
     assert (room.path / "model.gguf").read_bytes() == b"GGUF weights nobody else has"
     (room.path / "model.gguf").unlink()
