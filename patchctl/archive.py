@@ -604,17 +604,10 @@ def name_folding(dir_fd: int) -> Fold | None:
     (Linux file systems), else the folding it applies (case, as on macOS and Windows;
     Unicode normalization, as on macOS). Found by creating a probe file there and looking it
     up under other spellings; the probe is removed before this returns."""
-    probe = PROBE
     try:
-        os.close(os.open(probe, _NEW_FILE, 0o600, dir_fd=dir_fd))
-    except OSError:
-        probe = ASCII_PROBE
-        os.close(os.open(probe, _NEW_FILE, 0o600, dir_fd=dir_fd))
-    try:
-        case = _exists(probe.lower(), dir_fd)
-        form = probe != ASCII_PROBE and _exists(unicodedata.normalize("NFD", probe), dir_fd)
-    finally:
-        os.unlink(probe, dir_fd=dir_fd)
+        case, form = _looked_up(dir_fd, PROBE, PROBE.lower(), unicodedata.normalize("NFD", PROBE))
+    except _NameRefused:  # the file system refuses that name: case only
+        (case,), form = _looked_up(dir_fd, ASCII_PROBE, ASCII_PROBE.lower()), False
     if case and form:
         return lambda name: unicodedata.normalize("NFC", name).casefold()
     if case:
@@ -637,18 +630,30 @@ def same_name(dir_fd: int, first: str, second: str) -> bool:
     try:
         fd = os.open(probe, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
         try:
-            try:
-                os.close(os.open(first, _NEW_FILE, 0o600, dir_fd=fd))
-            except OSError:
-                return True
-            try:
-                return _exists(second, fd)
-            finally:
-                os.unlink(first, dir_fd=fd)
+            return _looked_up(fd, first, second)[0]
+        except _NameRefused:
+            return True
         finally:
             os.close(fd)
     finally:
         os.rmdir(probe, dir_fd=dir_fd)
+
+
+class _NameRefused(OSError):
+    """The file system would not make a probe file of that name (its OSError)."""
+
+
+def _looked_up(dir_fd: int, made: str, *others: str) -> list[bool]:
+    """Make an empty file `made` in directory `dir_fd` (_NameRefused when that fails), then
+    whether each of `others` finds it there; the file is removed before this returns."""
+    try:
+        os.close(os.open(made, _NEW_FILE, 0o600, dir_fd=dir_fd))
+    except OSError as exc:
+        raise _NameRefused(exc.errno, exc.strerror, made) from exc
+    try:
+        return [_exists(name, dir_fd) for name in others]
+    finally:
+        os.unlink(made, dir_fd=dir_fd)
 
 
 def _exists(name: str, dir_fd: int) -> bool:
