@@ -7,6 +7,8 @@ import shutil
 import subprocess
 import tarfile
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -462,14 +464,30 @@ def test_names_one_file_on_a_case_insensitive_file_system_are_refused_before_wri
     assert not dest.exists()
 
 
+@contextmanager
+def dir_fd(path: Path) -> Iterator[int]:
+    """A descriptor of directory `path`, closed at the end."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def ignores_case(directory: Path) -> bool:
+    """Whether `directory`'s file system finds a file `X` as `x` (a file made there, removed)."""
+    (directory / "X").write_bytes(b"")
+    try:
+        return (directory / "x").exists()
+    finally:
+        (directory / "X").unlink()
+
+
 def test_names_differing_only_in_case_extract_exactly_where_the_file_system_tells_them_apart(
     tmp_path: Path,
 ) -> None:
-    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
+    with dir_fd(tmp_path) as fd:
         folding = name_folding(fd)
-    finally:
-        os.close(fd)
     if folding is not None:
         pytest.skip("the test directory's file system ignores case")
     files: dict[str, Entry | Special] = {
@@ -491,13 +509,10 @@ def test_names_differing_only_in_case_extract_exactly_where_the_file_system_tell
 def test_name_folding_probes_the_file_system_and_leaves_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (tmp_path / "X").write_bytes(b"")
-    ignores_case = (tmp_path / "x").exists()
-    (tmp_path / "X").unlink()
-    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
+    folds_case = ignores_case(tmp_path)
+    with dir_fd(tmp_path) as fd:
         found = name_folding(fd)
-        if ignores_case:
+        if folds_case:
             assert found is not None and found("A") == found("a")
         else:
             assert found is None or found("A") != found("a")
@@ -506,8 +521,6 @@ def test_name_folding_probes_the_file_system_and_leaves_nothing(
         fold = name_folding(fd)
         assert fold is not None and fold("src/A.c") == fold("SRC/a.c") != fold("src/b.c")
         assert list(tmp_path.iterdir()) == []
-    finally:
-        os.close(fd)
 
 
 def test_names_that_only_casefold_alike_are_asked_of_the_file_system(
@@ -536,15 +549,10 @@ def test_names_that_only_casefold_alike_are_asked_of_the_file_system(
 def test_same_name_probes_and_leaves_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (tmp_path / "X").write_bytes(b"")
-    ignores_case = (tmp_path / "x").exists()
-    (tmp_path / "X").unlink()
-    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        assert same_name(fd, "A", "a") == ignores_case
+    folds_case = ignores_case(tmp_path)
+    with dir_fd(tmp_path) as fd:
+        assert same_name(fd, "A", "a") == folds_case
         assert same_name(fd, "A", "A") and not same_name(fd, "A", "B")
         monkeypatch.setattr(archive_module, "os", FoldingOs())
         assert same_name(fd, "A", "a") and not same_name(fd, "Straße", "Strasse")
-    finally:
-        os.close(fd)
     assert list(tmp_path.iterdir()) == []
