@@ -34,7 +34,7 @@ from patchctl.limits import IMPORT_BYTES, PATCH_BYTES, human, read_bounded
 from patchctl.patchapply import Drift, TreePatcher, is_fuzz, patch_sha256, replay_tree
 from patchctl.patchparts import regenerated
 from patchctl.progress import Progress, or_null
-from patchctl.series import Patch, Series, check_savable
+from patchctl.series import Patch, Series, check_savable, read_patch_file
 from patchctl.session import series_session
 from patchctl.stack import compose, load_stack
 from patchctl.values import PATCH_ID
@@ -141,11 +141,6 @@ TRANSFER_ENCODING = re.compile(rb"^content-transfer-encoding:", re.IGNORECASE | 
 DIFF_START = re.compile(rb"^(?:diff --git |--- |@@ -)", re.MULTILINE)
 
 
-def _read_patch(path: Path) -> bytes:
-    """A patch file's (or mbox's) bytes, refused beyond the patch size limit."""
-    return read_bounded(path, PATCH_BYTES, "patch file")
-
-
 def _read_all(source: Path, paths: list[tuple[str, Path]]) -> list[Incoming]:
     """Each (name, path) read within the patch limit, and all of them within the import limit
     (a series of many files, each under the patch limit, can still be too much): checked as
@@ -154,7 +149,7 @@ def _read_all(source: Path, paths: list[tuple[str, Path]]) -> list[Incoming]:
     found: list[Incoming] = []
     total = 0
     for name, path in paths:
-        found.append(Incoming(name, _read_patch(path)))
+        found.append(Incoming(name, read_patch_file(path)))
         total += len(found[-1].data)
         if total > limit:
             raise ConfigError(
