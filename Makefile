@@ -18,11 +18,11 @@ venv: $(BIN)/.installed
 
 ## run: the main job on the default series: clean-room apply, verify --all, CPU build, smoke test
 run: venv
-	PATCHCTL=$(BIN)/patchctl bash scripts/main_job.sh $(SERIES)
+	PATH="$(abspath $(BIN)):$$PATH" PATCHCTL=$(BIN)/patchctl bash scripts/main_job.sh $(SERIES)
 
 ## test: the test suite (the integration test downloads the upstream sdist once, then caches it)
 test: venv
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 ## lint: ruff and mypy --strict (patchctl and the long-context harness)
 lint: venv

@@ -46,9 +46,19 @@ class Launcher(StrEnum):
     sccache = "sccache"
 
 
+class CpuMode(StrEnum):
+    """Which CPU instructions a cmake build may use (`--cpu`): native is what this machine
+    has (GGML_NATIVE, upstream's default); portable is x86-64 with AVX2/FMA/F16C/BMI2 and no
+    AVX-512 or AMX (elsewhere: the compiler's generic target), the same code on every CPU."""
+
+    native = "native"
+    portable = "portable"
+
+
 BACKENDS: tuple[str, ...] = tuple(b.value for b in Backend)
 LAUNCHERS: tuple[str, ...] = tuple(launcher.value for launcher in Launcher)
 PARTS: tuple[str, ...] = tuple(part.value for part in Part)
+CPU_MODES: tuple[str, ...] = tuple(mode.value for mode in CpuMode)
 DEFAULT_CMAKE_TARGETS = (
     "llama",
     "llama-completion",

@@ -7,6 +7,7 @@ when it is installed; outputs land in `<build dir>/bin/`.
 from __future__ import annotations
 
 import os
+import platform
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +32,29 @@ CMAKE_DEFINES: tuple[tuple[str, str, str], ...] = (
 )
 
 
+# --cpu portable on x86-64: upstream's non-native x86 set spelled out (AVX2 and what comes with
+# it on every AVX2 CPU since 2013), no AVX-512 and no AMX, so the same instructions run, and the
+# same floating-point results come out, on any x86-64 CPU with AVX2.
+PORTABLE_X86_DEFINES: tuple[str, ...] = (
+    "GGML_NATIVE=OFF",
+    "GGML_SSE42=ON",
+    "GGML_AVX=ON",
+    "GGML_AVX2=ON",
+    "GGML_FMA=ON",
+    "GGML_F16C=ON",
+    "GGML_BMI2=ON",
+)
+X86_MACHINES = frozenset({"x86_64", "amd64", "i386", "i686"})
+
+
+def cpu_defines(mode: str, machine: str | None = None) -> tuple[str, ...]:
+    """The -D values of `--cpu` (none for native: upstream's default is GGML_NATIVE=ON)."""
+    if mode == "native":
+        return ()
+    machine = (machine or platform.machine()).lower()
+    return PORTABLE_X86_DEFINES if machine in X86_MACHINES else ("GGML_NATIVE=OFF",)
+
+
 def cmake_defines(config: BuildConfig, launcher: Path | None, nvcc: Path | None) -> list[str]:
     """The -D values of the configure step: the fixed ones, CUDA, the launcher, then --define."""
     defines = [f"{key}={value}" for key, value, _why in CMAKE_DEFINES]
@@ -45,6 +69,7 @@ def cmake_defines(config: BuildConfig, launcher: Path | None, nvcc: Path | None)
         langs.append("CUDA")
     else:
         defines.append("GGML_CUDA=OFF")
+    defines += cpu_defines(config.cpu)
     if launcher is not None:
         defines += [f"CMAKE_{lang}_COMPILER_LAUNCHER={launcher}" for lang in langs]
     return defines + list(config.defines)

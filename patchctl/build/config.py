@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from patchctl import toolchain, values
-from patchctl.build import BACKENDS, LAUNCHERS, PARTS
+from patchctl.build import BACKENDS, CPU_MODES, LAUNCHERS, PARTS
 from patchctl.errors import PatchctlError
 
 
@@ -24,6 +24,7 @@ class BuildConfig:
     cosmocc: Path | None = None  # llamafile: explicit toolchain dir
     defines: tuple[str, ...] = ()  # cmake: extra KEY=VALUE
     only: str | None = None  # llamafile: build just this part ("cuda": ggml-cuda.so)
+    cpu: str = "native"  # cmake: "native" (this CPU's instructions) | "portable" (x86-64 AVX2)
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -32,6 +33,8 @@ class BuildConfig:
             raise PatchctlError(f"unknown launcher {self.launcher!r}; use one of {LAUNCHERS}")
         if self.jobs is not None and self.jobs < 1:
             raise PatchctlError(f"--jobs must be at least 1, not {self.jobs}")
+        if self.cpu not in CPU_MODES:
+            raise PatchctlError(f"unknown CPU mode {self.cpu!r}; use one of {CPU_MODES}")
         if self.only is not None and self.only not in PARTS:
             raise PatchctlError(f"unknown part {self.only!r} for --only; use one of {PARTS}")
         if self.only == "cuda" and not self.cuda:

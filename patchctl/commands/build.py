@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from patchctl.build import DEFAULT_CMAKE_TARGETS, Backend, Launcher, Part
+from patchctl.build import DEFAULT_CMAKE_TARGETS, Backend, CpuMode, Launcher, Part
 from patchctl.options import DEFAULT_SERIES, JsonOpt, SeriesOpt, WorkdirOpt
 
 if TYPE_CHECKING:
@@ -77,6 +77,15 @@ OnlyOpt = Annotated[
         "for the --cuda archs, without make and without cosmocc.",
     ),
 ]
+CpuOpt = Annotated[
+    CpuMode,
+    typer.Option(
+        "--cpu",
+        help="cmake: native uses this CPU's instructions (upstream's default); portable builds "
+        "x86-64 AVX2 code without AVX-512 or AMX that runs, with the same results, on any "
+        "AVX2 CPU.",
+    ),
+]
 DryRunOpt = Annotated[
     bool, typer.Option("--dry-run", help="Print the exact commands; run nothing.")
 ]
@@ -99,6 +108,7 @@ def build_command(
     cosmocc: CosmoccOpt = None,
     define: DefineOpt = None,
     only: OnlyOpt = None,
+    cpu: CpuOpt = CpuMode.native,
     dry_run: DryRunOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -118,6 +128,7 @@ def build_command(
         cosmocc=cosmocc,
         defines=tuple(define or ()),
         only=None if only is None else only.value,
+        cpu=cpu.value,
     )
     try:
         with RichProgress(enabled=False if as_json else None) as progress:

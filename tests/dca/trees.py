@@ -18,6 +18,7 @@ rooms with the same tree id (a series without patches) share one build.
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from collections.abc import Callable
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from patchctl.apply import apply_series, reusable_prefix
+from patchctl.build import CPU_MODES
 from patchctl.build.config import BuildConfig
 from patchctl.build.model import BuildResult
 from patchctl.build.plan import worktree_id
@@ -148,10 +150,27 @@ def upstream_room(series: Series, say: Say) -> Cleanroom:
 # ----------------------------------------------------------------------------- builds
 
 
+CPU_ENV = "PATCHCTL_TEST_CPU"
+"""`portable` (default) or `native`: the `--cpu` mode of the test trees' builds."""
+
+
+def test_cpu_mode() -> str:
+    """The test trees' `--cpu` mode: portable unless $PATCHCTL_TEST_CPU says native.
+
+    Portable is the default so that the numerics the DCA tests compare are the same on every
+    x86-64 machine CI may get (no AVX-512 or AMX path chosen by the build host's CPU), and no
+    host-specific instruction path can crash a test; `native` checks the same equivalences
+    with this machine's own instructions."""
+    mode = os.environ.get(CPU_ENV, "portable")
+    if mode not in CPU_MODES:
+        raise ValueError(f"${CPU_ENV}={mode!r}: use one of {', '.join(CPU_MODES)}")
+    return mode
+
+
 def build_config(targets: tuple[str, ...] = TARGETS) -> BuildConfig:
-    """cmake, CPU, all CPUs, ccache when installed."""
+    """cmake, CPU ($PATCHCTL_TEST_CPU, portable by default), all CPUs, ccache when installed."""
     launcher = "ccache" if shutil.which("ccache") is not None else None
-    return BuildConfig(backend="cmake", targets=targets, launcher=launcher)
+    return BuildConfig(backend="cmake", targets=targets, launcher=launcher, cpu=test_cpu_mode())
 
 
 @dataclass
