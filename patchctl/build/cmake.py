@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from patchctl import toolchain
-from patchctl.build import DEFAULT_CMAKE_TARGETS
+from patchctl.build import DEFAULT_CMAKE_TARGETS, cpucheck
 from patchctl.build.config import BuildConfig
 from patchctl.build.launcher import cache_env, find_launcher
-from patchctl.build.model import BackendOps, BuildPlan, Layout, Step
+from patchctl.build.model import BackendOps, BuildPlan, Layout, OutputCheck, Step
 
 # (define, value, why): the cmake backend's fixed configuration; part of the config hash.
 CMAKE_DEFINES: tuple[tuple[str, str, str], ...] = (
@@ -158,4 +158,9 @@ def cmake_compilers(cache: Path) -> dict[str, Path]:
     return found
 
 
-BACKEND = BackendOps(planner, output_dirs, artifact_candidates, tools)
+def check(plan: BuildPlan) -> OutputCheck | None:
+    """The CPU self-check (cpucheck.py) with the C compiler CMake chose."""
+    return cpucheck.check(plan, cmake_compilers(plan.build_dir / "CMakeCache.txt").get("cc"))
+
+
+BACKEND = BackendOps(planner, output_dirs, artifact_candidates, tools, check=check)

@@ -234,14 +234,14 @@ def check(plan: BuildPlan) -> OutputCheck | None:
             "llamafile/cuda.sh ran no nvcc through patchctl's arch shim: the archs of its "
             "output are not the requested ones"
         )
-        return OutputCheck(record, problem, "wrong-archs", hint)
+        return OutputCheck({"cuda_check": record}, problem, "wrong-archs", hint)
     if dso is None:
         problem = "llamafile/cuda.sh succeeded but wrote no ggml-cuda.so"
-        return OutputCheck(record, problem, "no-artifacts", hint)
+        return OutputCheck({"cuda_check": record}, problem, "no-artifacts", hint)
     record["dso"] = str(dso.relative_to(plan.build_dir))
     listing = list_elf(plan, dso)
     if listing is None:
-        return OutputCheck(record)
+        return OutputCheck({"cuda_check": record})
     found = toolchain.elf_archs(listing)
     record["elf_archs"] = list(found)
     if set(found) != set(plan.config.cuda):
@@ -249,8 +249,8 @@ def check(plan: BuildPlan) -> OutputCheck | None:
             f"{dso.name} holds SASS for {', '.join(found) or 'no arch'}, "
             f"not exactly {', '.join(plan.config.cuda)}"
         )
-        return OutputCheck(record, problem, "wrong-archs", hint)
-    return OutputCheck(record)
+        return OutputCheck({"cuda_check": record}, problem, "wrong-archs", hint)
+    return OutputCheck({"cuda_check": record})
 
 
 def list_elf(plan: BuildPlan, dso: Path) -> str | None:

@@ -75,8 +75,8 @@ def write_manifest(
         "tools": tool_versions(plan),
         "artifacts": [{"path": a.path, "sha256": a.sha256, "size": a.size} for a in artifacts],
     }
-    if checks is not None:
-        data["cuda_check"] = dict(checks)
+    if checks is not None:  # each check's record under its own key (cuda_check, cpu_check)
+        data.update(checks)
     path = plan.build_dir / MANIFEST
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(data, indent=2) + "\n")

@@ -13,17 +13,17 @@ import subprocess
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from patchctl.build.config import BuildConfig
 from patchctl.build.manifest import collect_artifacts, output_dirs, write_manifest
-from patchctl.build.model import BuildPlan, BuildResult, Step, StepRun
+from patchctl.build.model import BuildPlan, BuildResult, OutputCheck, Step, StepRun
 from patchctl.build.plan import backend_ops, plan_build, worktree_id
 from patchctl.cleanroom import default_workdir
 from patchctl.errors import BuildFailed, BuildStepFailed, NotFound, ToolchainMissing
 from patchctl.git import Git, temp_index
-from patchctl.progress import Progress, or_null
+from patchctl.progress import Progress, notice, or_null
 from patchctl.series import series_dir
 
 # A compiler's (gcc, clang, nvcc, ld) or CMake's own error line: the reason shown first.
@@ -47,7 +47,30 @@ def build_tree(
 
 
 def execute_plan(plan: BuildPlan, progress: Progress | None = None) -> BuildResult:
-    """Run a plan's steps (logs in `<build dir>/logs/`), then write the manifest."""
+    """Run a plan's steps (logs in `<build dir>/logs/`), then write the manifest. When the
+    backend's check of the outputs names defines that avoid a failure (the CPU self-check's
+    fallback), the build is planned again with them, said in a note, and run once more."""
+    while True:
+        outcome = _execute_once(plan, progress)
+        if isinstance(outcome, BuildResult):
+            return outcome
+        notice(
+            f"note: {outcome.problem}; building again with "
+            + " ".join(f"-D{d}" for d in outcome.fallback)
+        )
+        plan = _replanned(plan, outcome.fallback)
+
+
+def _replanned(plan: BuildPlan, fallback: tuple[str, ...]) -> BuildPlan:
+    """`plan` with `fallback` added to its defines: a keyed build dir gets its new key, an
+    explicit one (--build-dir) is reconfigured in place."""
+    config = replace(plan.config, defines=(*plan.config.defines, *fallback))
+    keyed = plan.build_dir.name == f"{plan.tree_id}-{plan.config_hash}"
+    root = plan.build_dir.parent
+    return plan_build(plan.tree, config, root, None if keyed else plan.build_dir)
+
+
+def _execute_once(plan: BuildPlan, progress: Progress | None) -> BuildResult | OutputCheck:
     plan.build_dir.mkdir(parents=True, exist_ok=True)
     with _locked(plan.build_dir):
         started = time.monotonic()
@@ -61,6 +84,8 @@ def execute_plan(plan: BuildPlan, progress: Progress | None = None) -> BuildResu
                 raise _step_failure(plan, run)
         _check_tree_unchanged(plan, runs, started)
         checks = _check_outputs(plan, runs, started)
+        if isinstance(checks, OutputCheck):
+            return checks
         return _finish(plan, tuple(runs), time.monotonic() - started, checks)
 
 
@@ -220,15 +245,18 @@ def _check_tree_unchanged(plan: BuildPlan, runs: list[StepRun], started: float) 
 
 def _check_outputs(
     plan: BuildPlan, runs: list[StepRun], started: float
-) -> Mapping[str, object] | None:
-    """The backend's check of its outputs (llamafile: the CUDA archs); its record goes into
-    the manifest, and a problem fails the build."""
+) -> Mapping[str, object] | OutputCheck | None:
+    """The backend's check of its outputs (llamafile: the CUDA archs; cmake: the CPU
+    self-check); its record goes into the manifest, and a problem fails the build unless the
+    check names a fallback (returned: the caller builds again with it)."""
     check = backend_ops(plan).check(plan)
     if check is None:
         return None
     if check.problem is not None:
         wall = time.monotonic() - started
         write_manifest(plan, runs, check.status, wall, checks=check.record)
+        if check.fallback:
+            return check
         raise BuildFailed(check.problem, hint=check.hint)
     return check.record
 

@@ -172,5 +172,18 @@ def render_result(result: BuildResult, as_json: bool) -> None:
     out.print(f"  build dir: {result.build_dir}", markup=False)
     out.print(f"  bin dir:   {result.bin_dir}", markup=False)
     out.print(f"  manifest:  {result.manifest_path}", markup=False)
+    check = read_manifest(result.build_dir).get("cpu_check")
+    if check is not None:
+        out.print(f"  cpu check: {cpu_check_summary(check)}", markup=False)
     for art in result.artifacts:
         out.print(f"  {art.path}  {art.size / 1e6:.1f} MB  sha256:{art.sha256[:16]}", markup=False)
+
+
+def cpu_check_summary(record: object) -> str:
+    """One line of the CPU self-check's manifest record."""
+    if not isinstance(record, dict):
+        return str(record)
+    cases = record.get("cases") or []
+    ran = [c for c in cases if isinstance(c, dict) and c.get("result") == "ok"]
+    bufts = ", ".join(str(b) for b in record.get("extra_bufts") or []) or "none"
+    return f"passed ({len(ran)} quantized matmuls agree; extra buffer types: {bufts})"
