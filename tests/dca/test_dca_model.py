@@ -14,7 +14,10 @@
     plain-attention error against the reference (measured in the test); q8_0 KV likewise,
     floored at 5e-3 (the reference models the Hadamard rotation and q8_0 round trip).
 - every deliberate DCA mistake (reference.MUTATIONS) puts the mutated reference at least 10x the
-  tolerance away from llama.cpp, so a DCA with that mistake cannot pass. The f16-merge mistake
+  tolerance away from llama.cpp, so a DCA with that mistake cannot pass. Every tolerance comes
+  from the same run's plain-attention error, so it follows the CPU's rounding; gemma4's reference
+  comparisons run on a model with softer attention (REFERENCE_SPECS), where its plain path is
+  far enough below the f16-merge mistake (scripts/dca_margins.py prints every margin). The f16-merge mistake
   (~1e-3 of the logit scale) is below CPU FA's own f16 noise, so it is required on the exact path
   only. llama.cpp itself run with parameters off by one is caught too.
 - bad --dca values end with an error naming the flag.
@@ -51,7 +54,7 @@ from .model_runs import (
     single_plan,
     tolerance,
 )
-from .tiny_models import ARCHS, TinyModels
+from .tiny_models import ARCHS, TinyModels, TinySpec
 
 CHUNK_SIZE, LOCAL_WINDOW = 64, 8  # chunk_len 56: 300 tokens span 6 chunks
 DCA = ref.DcaConfig(chunk_size=CHUNK_SIZE, local_window=LOCAL_WINDOW)
@@ -77,7 +80,10 @@ MODES: dict[str, tuple[str, ...]] = {
 MODE_KV_TYPE = {"exact": "f32", "flash": "f32", "flash-q8_0": "q8_0"}
 
 
-SPEC_EXACT_TOL = 1e-3  # issue 6: f32 KV, FA off
+# f32 KV, FA off: DCA vs the reference, and how far plain llama.cpp may be from the reference
+# before the reference is taken to be wrong (a sanity bound: the power of these tests is in the
+# mistakes lying >= MISTAKE_MARGIN x a tolerance derived from plain's measured error, not here)
+SPEC_EXACT_TOL = 1e-3
 SPEC_EQUAL_TOL = 1e-4  # issue 6: chunk >= sequence vs plain attention
 MISTAKE_MARGIN = 10.0  # every deliberate mistake must be this many tolerances away
 REFERENCE_ARCHS = ("llama", "qwen2", "qwen3", "gemma3")  # every mode
@@ -86,6 +92,26 @@ REFERENCE_ARCHS = ("llama", "qwen2", "qwen3", "gemma3")  # every mode
 # fixed margin to make a trustworthy FA tolerance.
 EXACT_REFERENCE_ARCHS = (*REFERENCE_ARCHS, "gemma4", "gemma4-shared")
 VARIANTS = (*ARCHS, "gemma4-shared")  # the six archs, plus gemma4 with shared-KV layers
+
+
+# gemma4 (attention scale 1.0, one or two global layers among SWA ones) with the default Q/K norm
+# weight has a plain f32 path about 1e-4 of the logit scale away from the float64 reference on an
+# AVX2 build, within 3-7x of the whole effect of the f16-merge mistake: no tolerance derived from
+# that noise could be 10x below the mistake. With softer attention (Q/K norm weight 1.0 instead
+# of 2.5) the plain path is ~2e-6 away and the f16 merge ~20x its tolerance, while every position
+# mistake stays > 1000x away (scripts/dca_margins.py; docs/dca.md, "Tolerances"). So the
+# reference comparisons of gemma4 run on that input; the other gemma4 tests keep the default.
+REFERENCE_SPECS: dict[str, TinySpec] = {
+    "gemma4": TinySpec("gemma4", qk_norm_scale=1.0),
+    "gemma4-shared": TinySpec("gemma4-shared", qk_norm_scale=1.0),
+}
+
+
+def reference_model(models_dir: TinyModels, arch: str) -> Path:
+    """The model `arch`'s float64-reference comparisons run on (REFERENCE_SPECS, else the
+    default tiny model)."""
+    spec = REFERENCE_SPECS.get(arch)
+    return models_dir.write(spec) if spec is not None else model_path(models_dir, arch)
 
 
 def multichunk_plan() -> Plan:
@@ -208,7 +234,7 @@ def multichunk_result(
     key = (arch, mode, layout)
     if key in _RESULTS:
         return _RESULTS[key]
-    model = model_path(models_dir, arch)
+    model = reference_model(models_dir, arch)
     plan = multichunk_plan()
     args = (*MULTI_ARGS, *KV_LAYOUTS[layout], *MODES[mode])
     plain = run_tool(tool, plan, model, (*args, "--dca", "off"), work / "plain")
@@ -231,7 +257,7 @@ def test_multichunk_exact_matches_reference(
     arch: str, layout: str, dca_tool: Path, models_dir: TinyModels, tmp_path: Path
 ) -> None:
     r = multichunk_result(arch, "exact", layout, dca_tool, models_dir, tmp_path)
-    assert r.plain_err <= (GPU_PLAIN_MAX if ON_GPU else 1e-4), (
+    assert r.plain_err <= (GPU_PLAIN_MAX if ON_GPU else SPEC_EXACT_TOL), (
         f"reference itself disagrees with plain llama.cpp: {r.plain_err:.3g}"
     )
     if not ON_GPU:
@@ -303,7 +329,7 @@ def test_llamacpp_position_change_of_one_is_detected(
     """chunk_size+1 with local_window+1 keeps chunk_len (only the succ clamp and the inter
     position move by one); local_window+1 shifts chunk_len by one."""
     r = multichunk_result(arch, "exact", "split-kv", dca_tool, models_dir, tmp_path / "ok")
-    model = model_path(models_dir, arch)
+    model = reference_model(models_dir, arch)
     args = (*MULTI_ARGS, *EXACT, "--dca", "on", *OFF_BY_ONE[change])
     moved = run_tool(dca_tool, multichunk_plan(), model, args, tmp_path / "moved")
     want = reference_logits(model, moved.tokens, ref.RunConfig(dca=DCA))
@@ -512,11 +538,11 @@ def test_reference_matches_upstream_plain_attention(
     arch: str, mode: str, upstream_tool: Path, models_dir: TinyModels, tmp_path: Path
 ) -> None:
     """Validates the reference model code itself against the unpatched build (no DCA)."""
-    model = model_path(models_dir, arch)
+    model = reference_model(models_dir, arch)
     args = (*MULTI_ARGS, *(EXACT if mode == "exact" else FLASH))
     dump = run_tool(upstream_tool, multichunk_plan(), model, args, tmp_path)
     err = rel_err_all(dump.logits(), reference_logits(model, dump.tokens, ref.RunConfig()))
-    assert err <= (1e-4 if mode == "exact" else 1e-2)
+    assert err <= (SPEC_EXACT_TOL if mode == "exact" else 1e-2)
 
 
 def test_on_gpu_reads_the_tool_args() -> None:

@@ -10,8 +10,8 @@
    `CCACHE_BASEDIR`: a rebuild after a series change recompiles only what changed (the
    extraction stamps changed files with the current time, see `_extract`), from the cache.
    `-DLLAVA_BUILD=OFF`: the multimodal library is not under test. `nice`, 2 jobs.
-3. cache: the wheel is kept under `<test cache>/wheels/<sdist sha256>/` with `build.json` (the
-   command, its wall time), so a rerun with the same sdist installs it in seconds.
+3. cache: the wheel is kept under `<test cache>/wheels/<sdist sha256>-<flags hash>/` with
+   `build.json` (the command, its wall time), so a rerun with the same sdist installs it in seconds.
 4. install: `pip install --no-deps --target` a temporary directory; the tests run the test
    venv's Python with that directory first on PYTHONPATH (llama-cpp-python's runtime and server
    dependencies are test extras of this project).
@@ -32,12 +32,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from patchctl.build.cmake import cpu_defines
 from patchctl.export import export_sdist
 from patchctl.fsio import sha256_file
 from patchctl.series import load_series
 from patchctl.stack import load_stack
 
-from .trees import Say, dca_room
+from .trees import Say, dca_room, test_cpu_mode
 
 PROJECT = Path(__file__).resolve().parents[2]
 PYTHON_SERIES = PROJECT / "patches" / "llama-cpp-python"
@@ -94,10 +95,16 @@ def build_command(src: Path, out: Path, build_dir: Path) -> list[str]:
     ]  # fmt: skip
 
 
+def cmake_args() -> list[str]:
+    """CMAKE_ARGS of the wheel: the test trees' `--cpu` mode (portable unless
+    $PATCHCTL_TEST_CPU=native: the wheel runs the same instructions as they do)."""
+    return [CMAKE_ARGS, *(f"-D{d}" for d in cpu_defines(test_cpu_mode()))]
+
+
 def build_env(work: Path) -> dict[str, str]:
     """CPU build through ccache (when installed), 2 jobs; CMAKE_ARGS as a user would set it."""
     env = dict(os.environ)
-    args = [CMAKE_ARGS]
+    args = cmake_args()
     if shutil.which("ccache") is not None:
         args += ["-DCMAKE_C_COMPILER_LAUNCHER=ccache", "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"]
         env.update({"CCACHE_BASEDIR": str(work), "CCACHE_NOHASHDIR": "1"})
@@ -141,7 +148,8 @@ def _children_cpu() -> float:
 def build(sdist: Path, cache: Path, say: Say) -> tuple[Path, dict[str, object]]:
     """The wheel of `sdist` from the cache, else built (see the module docstring)."""
     sha = sha256_file(sdist)
-    folder = cache / "wheels" / sha
+    flags = hashlib.sha256(" ".join(cmake_args()).encode()).hexdigest()[:12]
+    folder = cache / "wheels" / f"{sha}-{flags}"  # one wheel per sdist and build flags
     record = folder / "build.json"
     wheels = sorted(folder.glob("*.whl")) if folder.is_dir() else []
     if wheels and record.is_file():
