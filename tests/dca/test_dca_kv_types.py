@@ -66,6 +66,10 @@ TYPICAL_FACTOR = 2.0
 TYPICAL_FLOOR = 1e-6  # float32 noise: the median rows of both paths are at 1e-7 .. 3e-7
 MAX_FACTOR = 3.0  # bf16 / f16: DCA's largest error measured at 0.65x .. 2.03x plain's
 Q4_0_FLIP_FLOOR = 1e-2
+# q4_0's median rows are float32 noise plus discrete flips (above), different ones in the DCA and
+# the plain run: their ratio is not stable the way a bf16/f16 median is (an AVX2 build: gemma3
+# 7.4e-6 vs 3.3e-6, 2.2x). 5x still puts every q4_0 mistake > 1,000x its tolerance away.
+Q4_0_TYPICAL_FACTOR = 5.0
 MISTAKE_MARGIN = 10.0
 
 CACHES: dict[str, tuple[str, ...]] = {
@@ -138,7 +142,8 @@ class CacheRun:
 
     @property
     def typical_tolerance(self) -> float:
-        return max(TYPICAL_FACTOR * self.plain_err.typical, TYPICAL_FLOOR)
+        factor = Q4_0_TYPICAL_FACTOR if self.kv_type == "q4_0" else TYPICAL_FACTOR
+        return max(factor * self.plain_err.typical, TYPICAL_FLOOR)
 
     @property
     def largest_tolerance(self) -> float:
