@@ -251,7 +251,11 @@ def _check_entry(git: Git, entry: Entry, name: str) -> list[Failure]:
         )
         line = where.entry_line(_text(entry.series.path), patch.id)
         return [_failure(name, "patches", entry.series.path, line, missing, patch.id)]
-    data = read_patch_file(path)
+    try:
+        data = read_patch_file(path)
+    except PatchctlError as exc:  # over the size limit, unreadable
+        line = where.entry_line(_text(entry.series.path), patch.id)
+        return [_failure(name, "patches", entry.series.path, line, exc, patch.id)]
     found: list[Failure] = []
     if patch.sha256 is not None and patch_sha256(data) != patch.sha256:
         error = VerifyFailed(
@@ -378,8 +382,8 @@ def _apply_failure(stack: Stack, name: str, exc: PatchctlError) -> Failure:
             entry = stack.entry(exc.patch)
         except NotFound:
             entry = None
-        if entry is not None and entry.file.is_file():
-            data = read_patch_file(entry.file)
+        data = None if entry is None else _read(entry)
+        if entry is not None and data is not None:
             line = _conflict_line(data, exc, entry.root)
             return _failure(name, "apply", entry.file, line, exc, entry.id)
     return _failure(name, "apply", stack.series.path, 1, exc)
@@ -420,11 +424,20 @@ def _step_failure(stack: Stack, name: str, pid: str, step: str, detail: str) -> 
         f"verify failed: patch {pid}, step {step}: {detail}",
         hint="recapture the patch in the clean room (patchctl capture ID) or fix its file",
     )
-    if step == "chain" or not entry.file.is_file():
+    data = None if step == "chain" else _read(entry)
+    if data is None:
         line = where.entry_line(_text(entry.series.path), pid)
         return _failure(name, "verify", entry.series.path, line, error, pid)
-    line = where.line_in_patch(read_patch_file(entry.file), detail, entry.root)
+    line = where.line_in_patch(data, detail, entry.root)
     return _failure(name, "verify", entry.file, line, error, pid)
+
+
+def _read(entry: Entry) -> bytes | None:
+    """The patch file's bytes, or None when it cannot be read (then series.yaml is named)."""
+    try:
+        return read_patch_file(entry.file)
+    except (PatchctlError, OSError):
+        return None
 
 
 # ----------------------------------------------------------------------------- build
