@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -178,6 +179,16 @@ def test_github_and_gitlab_formats(project: Path, capsys: pytest.CaptureFixture[
     assert "series patches/demo" in err
     code, out, _err = run(capsys, "--fast", "--format", "gitlab")
     assert json.loads(out) == report  # stable fingerprints
+
+
+def test_build_is_the_last_check(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    if shutil.which("cmake") is None:
+        pytest.skip("cmake is not installed: the build check of `patchctl ci --build` not run")
+    code, report = ci_json(capsys, "--build", "-t", "demo")
+    assert code == 0, report
+    assert report["series"][0]["checks"][-1]["check"] == "build"
+    code, report = ci_json(capsys, "--build", "-t", "no-such-target")
+    assert code == 13 and places(report) == [("build", SERIES, 1, 13)]
 
 
 def test_series_are_found_and_checked_in_order(

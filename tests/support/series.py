@@ -74,9 +74,11 @@ def make_project(root: Path, files: dict[str, bytes]) -> Path:
     return series_dir
 
 
-# A sample project for `patchctl ci`: two source files, one captured patch with a hunk in
-# each (the second file's patch has two hunks, the second at line 15 of upstream).
+# A sample project for `patchctl ci`: two source files that cmake builds, one captured patch
+# with a hunk in each (the second file's patch has two hunks, the second at line 15).
 CI_FILES = {
+    "CMakeLists.txt": b"cmake_minimum_required(VERSION 3.14)\nproject(demo C)\n"
+    b"add_executable(demo main.c util.c)\n",
     "main.c": b"int main(void) {\n  return 0;\n}\n",
     "util.c": b"".join(b"int f%d;\n" % i for i in range(20)),
 }
