@@ -166,11 +166,11 @@ def hunk_line(data: bytes, path: str, hunk: int | None, root: str = ".") -> int:
 
 
 def line_in_patch(data: bytes, detail: str, root: str = ".") -> int:
-    """The patch line a verify or apply message points at: git's corrupt line, the hunk that
-    failed at `FILE:LINE`, the first differing byte's line, the section of the first
-    differing path or of the file git named; else 1."""
-    if m := CORRUPT_AT.search(detail):
-        return int(m.group(1))
+    """The patch line a verify or apply message points at: git's corrupt line (at most the
+    last line), the hunk that failed at `FILE:LINE`, the first differing byte's line, the
+    section of the first differing path or of the file git named; else 1."""
+    if m := CORRUPT_AT.search(detail):  # past the end for a cut-off file: its last line
+        return min(int(m.group(1)), max(1, len(data.splitlines())))
     if m := FAILED_AT.search(detail):
         return _failed_hunk_line(data, m.group(1), int(m.group(2)), root)
     if m := DIFFERING_LINE.search(detail):

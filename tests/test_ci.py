@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from support.repos import tree_of_files
-from support.series import CI_FILES, captured_project, repin
+from support.series import CI_FILES, NEW_FILE_PATCH, captured_project, repin
 
 from patchctl.ci import GateOptions, project_series, run_gate
 from patchctl.cli import main
@@ -162,6 +162,23 @@ def test_header_and_sha256_changes_are_found_fast(
     entry = (project / SERIES).read_text().splitlines().index("  - id: 0001-one") + 1
     assert code == 15
     assert ("patches", SERIES, entry, 15) in places(report)
+
+
+def test_an_imported_patch_git_cannot_read_is_red_on_gits_line(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (project.parent / "extra.patch").write_bytes(NEW_FILE_PATCH)
+    args = ("--series", "patches/demo", "--json")
+    assert main(["import", str(project.parent / "extra.patch"), *args]) == 0
+    series = project / SERIES  # an older series: no sha256 recorded for the imported patch
+    text = series.read_text().splitlines(keepends=True)
+    series.write_text("".join(line for line in text if not line.startswith("    sha256: ")))
+    extra = project / "patches/demo/0002-extra.patch"
+    extra.write_bytes(NEW_FILE_PATCH.replace(b"@@ -0,0 +1 @@", b"@@ -0,0 +1,2 @@"))
+    code, report = ci_json(capsys, "--fast")
+    assert code == 3
+    assert places(report)[0] == ("patches", "patches/demo/0002-extra.patch", 6, 3)
+    assert "corrupt patch at line 7" in report["findings"][0]["message"]  # past the end
 
 
 def test_github_and_gitlab_formats(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
