@@ -167,10 +167,8 @@ def gate_series(path: Path, options: GateOptions, progress: Progress | None) -> 
     """The checks of one series, in order; a failed series file skips the rest, a failed
     apply skips verify and build."""
     name = where.shown_path(path)
-    checks: list[CheckResult] = []
-    loaded = _load(path, name)
-    checks.append(loaded[0])
-    stack = loaded[1]
+    loaded, stack = _load(path, name)
+    checks = [loaded]
     wanted = FAST_CHECKS if options.fast else CHECKS if options.build else CHECKS[:-1]
     if stack is None:
         checks += [_skipped(c, "series.yaml did not load") for c in wanted[1:]]
@@ -195,7 +193,7 @@ def _skipped(check: str, why: str) -> CheckResult:
     return CheckResult(check, "skipped", why)
 
 
-def _failed(check: str, failures: Sequence[Failure], passed: str = "") -> CheckResult:
+def _result(check: str, failures: Sequence[Failure], passed: str = "") -> CheckResult:
     """The check's result: ok with `passed`, or failed naming its first problem."""
     if not failures:
         return CheckResult(check, "ok", passed)
@@ -222,7 +220,7 @@ def _load(path: Path, name: str) -> tuple[CheckResult, Stack | None]:
         stack = load_stack(series)
     except PatchctlError as exc:
         file = getattr(exc, "path", None) or series_file(path)
-        return _failed("series", [_failure(name, "series", Path(file), 1, exc)]), None
+        return _result("series", [_failure(name, "series", Path(file), 1, exc)]), None
     count = len(stack.entries)
     return CheckResult("series", "ok", f"{count} patch(es)"), stack
 
@@ -238,7 +236,7 @@ def check_patches(stack: Stack, name: str) -> CheckResult:
         for entry in stack.entries:
             failures += _check_entry(git, entry, name)
     failures += _check_chain(stack, name)
-    return _failed("patches", failures, f"{len(stack.entries)} patch file(s) well-formed")
+    return _result("patches", failures, f"{len(stack.entries)} patch file(s) well-formed")
 
 
 def _check_entry(git: Git, entry: Entry, name: str) -> list[Failure]:
@@ -349,7 +347,7 @@ def check_docs_current(series: Series, name: str) -> CheckResult:
     try:
         rendered = render_docs(series)
     except PatchctlError as exc:
-        return _failed("docs", [_failure(name, "docs", series.path, 1, exc)])
+        return _result("docs", [_failure(name, "docs", series.path, 1, exc)])
     failures = []
     for path, data in rendered.items():
         current = path.read_bytes() if path.is_file() else b""
@@ -358,7 +356,7 @@ def check_docs_current(series: Series, name: str) -> CheckResult:
         line = where.first_differing_line(data, current)
         error: StaleDocs = DocsOutOfDate([path])
         failures.append(_failure(name, "docs", path, line, error))
-    return _failed("docs", failures, f"{len(rendered)} generated doc(s) current")
+    return _result("docs", failures, f"{len(rendered)} generated doc(s) current")
 
 
 # ----------------------------------------------------------------------------- apply
@@ -371,7 +369,7 @@ def check_apply(stack: Stack, name: str, progress: Progress | None) -> CheckResu
     try:
         report = cleanroom_apply(stack.series.path, None, None, False, progress)
     except PatchctlError as exc:
-        return _failed("apply", [_apply_failure(stack, name, exc)])
+        return _result("apply", [_apply_failure(stack, name, exc)])
     return CheckResult("apply", "ok", f"{len(report.applied)} patch(es) applied strictly")
 
 
@@ -407,13 +405,13 @@ def check_verify(stack: Stack, name: str, progress: Progress | None) -> CheckRes
         room = open_cleanroom(stack.series.dir, None)
         report = verify_stack(stack, [room.path], None, progress, room.base_tree())
     except PatchctlError as exc:
-        return _failed("verify", [_failure(name, "verify", stack.series.path, 1, exc)])
+        return _result("verify", [_failure(name, "verify", stack.series.path, 1, exc)])
     failures = []
     for patch in report.patches:
         for step in patch.steps:
             if not step.ok:
                 failures.append(_step_failure(stack, name, patch.id, step.step, step.detail))
-    return _failed("verify", failures, f"{len(report.patches)} patch(es) round-trip")
+    return _result("verify", failures, f"{len(report.patches)} patch(es) round-trip")
 
 
 def _step_failure(stack: Stack, name: str, pid: str, step: str, detail: str) -> Failure:
@@ -452,7 +450,7 @@ def check_build(
     try:
         outcome = build_cleanroom(stack.series.path, None, config, progress=progress)
     except PatchctlError as exc:
-        return _failed("build", [_failure(name, "build", stack.series.path, 1, exc)])
+        return _result("build", [_failure(name, "build", stack.series.path, 1, exc)])
     result = outcome.result
     detail = "" if result is None else f"built in {result.build_dir}"
     return CheckResult("build", "ok", detail)
