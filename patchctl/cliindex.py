@@ -20,6 +20,7 @@ ROOT_HELP = (
     "Commands:\n"
     "  build      Build the clean room; the build dir is keyed by its git tree...\n"
     "  capture    Write everything the clean room changed since the commit...\n"
+    "  ci         The CI gate: apply strictly, verify --all, docs current,...\n"
     "  docs       Regenerate the series README (## Current series) and...\n"
     "  export     Export the verified series: --sdist writes the patched sdist...\n"
     "  import     Import an existing series on top of the stack, keeping every...\n"
@@ -53,6 +54,7 @@ COMMANDS: dict[str, Command] = {
         subcommands=(
             "build",
             "capture",
+            "ci",
             "docs",
             "export",
             "import",
@@ -186,6 +188,61 @@ COMMANDS: dict[str, Command] = {
                 kind="file",
                 help="Clean-room directory (default: cleanroom/<series name>).",
                 choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--json",),
+                kind="flag",
+                help="Print a JSON report on stdout.",
+                choices=(),
+                multiple=False,
+            ),
+        ),
+        subcommands=(),
+    ),
+    "ci": Command(
+        help="The CI gate: apply strictly, verify --all, docs current, optionally build.",
+        params=(
+            Param(
+                opts=("--series",),
+                kind="plain",
+                help="Series directory (or its series.yaml); repeatable, checked in the order given (default: every patches/*/series.yaml here, else patches/llamafile).",
+                choices=(),
+                multiple=True,
+            ),
+            Param(
+                opts=("--fast",),
+                kind="flag",
+                help="Only the checks that need no upstream: series.yaml, the patch files and their recorded sha256, the generated docs (the pre-commit hook).",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--build",),
+                kind="flag",
+                help="Also build each clean room (patchctl build).",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--launcher",),
+                kind="choice",
+                help="With --build: the compiler launcher (ccache, sccache).",
+                choices=("ccache", "sccache"),
+                multiple=False,
+            ),
+            Param(
+                opts=("--target", "-t"),
+                kind="plain",
+                help="With --build: a target to build (repeatable).",
+                choices=(),
+                multiple=True,
+            ),
+            Param(
+                opts=("--format",),
+                kind="choice",
+                help="Findings as text (path:line:), GitHub workflow commands (::error), or GitLab's code-quality JSON on stdout (the summary then goes to stderr).",
+                choices=("text", "github", "gitlab"),
                 multiple=False,
             ),
             Param(

@@ -31,6 +31,13 @@ class PatchctlError(Exception):
         super().__init__(message)
         self.message = message
         self.hint = hint
+        self.attached: dict[str, JsonReport] = {}
+
+    def attach(self, name: str, report: JsonReport) -> PatchctlError:
+        """Carry `report` into this error's `--json` form as `name` (`patchctl ci` attaches
+        its whole report to the first failure it found, whose exit code it exits with)."""
+        self.attached[name] = report
+        return self
 
     def __str__(self) -> str:
         return self.message
@@ -52,6 +59,7 @@ class PatchctlError(Exception):
             "message": self.message,
             "hint": self.hint,
             **self.details(),
+            **{name: report.to_json() for name, report in self.attached.items()},
         }
 
 

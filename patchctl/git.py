@@ -283,6 +283,17 @@ class Git:
             raise GitFailed(["git", *args], code, err)
         return out
 
+    def read_patch(self, data: bytes) -> tuple[int, bytes]:
+        """`git apply --numstat` of patch bytes on stdin: (exit status, stderr). git reads the
+        patch as `apply` would (a corrupt one is refused, naming its line) and changes
+        nothing: no index, no tree, no file. A binary hunk declaring a file over
+        PATCHCTL_MAX_BLOB_BYTES is status 1 without running git (binarypatch.py)."""
+        refused = binarypatch.oversized(data)
+        if refused is not None:
+            return 1, refused.encode() + b"\n"
+        code, _out, err = self.run_full("apply", "--numstat", "-p1", stdin=data)
+        return code, err
+
     def text(self, *args: str, env: Mapping[str, str] | None = None) -> str:
         """Run git and decode its output strictly as UTF-8 (ids, ref names), stripped."""
         return self.run(*args, env=env).decode("utf-8").strip()

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job on a series (default: the shipped patches/llamafile), as `make run` runs it:
-#   1. materialize the pinned upstream and apply the series strictly in its clean room;
-#   2. verify every patch round-trips byte for byte (forward, reverse, re-export, markers);
+#   1-2. `patchctl ci`, the gate a fork's own CI runs: materialize the pinned upstream and
+#      apply the series strictly in its clean room, verify every patch round-trips byte for
+#      byte (forward, reverse, re-export, markers), the generated docs current;
 #   3. build the clean room for the CPU (ccache when available) and run something real from it:
 #      test-backend-ops for the flash-attention ops the series touches.
 # Any failure stops the job with patchctl's exit code.
@@ -10,10 +11,8 @@ series=${1:-patches/llamafile}
 pc=${PATCHCTL:-.venv/bin/patchctl}
 launcher=(); command -v ccache >/dev/null && launcher=(--launcher ccache)
 
-echo "== patchctl cleanroom apply --series $series"
-"$pc" cleanroom apply --series "$series"
-echo "== patchctl verify --all --series $series"
-"$pc" verify --all --series "$series"
+echo "== patchctl ci --series $series (cleanroom apply, verify --all, docs)"
+"$pc" ci --series "$series"
 echo "== patchctl build --series $series ${launcher[*]} (CPU)"
 manifest=$("$pc" build --series "$series" "${launcher[@]}" -t test-backend-ops -t llama-completion --json)
 bin=$(printf '%s' "$manifest" | python3 -c 'import json,sys; print(json.load(sys.stdin)["build_dir"] + "/bin")')

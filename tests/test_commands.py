@@ -54,6 +54,8 @@ def every_command(capsys: pytest.CaptureFixture[str], root: Path, series: str) -
     ]
     assert ok("docs")["changed"] == []  # import regenerated them already
     assert ok("verify", "--all")["series"] == "demo"
+    gate = ok("ci")
+    assert gate["exit_code"] == 0 and gate["series"][0]["series"] == named
     applied = ok("cleanroom", "apply")["applied"]
     assert [a["id"] for a in applied] == ["0001-one", "0002-extra"]
     status = ok("cleanroom", "status")

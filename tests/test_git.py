@@ -318,3 +318,12 @@ def test_unsound_objects_finds_missing_and_mislabelled_objects(
     target.write_bytes(_object_file(repo.git, a).read_bytes())
     missing = "0" * 40
     assert unsound_objects(repo.git, [repo.tree, a, b, missing], chunk=2) == [b, missing]
+
+
+def test_read_patch_names_the_corrupt_line_and_changes_nothing(tmp_path: Path) -> None:
+    with scratch_repo([]) as git:
+        good = b"diff --git a/a b/a\n--- a/a\n+++ b/a\n@@ -1 +1 @@\n-x\n+y\n"
+        assert git.read_patch(good) == (0, b"")
+        code, err = git.read_patch(good.replace(b"@@ -1 +1 @@", b"@@ -1,2 +1,2 @@") + b"zz\n")
+        assert code != 0 and b"corrupt patch at line 7" in err
+        assert git.run("rev-list", "--all") == b""  # no object, no ref written

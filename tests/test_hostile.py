@@ -762,6 +762,8 @@ def test_hostile_series_file(box: Sandbox, run: Run, case: str) -> None:
         ("docs",),
         ("verify",),
         ("new", "0009-x", "--title", "t"),
+        ("ci",),
+        ("ci", "--fast"),
     ):
         result = run(*command, "--series", str(box.series), "--json")
         refused(result, 5, needle)
@@ -1051,6 +1053,11 @@ def test_hostile_patch(project: Sandbox, run: Run, case: str) -> None:
     result = run(*apply_args(project, "--json"))
     refused(result, 3, needle)
     assert result.json()["exit_code"] == 3
+    gate = run("ci", "--series", str(project.series), "--json")  # the same patch, every check
+    report = gate.json()["ci"]
+    assert gate.code in (3, 12) and isinstance(report, dict) and report["findings"], gate.out
+    assert "Traceback" not in gate.err and "internal error" not in gate.err, gate.err
+    assert "\x1b" not in gate.out and "\x1b" not in gate.err
     assert project.unexpected(before, ("cache", "project/cleanroom")) == []
     assert project.victims_intact() and not list(project.root.rglob("PWNED"))
     assert not Path("/tmp/patchctl-abs-victim").exists()
