@@ -17,6 +17,7 @@ echo "== patchctl build --series $series ${launcher[*]} (CPU)"
 manifest=$("$pc" build --series "$series" "${launcher[@]}" -t test-backend-ops -t llama-completion --json)
 bin=$(printf '%s' "$manifest" | python3 -c 'import json,sys; print(json.load(sys.stdin)["build_dir"] + "/bin")')
 echo "   bin dir: $bin"
+printf '%s' "$manifest" | python3 -c 'import json,sys; print("   cpu check:", json.dumps(json.load(sys.stdin).get("cpu_check"))[:300])'
 # optimised CPU paths vs the reference path: the unchanged op on a subset of its thousands of
 # cases (head dims 64/128, kv 512, batch 1/3/32/75; ~3 min), the series' new ops on all of their cases
 checks=("FLASH_ATTN_EXT|hsk=(64|128),.*kv=512,nb=(1|3|32|75),")
