@@ -27,6 +27,7 @@ ROOT_HELP = (
     "  new        Add patch ID at the top of the stack; edit the clean room,...\n"
     "  rebase     Rebase the series onto another upstream (three-way, one...\n"
     "  refresh    Rewrite drifted patches (offset, fuzz) from the clean room's...\n"
+    "  split      Split patch ID into consecutive patches by files (globs) and...\n"
     "  verify     Round-trip check (forward, reverse, re-export, markers) in a...\n"
     "  cleanroom  Create, update and inspect the clean room of a series.\n"
 )
@@ -60,6 +61,7 @@ COMMANDS: dict[str, Command] = {
             "new",
             "rebase",
             "refresh",
+            "split",
             "verify",
             "cleanroom",
         ),
@@ -577,6 +579,62 @@ COMMANDS: dict[str, Command] = {
                 opts=("--dry-run",),
                 kind="flag",
                 help="Report what would change; write nothing.",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--series",),
+                kind="file",
+                help="Series directory (or its series.yaml); names the default clean room.",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--workdir",),
+                kind="file",
+                help="Clean-room directory (default: cleanroom/<series name>).",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--json",),
+                kind="flag",
+                help="Print a JSON report on stdout.",
+                choices=(),
+                multiple=False,
+            ),
+        ),
+        subcommands=(),
+    ),
+    "split": Command(
+        help="Split patch ID into consecutive patches by files (globs) and hunks.",
+        params=(
+            Param(opts=(), kind="plain", help="The patch to split.", choices=(), multiple=False),
+            Param(
+                opts=("--part",),
+                kind="plain",
+                help="A part, in order (repeat): globs over the patch's file paths, or PATH:N / PATH:N-M for hunks of one file; a part without patterns takes the rest.",
+                choices=(),
+                multiple=True,
+            ),
+            Param(
+                opts=("--title",),
+                kind="plain",
+                help="A part's title (default: the original's with ' (k/n)' appended).",
+                choices=(),
+                multiple=True,
+            ),
+            Param(
+                opts=("--list",),
+                kind="flag",
+                help="Show the patch's files and hunk numbers; split nothing.",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--dry-run",),
+                kind="flag",
+                help="Check and show the parts; write nothing.",
                 choices=(),
                 multiple=False,
             ),

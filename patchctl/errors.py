@@ -129,6 +129,11 @@ class ConfigError(PatchctlError):
         return {"path": None if self.path is None else str(self.path), "key": self.key}
 
 
+class SplitRefused(ConfigError):
+    """ConfigError (exit 5): a `split` request that cannot be carried out as given (an unknown
+    pattern, a file claimed twice, an empty part, ...), refused before any write."""
+
+
 class ChecksumMismatch(PatchctlError):
     """A downloaded or archived upstream does not have the pinned sha256."""
 
