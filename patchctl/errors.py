@@ -240,6 +240,18 @@ class BuildStepFailed(BuildFailed):
         }
 
 
+class PrefixFailed(BuildFailed):
+    """BuildFailed (exit 13) from `check-prefixes`: a prefix of the series did not apply,
+    build or pass the command; carries the whole report, so `--json` prints one document."""
+
+    def __init__(self, message: str, *, report: JsonReport, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.report = report
+
+    def details(self) -> dict[str, object]:
+        return {"report": self.report.to_json()}
+
+
 class ToolchainMissing(PatchctlError):
     """A required tool (cosmocc, nvcc, cmake, ...) is not installed."""
 
