@@ -31,13 +31,21 @@ from typing import TypeVar
 from patchctl import values
 from patchctl.cleanroom import Cleanroom, default_workdir, load_cleanroom
 from patchctl.docs import render_docs
-from patchctl.errors import SplitRefused
+from patchctl.errors import PatchctlError, SplitRefused
 from patchctl.fsio import check_writable, refuse_overwrite
 from patchctl.git import Git, scratch_repo, temp_index
 from patchctl.patchapply import TreePatcher, patch_sha256, strict_apply
 from patchctl.patchfile import diff_trees, render_patch
 from patchctl.patchparts import split_patch
-from patchctl.series import Patch, Series, check_savable, load_series, read_patch_file
+from patchctl.progress import notice
+from patchctl.series import (
+    SERIES_FILE,
+    Patch,
+    Series,
+    check_savable,
+    load_series,
+    read_patch_file,
+)
 from patchctl.session import SeriesSession, series_session
 from patchctl.stack import load_stack
 
@@ -150,6 +158,30 @@ def check_specs(series: Series, original: Patch, specs: Sequence[PartSpec]) -> N
             raise refuse_overwrite(target)
     if sum(1 for s in specs if not s.patterns) > 1:
         raise refused("only one part may take the rest (a part without patterns)")
+    for other in extending(series):
+        clash = sorted(set(ids) & set(other.ids()))
+        if clash:
+            raise refused(
+                f"patch id {clash[0]!r} is taken in series {other.name}, which extends "
+                f"{series.name}: its stack would hold the id twice",
+                hint="choose ids that are free in both series",
+            )
+
+
+def extending(series: Series) -> list[Series]:
+    """The sibling series that extend `series` (a sibling that does not load is skipped:
+    it is broken already, and its own commands say why)."""
+    found = []
+    for directory in sorted(series.dir.parent.iterdir()):
+        if directory == series.dir or not (directory / SERIES_FILE).is_file():
+            continue
+        try:
+            other = load_series(directory, check_files=False)
+        except (PatchctlError, OSError):
+            continue
+        if other.extends is not None and other.extends.series == series.dir.name:
+            found.append(other)
+    return found
 
 
 # ----------------------------------------------------------------------------- the changes
@@ -542,6 +574,11 @@ def split(
         if dry_run:
             return SplitResult(original, tuple(parts), removed, (), dry_run=True)
         changed = _write(session, updated, parts, removed)
+    for other in extending(series):
+        notice(
+            f"note: series {other.name} extends {series.name}; its README counts the patches "
+            f"it extends: run `patchctl docs --series {other.dir}`"
+        )
     return SplitResult(original, tuple(parts), removed, tuple(changed))
 
 
@@ -567,7 +604,6 @@ def _write(
             changed.append(path)
     if removed is not None:
         session.remove_patch(removed)
-        changed.append(removed)
     return changed + session.save(updated)
 
 

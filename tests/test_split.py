@@ -7,15 +7,18 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.repos import Repo
 from support.series import make_project
 
 from patchctl.cli import main
 from patchctl.errors import SplitRefused
-from patchctl.series import load_series
+from patchctl.series import Extends, Series, Upstream, load_series, save_series
 from patchctl.session import series_session
 from patchctl.split import PartSpec, lines_of, parse_hunks, parse_part, split, with_hunks
 
@@ -279,3 +282,62 @@ def test_parse_part() -> None:
     assert parse_part("0001-rest") == PartSpec("0001-rest")
     with pytest.raises(SplitRefused, match="empty pattern"):
         parse_part("0001-x=")
+
+
+EXT_FILES = {
+    "pyproject.toml": b"[project]\nname = 'pkg'\n",
+    "pkg/mod.py": b"X = 1\n",
+    "vendor/lib/core.c": b"int core(void) { return 1; }\n",
+    "vendor/lib/core.h": b"int core(void);\n",
+}
+
+
+@pytest.fixture
+def extended(
+    tmp_path: Path, make_repo: Callable[..., Repo], capsys: pytest.CaptureFixture[str]
+) -> tuple[Path, Path]:
+    """(base, package): `base` pins vendor/lib with 0001-core (two files) captured; `package`
+    extends it under vendor/lib with its own 0002-bind."""
+    upstream = make_repo(EXT_FILES, name="upstream")
+    patches = tmp_path / "project" / "patches"
+    sub = upstream.git.rev_parse(f"{upstream.commit}:vendor/lib")
+    pin = Upstream(kind="git", url=str(upstream.path), commit=upstream.commit)
+    base, package = patches / "base", patches / "package"
+    base.mkdir(parents=True)
+    save_series(Series(base / "series.yaml", replace(pin, subdir="vendor/lib", tree=sub)))
+    ok(capsys, "cleanroom", "apply", "--series", str(base))
+    ok(capsys, "new", "0001-core", "--title", "Core", "--series", str(base))
+    room = tmp_path / "project" / "cleanroom"
+    (room / "base" / "core.c").write_bytes(b"int core(void) { return 2; }\n")
+    (room / "base" / "core.h").write_bytes(b"int core(void); /* 2 */\n")
+    ok(capsys, "capture", "0001-core", "--series", str(base))
+    package.mkdir()
+    extends = Extends("base", "vendor/lib")
+    upstream_pin = replace(pin, tree=upstream.tree)
+    save_series(Series(package / "series.yaml", upstream_pin, extends=extends))
+    ok(capsys, "cleanroom", "apply", "--series", str(package))
+    ok(capsys, "new", "0002-bind", "--title", "Bind", "--series", str(package))
+    (room / "package" / "pkg" / "mod.py").write_bytes(b"X = 2\n")
+    ok(capsys, "capture", "0002-bind", "--series", str(package))
+    return base, package
+
+
+def test_a_series_that_extends_another(
+    extended: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    base, package = extended
+    parts = ["--part", "0001-c=core.c", "--part", "0001-h=core.h"]
+    code, _out, err = run(capsys, "split", "0001-core", *parts, "--series", str(package))
+    assert code == 15 and "belongs to the extended series base" in err
+    clash = ["--part", "0001-c=core.c", "--part", "0002-bind"]
+    before = snapshot(base)
+    code, _out, err = run(capsys, "split", "0001-core", *clash, "--series", str(base))
+    assert code == 5 and "taken in series package, which extends base" in err
+    assert snapshot(base) == before
+    code, _out, err = run(capsys, "split", "0001-core", *parts, "--series", str(base))
+    assert code == 0 and f"run `patchctl docs --series {package}`" in err
+    ok(capsys, "docs", "--series", str(package))
+    assert ok(capsys, "verify", "--all", "--series", str(package))["ok"] is True
+    assert ok(capsys, "verify", "--all", "--series", str(base))["ok"] is True
+    applied = ok(capsys, "cleanroom", "apply", "--series", str(package))["applied"]
+    assert [a["id"] for a in applied] == ["0001-c", "0001-h", "0002-bind"]

@@ -129,6 +129,8 @@ def render_split(result: SplitResult, as_json: bool) -> None:
         out.print(f"  {part.patch.id}: {shown}", markup=False)
     for path in result.changed:
         out.print(f"  updated {path}", markup=False)
+    if result.removed is not None and not result.dry_run:
+        out.print(f"  removed {result.removed}", markup=False)
     if not result.dry_run:
         out.print(
             "  the clean room is unchanged: `patchctl cleanroom apply` brings it to the parts"
