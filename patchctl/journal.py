@@ -12,7 +12,9 @@ place while the command works:
 2. **commit**: when the command has computed and checked everything, the journal is rewritten
    with state `committed`. This is the point of no return;
 3. **apply**: each staged copy is renamed over its target (or linked to a target that must not
-   exist yet), refs move with a compare-and-swap, then the journal is removed.
+   exist yet), a file staged for removal (`stage_remove`, split's replaced patch) is unlinked
+   while it still holds the bytes it had, refs move with a compare-and-swap, then the journal
+   is removed.
 
 A run that finds a journal (it holds the series lock, so its writer is dead) recovers before
 it reads anything: a `staging` journal is rolled back (its staged copies removed: nothing of
