@@ -145,3 +145,17 @@ def test_a_prefix_that_does_not_apply_fails_at_apply(
     )
     with pytest.raises(PrefixFailed, match="up to 0001-x fails at apply"):
         check_prefixes(series, None, CONFIG)
+
+
+def test_the_launcher_reaches_every_prefix_build(
+    tiny_series: Callable[[bool], Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    ccache = shutil.which("ccache")
+    if ccache is None:
+        pytest.skip("ccache not installed")
+    series = tiny_series(False)
+    args = ["check-prefixes", "--series", str(series), "-t", "hello", "--launcher", "ccache"]
+    assert main([*args, "--json"]) == 0
+    for prefix in json.loads(capsys.readouterr().out)["prefixes"]:
+        configure = (Path(prefix["build_dir"]) / "logs" / "configure.log").read_text()
+        assert f"-DCMAKE_C_COMPILER_LAUNCHER={ccache}" in configure.splitlines()[0]
