@@ -522,7 +522,7 @@ def _entry(original: Patch, spec: PartSpec, k: int, n: int, trees: list[str]) ->
     return replace(
         original,
         id=spec.id,
-        file=f"{spec.id}.patch",
+        file=original.file if spec.id == original.id else f"{spec.id}.patch",
         title=title,
         pre_tree=trees[k],
         post_tree=trees[k + 1],
