@@ -15,8 +15,9 @@ subject gets the part's suffix or title) with its diff regenerated, as `refresh`
 Rules: every file and hunk goes to exactly one part. A part given without patterns
 (`--part NEW_ID`) takes everything the others do not claim (at most one such part); without
 one, anything unclaimed is refused. A pattern that matches nothing, a file or hunk claimed by
-two parts, a part left empty, an id that is taken, a part file that exists: all refused
-before any write (SplitRefused, exit 5, naming the input).
+two parts, a part left empty, an id that is taken (here or in a series that extends this
+one): all refused before any write (SplitRefused, exit 5, naming the input); so is a part
+file that exists already (DirtyTree, exit 8), as `new` refuses one.
 """
 
 from __future__ import annotations
