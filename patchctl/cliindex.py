@@ -731,6 +731,13 @@ COMMANDS: dict[str, Command] = {
                 multiple=True,
             ),
             Param(
+                opts=("--parts-from",),
+                kind="file",
+                help="Read parts from FILE, one NEW_ID[=PATTERN,...] per line (# comments), before any --part.",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
                 opts=("--title",),
                 kind="plain",
                 help="A part's title (default: the original's with ' (k/n)' appended).",

@@ -35,6 +35,7 @@ from patchctl.docs import render_docs
 from patchctl.errors import PatchctlError, SplitRefused
 from patchctl.fsio import check_writable, refuse_overwrite
 from patchctl.git import Git, scratch_repo, temp_index
+from patchctl.limits import SERIES_BYTES, read_bounded
 from patchctl.patchapply import TreePatcher, patch_sha256, strict_apply
 from patchctl.patchfile import diff_trees, render_patch
 from patchctl.patchparts import split_patch
@@ -125,6 +126,18 @@ def parse_part(text: str) -> PartSpec:
     if sep and (not patterns or any(not p for p in patterns)):
         raise refused(f"{values.shown(text)}: an empty pattern", hint="NEW_ID=GLOB[,GLOB...]")
     return PartSpec(pid.strip(), patterns)
+
+
+def read_parts(path: Path) -> list[PartSpec]:
+    """`--parts-from FILE`: one `--part` value per line (blank lines and `#` lines skipped),
+    so a long split (many hunks) can be kept, reviewed and rerun."""
+    raw = read_bounded(path, SERIES_BYTES, "parts file")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SplitRefused("is not UTF-8 text", path=path, key="--parts-from") from None
+    lines = [line.strip() for line in text.splitlines()]
+    return [parse_part(line) for line in lines if line and not line.startswith("#")]
 
 
 def with_titles(specs: Sequence[PartSpec], titles: Sequence[str]) -> list[PartSpec]:

@@ -341,3 +341,17 @@ def test_a_series_that_extends_another(
     assert ok(capsys, "verify", "--all", "--series", str(base))["ok"] is True
     applied = ok(capsys, "cleanroom", "apply", "--series", str(package))["applied"]
     assert [a["id"] for a in applied] == ["0001-c", "0001-h", "0002-bind"]
+
+
+def test_parts_from_a_file(
+    project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    parts = tmp_path / "parts.txt"
+    parts.write_text("# the code first\n0001-code = src/a.c:1, src/b.c\n\n0001-more=src/a.c:2\n")
+    s = ("--series", str(project))
+    result = ok(capsys, "split", "0001-big", "--parts-from", str(parts), "--part", "0001-rest", *s)
+    assert [p["id"] for p in result["parts"]] == ["0001-code", "0001-more", "0001-rest"]
+    assert ok(capsys, "verify", "--all", *s)["ok"] is True
+    parts.write_bytes(b"\xff\n")
+    code, _out, err = run(capsys, "split", "0001-code", "--parts-from", str(parts), *s)
+    assert code == 5 and "not UTF-8" in err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -28,6 +29,15 @@ def split_command(
             "PATH:N-M for hunks of one file; a part without patterns takes the rest.",
         ),
     ] = None,
+    parts_from: Annotated[
+        Path | None,
+        typer.Option(
+            "--parts-from",
+            metavar="FILE",
+            help="Read parts from FILE, one NEW_ID[=PATTERN,...] per line (# comments), "
+            "before any --part.",
+        ),
+    ] = None,
     title: Annotated[
         list[str] | None,
         typer.Option(
@@ -52,11 +62,12 @@ def split_command(
 
         render_changes(list_changes(series, patch_id, workdir), as_json)
         return
-    if not part:
+    if not part and parts_from is None:
         raise typer.BadParameter("give --part NEW_ID=PATTERN,... twice or more (or --list)")
-    from patchctl.split import parse_part, split, with_titles
+    from patchctl.split import parse_part, read_parts, split, with_titles
 
-    specs = with_titles([parse_part(p) for p in part], title or [])
+    given = read_parts(parts_from) if parts_from is not None else []
+    specs = with_titles([*given, *(parse_part(p) for p in part or [])], title or [])
     render_split(split(series, patch_id, specs, workdir, dry_run=dry_run), as_json)
 
 
