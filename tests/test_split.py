@@ -355,3 +355,25 @@ def test_parts_from_a_file(
     parts.write_bytes(b"\xff\n")
     code, _out, err = run(capsys, "split", "0001-code", "--parts-from", str(parts), *s)
     assert code == 5 and "not UTF-8" in err
+
+
+def test_a_series_with_a_root_splits_by_paths_under_it(
+    tmp_path: Path, make_repo: Callable[..., Repo], capsys: pytest.CaptureFixture[str]
+) -> None:
+    upstream = make_repo({"lib/x.c": LONG, "lib/y.c": b"y\n", "top.txt": b"t\n"}, name="up")
+    series = tmp_path / "patches" / "rooted"
+    series.mkdir(parents=True)
+    pin = Upstream(kind="git", url=str(upstream.path), commit=upstream.commit, tree=upstream.tree)
+    save_series(Series(series / "series.yaml", pin, root="lib"))
+    s = ("--series", str(series))
+    ok(capsys, "cleanroom", "apply", *s)
+    ok(capsys, "new", "0001-lib", "--title", "Lib", *s)
+    room = tmp_path / "cleanroom" / "rooted"
+    (room / "lib/x.c").write_bytes(EDITED_A)
+    (room / "lib/y.c").write_bytes(b"y2\n")
+    ok(capsys, "capture", "0001-lib", *s)
+    listed = ok(capsys, "split", "0001-lib", "--list", *s)["files"]
+    assert [(f["path"], len(f["hunks"])) for f in listed] == [("x.c", 2), ("y.c", 1)]
+    ok(capsys, "split", "0001-lib", "--part", "0001-a=x.c:2", "--part", "0001-b", *s)
+    assert b"diff --git a/x.c b/x.c" in (series / "0001-a.patch").read_bytes()
+    assert ok(capsys, "verify", "--all", *s)["ok"] is True
