@@ -17,9 +17,9 @@
   tolerance away from llama.cpp, so a DCA with that mistake cannot pass. Every tolerance comes
   from the same run's plain-attention error, so it follows the CPU's rounding; gemma4's reference
   comparisons run on a model with softer attention (REFERENCE_SPECS), where its plain path is
-  far enough below the f16-merge mistake (scripts/dca_margins.py prints every margin). The f16-merge mistake
-  (~1e-3 of the logit scale) is below CPU FA's own f16 noise, so it is required on the exact path
-  only. llama.cpp itself run with parameters off by one is caught too.
+  far enough below the f16-merge mistake (scripts/dca_margins.py prints every margin). The
+  f16-merge mistake (~1e-3 of the logit scale) is below CPU FA's own f16 noise, so it is
+  required on the exact path only. llama.cpp itself run with parameters off by one is caught too.
 - bad --dca values end with an error naming the flag.
 
 The tiny models have sharp attention (see tiny_models.py), otherwise positions barely matter.
