@@ -18,18 +18,20 @@ ROOT_HELP = (
     "  --help     Show this message and exit.\n"
     "\n"
     "Commands:\n"
-    "  build      Build the clean room; the build dir is keyed by its git tree...\n"
-    "  capture    Write everything the clean room changed since the commit...\n"
-    "  ci         The CI gate: apply strictly, verify --all, docs current,...\n"
-    "  docs       Regenerate the series README (## Current series) and...\n"
-    "  export     Export the verified series: --sdist writes the patched sdist...\n"
-    "  import     Import an existing series on top of the stack, keeping every...\n"
-    "  init       Start a series: pin UPSTREAM (sha256 and tree computed),...\n"
-    "  new        Add patch ID at the top of the stack; edit the clean room,...\n"
-    "  rebase     Rebase the series onto another upstream (three-way, one...\n"
-    "  refresh    Rewrite drifted patches (offset, fuzz) from the clean room's...\n"
-    "  verify     Round-trip check (forward, reverse, re-export, markers) in a...\n"
-    "  cleanroom  Create, update and inspect the clean room of a series.\n"
+    "  build           Build the clean room; the build dir is keyed by its git...\n"
+    "  capture         Write everything the clean room changed since the...\n"
+    "  check-prefixes  Apply and build the series up to each patch in turn;...\n"
+    "  ci              The CI gate: apply strictly, verify --all, docs...\n"
+    "  docs            Regenerate the series README (## Current series) and...\n"
+    "  export          Export the verified series: --sdist writes the patched...\n"
+    "  import          Import an existing series on top of the stack, keeping...\n"
+    "  init            Start a series: pin UPSTREAM (sha256 and tree...\n"
+    "  new             Add patch ID at the top of the stack; edit the clean...\n"
+    "  rebase          Rebase the series onto another upstream (three-way, one...\n"
+    "  refresh         Rewrite drifted patches (offset, fuzz) from the clean...\n"
+    "  split           Split patch ID into consecutive patches by files...\n"
+    "  verify          Round-trip check (forward, reverse, re-export, markers)...\n"
+    "  cleanroom       Create, update and inspect the clean room of a series.\n"
 )
 
 COMMANDS: dict[str, Command] = {
@@ -54,6 +56,7 @@ COMMANDS: dict[str, Command] = {
         subcommands=(
             "build",
             "capture",
+            "check-prefixes",
             "ci",
             "docs",
             "export",
@@ -62,6 +65,7 @@ COMMANDS: dict[str, Command] = {
             "new",
             "rebase",
             "refresh",
+            "split",
             "verify",
             "cleanroom",
         ),
@@ -161,6 +165,13 @@ COMMANDS: dict[str, Command] = {
                 multiple=False,
             ),
             Param(
+                opts=("--upto",),
+                kind="plain",
+                help="First apply the series up to patch ID (as `cleanroom apply --upto`), then build.",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
                 opts=("--json",),
                 kind="flag",
                 help="Print a JSON report on stdout.",
@@ -188,6 +199,110 @@ COMMANDS: dict[str, Command] = {
                 kind="file",
                 help="Clean-room directory (default: cleanroom/<series name>).",
                 choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--json",),
+                kind="flag",
+                help="Print a JSON report on stdout.",
+                choices=(),
+                multiple=False,
+            ),
+        ),
+        subcommands=(),
+    ),
+    "check-prefixes": Command(
+        help="Apply and build the series up to each patch in turn; stop at the first that fails.",
+        params=(
+            Param(
+                opts=("--series",),
+                kind="file",
+                help="Series directory (or its series.yaml); names the default clean room.",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--workdir",),
+                kind="file",
+                help="Clean-room directory (default: cleanroom/<series name>).",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--run",),
+                kind="plain",
+                help="After each build, run CMD with /bin/sh in the clean room ($PATCHCTL_BUILD_DIR, $PATCHCTL_BIN_DIR, $PATCHCTL_PATCH_ID set); non-zero fails.",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--keep-going",),
+                kind="flag",
+                help="Check every prefix, even after a failure.",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--from",),
+                kind="plain",
+                help="Start at the prefix ending with patch ID.",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--cuda",),
+                kind="plain",
+                help="Build the CUDA backend for these GPU archs (sm_86: RTX 30xx; sm_90: H100/H200). No GPU is needed on the build host.",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--backend",),
+                kind="choice",
+                help="cmake (llama.cpp), llamafile (cosmocc make), or auto: by the tree's layout.",
+                choices=("auto", "cmake", "llamafile"),
+                multiple=False,
+            ),
+            Param(
+                opts=("--target", "-t"),
+                kind="plain",
+                help="Target to build, repeatable (default cmake: llama, llama-completion, llama-server, llama-bench, test-backend-ops; llamafile: make's default).",
+                choices=(),
+                multiple=True,
+            ),
+            Param(
+                opts=("--jobs", "-j"),
+                kind="plain",
+                help="Parallel jobs (default: all CPUs).",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--launcher",),
+                kind="choice",
+                help="Compiler launcher for C, C++ and CUDA: a shared/distributed build cache.",
+                choices=("ccache", "sccache"),
+                multiple=False,
+            ),
+            Param(
+                opts=("--cosmocc",),
+                kind="file",
+                help="llamafile: the cosmocc toolchain dir (default: $COSMOCC, then the tree's .cosmocc/<version>).",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--define", "-D"),
+                kind="plain",
+                help="cmake: an extra -D (repeatable).",
+                choices=(),
+                multiple=True,
+            ),
+            Param(
+                opts=("--cpu",),
+                kind="choice",
+                help="cmake: native uses this CPU's instructions (upstream's default); portable builds x86-64 AVX2 code without AVX-512 or AMX that runs, with the same results, on any AVX2 CPU.",
+                choices=("native", "portable"),
                 multiple=False,
             ),
             Param(
@@ -634,6 +749,69 @@ COMMANDS: dict[str, Command] = {
                 opts=("--dry-run",),
                 kind="flag",
                 help="Report what would change; write nothing.",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--series",),
+                kind="file",
+                help="Series directory (or its series.yaml); names the default clean room.",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--workdir",),
+                kind="file",
+                help="Clean-room directory (default: cleanroom/<series name>).",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--json",),
+                kind="flag",
+                help="Print a JSON report on stdout.",
+                choices=(),
+                multiple=False,
+            ),
+        ),
+        subcommands=(),
+    ),
+    "split": Command(
+        help="Split patch ID into consecutive patches by files (globs) and hunks.",
+        params=(
+            Param(opts=(), kind="plain", help="The patch to split.", choices=(), multiple=False),
+            Param(
+                opts=("--part",),
+                kind="plain",
+                help="A part, in order (repeat): globs over the patch's file paths, or PATH:N / PATH:N-M for hunks of one file; a part without patterns takes the rest.",
+                choices=(),
+                multiple=True,
+            ),
+            Param(
+                opts=("--parts-from",),
+                kind="file",
+                help="Read parts from FILE, one NEW_ID[=PATTERN,...] per line (# comments), before any --part.",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--title",),
+                kind="plain",
+                help="A part's title (default: the original's with ' (k/n)' appended).",
+                choices=(),
+                multiple=True,
+            ),
+            Param(
+                opts=("--list",),
+                kind="flag",
+                help="Show the patch's files and hunk numbers; split nothing.",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--dry-run",),
+                kind="flag",
+                help="Check and show the parts; write nothing.",
                 choices=(),
                 multiple=False,
             ),

@@ -137,6 +137,11 @@ class ConfigError(PatchctlError):
         return {"path": None if self.path is None else str(self.path), "key": self.key}
 
 
+class SplitRefused(ConfigError):
+    """ConfigError (exit 5): a `split` request that cannot be carried out as given (an unknown
+    pattern, a file claimed twice, an empty part, ...), refused before any write."""
+
+
 class ChecksumMismatch(PatchctlError):
     """A downloaded or archived upstream does not have the pinned sha256."""
 
@@ -241,6 +246,18 @@ class BuildStepFailed(BuildFailed):
             "log": str(self.log),
             "excerpt": self.excerpt,
         }
+
+
+class PrefixFailed(BuildFailed):
+    """BuildFailed (exit 13) from `check-prefixes`: a prefix of the series did not apply,
+    build or pass the command; carries the whole report, so `--json` prints one document."""
+
+    def __init__(self, message: str, *, report: JsonReport, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.report = report
+
+    def details(self) -> dict[str, object]:
+        return {"report": self.report.to_json()}
 
 
 class ToolchainMissing(PatchctlError):

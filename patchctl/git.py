@@ -418,6 +418,14 @@ class Git:
         """Write the index as a tree object and return its id."""
         return self.text("write-tree")
 
+    def write_blob(self, data: bytes) -> str:
+        """Store `data` as a blob, byte for byte (no filters, no attributes); its id."""
+        return self.text_in("hash-object", "-w", "--no-filters", "--stdin", stdin=data)
+
+    def text_in(self, *args: str, stdin: bytes) -> str:
+        """Run git with `stdin` and decode its output strictly as UTF-8, stripped."""
+        return self.run(*args, stdin=stdin).decode("utf-8").strip()
+
     def add_all(self) -> None:
         """Stage everything, including files a .gitignore would hide (`add -A -f`)."""
         self.run("add", "-A", "-f", "--", ".")
@@ -722,6 +730,14 @@ class Index:
     def write_tree(self) -> str:
         """Write the index as a tree object and return its id."""
         return self.run("write-tree").decode("ascii").strip()
+
+    def remove_entries(self, paths: Sequence[bytes], hexlen: int = 40) -> None:
+        """Remove the entries `paths` (raw bytes) from the index without touching any file
+        (`--index-info` with mode 0 and a null id drops a path; `hexlen`: the object id
+        length of the repository, 40 for sha1, 64 for sha256)."""
+        zero = "0" * hexlen
+        lines = b"".join(f"0 {zero}\t".encode("ascii") + path + b"\0" for path in paths)
+        self.run("update-index", "-z", "--index-info", stdin=lines)
 
     def add_entries(self, entries: Mapping[bytes, tuple[str, str]]) -> None:
         """Add (or replace) entries `path -> (mode, object id)` without touching any file.

@@ -12,7 +12,9 @@ place while the command works:
 2. **commit**: when the command has computed and checked everything, the journal is rewritten
    with state `committed`. This is the point of no return;
 3. **apply**: each staged copy is renamed over its target (or linked to a target that must not
-   exist yet), refs move with a compare-and-swap, then the journal is removed.
+   exist yet), a file staged for removal (`stage_remove`, split's replaced patch) is unlinked
+   while it still holds the bytes it had, refs move with a compare-and-swap, then the journal
+   is removed.
 
 A run that finds a journal (it holds the series lock, so its writer is dead) recovers before
 it reads anything: a `staging` journal is rolled back (its staged copies removed: nothing of
@@ -165,6 +167,7 @@ class FileWrite:
     old: str | None  # sha256 of the target before, None when it did not exist
     new: str
     create: bool = False  # the target must not exist (import: never overwrite)
+    remove: bool = False  # the target goes (split: the patch file it replaced); no staged copy
 
 
 @dataclass
@@ -203,9 +206,9 @@ class Journal:
     committed: bool = False
 
     def staged_bytes(self, target: Path) -> bytes | None:
-        """The new bytes staged for `target` (None: nothing staged for it)."""
+        """The new bytes staged for `target` (None: nothing staged for it, or its removal)."""
         effect = self.pending().get(target)
-        return None if effect is None else effect.staged.read_bytes()
+        return None if effect is None or effect.remove else effect.staged.read_bytes()
 
     def pending(self) -> dict[Path, FileWrite]:
         """The staged file writes by target."""
@@ -226,6 +229,19 @@ class Journal:
         killpoint.reached(f"stage {target.name}")
         target.parent.mkdir(parents=True, exist_ok=True)
         sync_write(staged, data)
+
+    def stage_remove(self, target: Path) -> None:
+        """Stage removing `target`, an existing file (it goes when the journal commits)."""
+        earlier = self.pending().get(target)
+        if earlier is not None:
+            self.effects.remove(earlier)
+            earlier.staged.unlink(missing_ok=True)
+        self.staged_count += 1
+        staged = target.with_name(f".{target.name}.patchctl-{self.token}-{self.staged_count}")
+        old = earlier.old if earlier is not None else file_sha256(target)
+        self.effects.append(FileWrite(target, staged, old, "", remove=True))
+        self._save(STAGING)
+        killpoint.reached(f"stage removal of {target.name}")
 
     def stage_ref(self, git: Git, ref: str, new: str, reason: str) -> None:
         """Stage moving `ref` of the repository `git` from where it is now to `new`."""
@@ -294,6 +310,9 @@ def finish(effects: Iterable[Effect], notes: list[str] | None = None) -> None:
 
 
 def _finish_file(effect: FileWrite) -> None:
+    if effect.remove:
+        _finish_removal(effect)
+        return
     now = file_sha256(effect.target)
     if now == effect.new:
         effect.staged.unlink(missing_ok=True)
@@ -305,6 +324,22 @@ def _finish_file(effect: FileWrite) -> None:
         _link_new(effect)
     else:
         os.replace(effect.staged, effect.target)
+
+
+def _finish_removal(effect: FileWrite) -> None:
+    """Remove the target if it still holds its old bytes (gone already: done)."""
+    now = file_sha256(effect.target)
+    if now is None:
+        return
+    if now != effect.old:
+        raise DirtyTree(
+            f"an interrupted patchctl run was to remove {effect.target}, which changed since "
+            "the run was killed; not removing it",
+            hint=f"remove it or keep it by hand, then delete the journal "
+            f"{effect.target.parent / JOURNAL}",
+        )
+    killpoint.reached(f"remove {effect.target.name}")
+    effect.target.unlink()
 
 
 def _link_new(effect: FileWrite) -> None:
@@ -369,6 +404,7 @@ def _effect_json(effect: Effect) -> dict[str, Any]:
             "old": effect.old,
             "new": effect.new,
             "create": effect.create,
+            "remove": effect.remove,
         }
     return {
         "kind": "ref",
@@ -388,6 +424,7 @@ def _effect_from(raw: Any) -> Effect:
             raw["old"],
             str(raw["new"]),
             bool(raw["create"]),
+            bool(raw.get("remove", False)),
         )
     if raw.get("kind") == "ref":
         return RefMove(

@@ -41,10 +41,14 @@ DIFF_TREE_FLAGS: tuple[str, ...] = (
 )
 
 
-def diff_trees(git: Git, pre: str, post: str, root: str = ".") -> bytes:
-    """The canonical diff bytes from tree `pre` to tree `post` (optionally under `root`)."""
+def diff_trees(git: Git, pre: str, post: str, root: str = ".", paths: Sequence[str] = ()) -> bytes:
+    """The canonical diff bytes from tree `pre` to tree `post` (optionally under `root`, and
+    only of the tree paths `paths`, taken literally, when given)."""
     relative = () if root in (".", "") else (f"--relative={root.rstrip('/')}/",)
-    return git.run(*DIFF_TREE_FLAGS, *relative, "--end-of-options", pre, post, "--")
+    env = {"GIT_LITERAL_PATHSPECS": "1"} if paths else None
+    return git.run(
+        *DIFF_TREE_FLAGS, *relative, "--end-of-options", pre, post, "--", *paths, env=env
+    )
 
 
 def diff_tree_pairs(git: Git, pairs: Sequence[tuple[str, str]], root: str = ".") -> list[bytes]:

@@ -119,6 +119,13 @@ class SeriesSession:
         self.journal.stage_file(path, data, create=True)
         return True
 
+    def remove_patch(self, path: Path) -> None:
+        """Stage removing a patch file of the series (it must exist)."""
+        self.check_unchanged()
+        if not path.is_file():
+            raise NotFound(f"no patch file at {path}")
+        self.journal.stage_remove(path)
+
     def move_ref(self, git: Git, ref: str, new: str, reason: str) -> None:
         """Stage moving `ref` of the clean room `git` to `new` (its index follows)."""
         self.journal.stage_ref(git, ref, new, reason)

@@ -34,7 +34,7 @@ def test_the_index_is_the_app() -> None:
 
 def test_commands_groups_and_subcommands() -> None:
     assert values(words("")) == list(cliindex.COMMANDS[""].subcommands)
-    assert values(words("c")) == ["capture", "ci", "cleanroom"]
+    assert values(words("c")) == ["capture", "check-prefixes", "ci", "cleanroom"]
     assert values(words("cleanroom ")) == ["apply", "status"]
     assert values(words("cleanroom st")) == ["status"]
     assert words("cleanroom apply ") == []  # no positional arguments

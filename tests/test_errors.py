@@ -20,6 +20,7 @@ from patchctl.errors import (
     PatchctlError,
     PatchDoesNotApply,
     PatchDrift,
+    PrefixFailed,
     RebaseStopped,
     RoundTripFailed,
 )
@@ -130,6 +131,7 @@ SAMPLES: dict[str, Callable[[], PatchctlError]] = {
         "m", step="build", returncode=2, log=Path("l"), excerpt="e", hint="h"
     ),
     "RoundTripFailed": lambda: RoundTripFailed("m", report=_Report(), hint="h"),
+    "PrefixFailed": lambda: PrefixFailed("m", report=_Report(), hint="h"),
     "RebaseStopped": lambda: RebaseStopped("m", report=_Report(), patch="0001-x", hint="h"),
     "DocsOutOfDate": lambda: DocsOutOfDate([Path("README.md")]),
 }

@@ -110,6 +110,31 @@ def test_a_target_changed_after_the_kill_stops_recovery_and_keeps_the_new_bytes(
     assert (tmp_path / JOURNAL).is_file()  # kept until the user has chosen
 
 
+def test_a_removal_lands_with_the_commit_and_only_over_the_old_bytes(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_bytes(b"old a\n")
+    journal = Journal(tmp_path / JOURNAL, "split")
+    journal.stage_file(b, b"new b\n", create=True)
+    journal.stage_remove(a)
+    assert a.is_file() and journal.staged_bytes(a) is None
+    assert recover(tmp_path) is not None and a.read_bytes() == b"old a\n"  # rolled back
+    journal = Journal(tmp_path / JOURNAL, "split")
+    journal.stage_file(b, b"new b\n", create=True)
+    journal.stage_remove(a)
+    journal._save(journal_module.COMMITTED)  # killed right after the commit point
+    found = recover(tmp_path)
+    assert found is not None and found.outcome == "finished"
+    assert not a.exists() and b.read_bytes() == b"new b\n" and hidden(tmp_path) == []
+    a.write_bytes(b"old a\n")
+    journal = Journal(tmp_path / JOURNAL, "split")
+    journal.stage_remove(a)
+    journal._save(journal_module.COMMITTED)
+    a.write_bytes(b"edited since\n")
+    with pytest.raises(DirtyTree, match="to remove"):
+        recover(tmp_path)
+    assert a.read_bytes() == b"edited since\n"
+
+
 def test_an_unreadable_journal_is_an_error_naming_it(tmp_path: Path) -> None:
     (tmp_path / JOURNAL).write_text(json.dumps({"version": 99}))
     with pytest.raises(PatchctlError, match="not a journal patchctl can read"):

@@ -12,6 +12,7 @@ from patchctl.build import DEFAULT_CMAKE_TARGETS, Backend, CpuMode, Launcher, Pa
 from patchctl.options import DEFAULT_SERIES, JsonOpt, SeriesOpt, WorkdirOpt
 
 if TYPE_CHECKING:
+    from patchctl.build.config import BuildConfig
     from patchctl.build.model import BuildPlan, BuildResult
 
 CudaOpt = Annotated[
@@ -89,6 +90,14 @@ CpuOpt = Annotated[
 DryRunOpt = Annotated[
     bool, typer.Option("--dry-run", help="Print the exact commands; run nothing.")
 ]
+UptoOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--upto",
+        metavar="ID",
+        help="First apply the series up to patch ID (as `cleanroom apply --upto`), then build.",
+    ),
+]
 
 
 def register(app: typer.Typer) -> None:
@@ -110,16 +119,53 @@ def build_command(
     only: OnlyOpt = None,
     cpu: CpuOpt = CpuMode.native,
     dry_run: DryRunOpt = False,
+    upto: UptoOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Build the clean room; the build dir is keyed by its git tree id and the config."""
-    from patchctl.build.config import BuildConfig
-    from patchctl.build.run import build_cleanroom
+    from patchctl.build.run import BuildOutcome, build_cleanroom
     from patchctl.console import RichProgress
     from patchctl.errors import BuildStepFailed
+
+    if upto is not None and dry_run:
+        raise typer.BadParameter("--upto applies the series, --dry-run runs nothing: give one")
+    config = build_config(backend, cuda, target, jobs, launcher, cosmocc, define, only, cpu)
+    try:
+        with RichProgress(enabled=False if as_json else None) as progress:
+            outcome: BuildOutcome
+            if upto is not None:
+                from patchctl.prefixes import build_upto
+
+                outcome = build_upto(series, workdir, upto, config, build_dir, progress=progress)
+            else:
+                outcome = build_cleanroom(
+                    series, workdir, config, build_dir, dry_run=dry_run, progress=progress
+                )
+    except BuildStepFailed as exc:
+        sys.stderr.write(exc.excerpt.rstrip("\n") + "\n")
+        raise
+    if outcome.result is None:
+        render_plan(outcome.plan, as_json)
+    else:
+        render_result(outcome.result, as_json)
+
+
+def build_config(
+    backend: Backend,
+    cuda: str | None,
+    target: list[str] | None,
+    jobs: int | None,
+    launcher: Launcher | None,
+    cosmocc: Path | None,
+    define: list[str] | None,
+    only: Part | None,
+    cpu: CpuMode,
+) -> BuildConfig:
+    """The build options as a BuildConfig (shared with `check-prefixes`)."""
+    from patchctl.build.config import BuildConfig
     from patchctl.toolchain import parse_cuda_archs
 
-    config = BuildConfig(
+    return BuildConfig(
         backend=backend.value,
         cuda=parse_cuda_archs(cuda) if cuda else (),
         targets=tuple(target or ()),
@@ -130,18 +176,6 @@ def build_command(
         only=None if only is None else only.value,
         cpu=cpu.value,
     )
-    try:
-        with RichProgress(enabled=False if as_json else None) as progress:
-            outcome = build_cleanroom(
-                series, workdir, config, build_dir, dry_run=dry_run, progress=progress
-            )
-    except BuildStepFailed as exc:
-        sys.stderr.write(exc.excerpt.rstrip("\n") + "\n")
-        raise
-    if outcome.result is None:
-        render_plan(outcome.plan, as_json)
-    else:
-        render_result(outcome.result, as_json)
 
 
 def render_plan(plan: BuildPlan, as_json: bool) -> None:
