@@ -78,7 +78,10 @@ from patchctl.upstream import materialize, tree_from_cache
 REFS = "refs/patchctl/rebase/"
 MARKER_COPY = ".cleanroom-marker.json"  # the marker's copy under old/
 CONFLICT_START = re.compile(rb"^<<<<<<< ", re.MULTILINE)
-CONFLICT_LINES = re.compile(rb"^(<<<<<<< |>>>>>>> )", re.MULTILINE)
+# Any conflict-marker line, as git itself detects one: seven `<`, `|`, `=` or `>` at the start
+# of a line, then whitespace or the end of the line (a half-resolved diff3 block leaves a
+# lone `=======` or `||||||| base` behind).
+CONFLICT_LINES = re.compile(rb"^(?:<{7}|\|{7}|={7}|>{7})(?=[ \t\r\n\v\f]|\Z)", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -579,30 +582,32 @@ def _check_resolution(room: Cleanroom, series: Series, patch: Patch, pre: str, p
             + ", ".join(outside[:5]),
             hint="revert them in the clean room, then `patchctl rebase --continue`",
         )
-    for path in changed:
-        left = _markers_added(room.git, pre, post, path)
-        if left is not None:
-            raise PatchDoesNotApply(
-                f"{patch.id}: conflict markers are still in {path} (line {left})",
-                patch=patch.id,
-                file=path,
-                why="unresolved conflict",
-                hint="resolve them, then `patchctl rebase --continue` (or --skip / --abort)",
-            )
+    left = [
+        (path, lines) for path in changed if (lines := _markers_added(room.git, pre, post, path))
+    ]
+    if left:
+        where = "; ".join(f"{path} (line {', '.join(map(str, lines))})" for path, lines in left)
+        raise PatchDoesNotApply(
+            f"{patch.id}: conflict markers are still in {where}",
+            patch=patch.id,
+            file=left[0][0],
+            why="unresolved conflict",
+            hint="resolve every block (no `<<<<<<<`, `|||||||`, `=======` or `>>>>>>>` line may"
+            " stay), then `patchctl rebase --continue` (or --skip / --abort)",
+        )
 
 
-def _markers_added(git: Git, pre: str, post: str, path: str) -> int | None:
-    """The line of the first conflict marker in `path` at `post` beyond those it had at `pre`."""
+def _markers_added(git: Git, pre: str, post: str, path: str) -> tuple[int, ...]:
+    """The lines of the conflict markers in `path` at `post` beyond those it had at `pre`
+    (every kind git writes: `<<<<<<<`, `|||||||`, `=======`, `>>>>>>>`)."""
     blob = git.maybe_rev(f"{post}:{path}")
     if blob is None:
-        return None
+        return ()
     after = git.cat_file("blob", blob)
     found = list(CONFLICT_LINES.finditer(after))
     before = git.maybe_rev(f"{pre}:{path}")
     had = len(CONFLICT_LINES.findall(git.cat_file("blob", before))) if before else 0
-    if len(found) <= had:
-        return None
-    return after.count(b"\n", 0, found[had].start()) + 1
+    return tuple(after.count(b"\n", 0, m.start()) + 1 for m in found[had:])
 
 
 # ----------------------------------------------------------------------------- finishing

@@ -114,6 +114,31 @@ def test_a_conflict_stops_with_a_report_and_continue_keeps_every_header(tmp_path
     assert load_cleanroom(room).git.refs("refs/patchctl/rebase/") == []
 
 
+def test_continue_refuses_every_left_over_marker_kind_and_lists_each_block(
+    tmp_path: Path,
+) -> None:
+    series_dir, onto = rebase_ready(tmp_path)
+    rebase(series_dir, onto)
+    room = room_of(series_dir)
+    conflicted = room / "src" / "c.c"
+    # half-resolved: the `<<<<<<<` and `>>>>>>>` lines gone, the diff3 base and the `=======` left
+    kept = [
+        line
+        for line in conflicted.read_bytes().splitlines(keepends=True)
+        if not line.startswith((b"<<<<<<< ", b">>>>>>> "))
+    ]
+    conflicted.write_bytes(b"".join(kept))
+    (room / "src" / "d.c").write_bytes(b"one\n=======\ntwo\n>>>>>>>\n=======x not a marker\n")
+    with pytest.raises(PatchDoesNotApply) as refused:
+        rebase_continue(series_dir)
+    message = refused.value.message
+    base = next(i for i, line in enumerate(kept, 1) if line.startswith(b"||||||| "))
+    sep = next(i for i, line in enumerate(kept, 1) if line == b"=======\n")
+    assert f"src/c.c (line {base}, {sep})" in message
+    assert "src/d.c (line 2, 4)" in message
+    assert "src/d.c (line 2, 4, 5)" not in message
+
+
 def test_abort_puts_series_and_clean_room_back_and_saves_the_edits(tmp_path: Path) -> None:
     series_dir, onto = rebase_ready(tmp_path)
     room = room_of(series_dir)
