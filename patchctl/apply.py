@@ -31,7 +31,13 @@ from patchctl.cleanroom import (
 from patchctl.errors import DirtyTree
 from patchctl.git import Git
 from patchctl.journal import RoomJournal
-from patchctl.patchapply import TreePatcher, commit_message, patch_sha256, strict_apply
+from patchctl.patchapply import (
+    TreePatcher,
+    check_recorded_sha256,
+    commit_message,
+    patch_sha256,
+    strict_apply,
+)
 from patchctl.progress import Progress, or_null
 from patchctl.series import Series, read_patch_file
 from patchctl.session import series_session
@@ -130,6 +136,9 @@ def apply_series(
     stack = load_stack(series)
     check_base_tree(stack, cleanroom.git, cleanroom.base_tree())
     targets = stack.upto(upto)
+    for entry in targets:  # before anything moves: a changed patch never becomes a commit
+        if entry.patch.sha256 is not None:
+            check_recorded_sha256(entry.patch, read_patch_file(entry.file), entry.file)
     kept = reusable_prefix(cleanroom, targets)
     report = or_null(progress)
     report.start("apply", len(targets))

@@ -22,7 +22,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchctl.errors import AlreadyApplied, PatchDoesNotApply, PatchDrift
+from patchctl.errors import AlreadyApplied, PatchChanged, PatchDoesNotApply, PatchDrift
 from patchctl.git import Git, Index, temp_prefix
 from patchctl.series import Patch
 from patchctl.trees import TREE_MODE, Entry, TreeStore
@@ -56,6 +56,28 @@ FUZZ_CONTEXT = 1  # the context size of the fuzz diagnosis (`-C1`): what quilt/p
 def patch_sha256(data: bytes) -> str:
     """The sha256 of patch bytes (recorded in each patch commit and for imported patches)."""
     return hashlib.sha256(data).hexdigest()
+
+
+RESTORE_HINT = (
+    "restore the file's recorded bytes from version control (e.g. `git restore {file}`); "
+    "to change the patch on purpose, apply the series up to the patch before it, edit the "
+    "clean room and `patchctl capture {id}`"
+)
+
+
+def check_recorded_sha256(patch: Patch, data: bytes, file: Path) -> None:
+    """PatchChanged (exit 12) when series.yaml records a sha256 for the patch (an imported
+    patch) and `data`, the bytes of its `file`, hash to another: the file was damaged or
+    edited by hand, and applying it would make the damage the clean room's truth."""
+    if patch.sha256 is None:
+        return
+    actual = patch_sha256(data)
+    if actual != patch.sha256:
+        raise PatchChanged(
+            f"patch {patch.id}: {file} has sha256 {actual}, but series.yaml records "
+            f"{patch.sha256}: its bytes changed since they were recorded",
+            hint=RESTORE_HINT.format(file=file.name, id=patch.id),
+        )
 
 
 def commit_message(patch: Patch, sha: str) -> bytes:
