@@ -145,6 +145,13 @@ COMMANDS: dict[str, Command] = {
                 multiple=False,
             ),
             Param(
+                opts=("--cpu",),
+                kind="choice",
+                help="cmake: native uses this CPU's instructions (upstream's default); portable builds x86-64 AVX2 code without AVX-512 or AMX that runs, with the same results, on any AVX2 CPU.",
+                choices=("native", "portable"),
+                multiple=False,
+            ),
+            Param(
                 opts=("--dry-run",),
                 kind="flag",
                 help="Print the exact commands; run nothing.",
@@ -178,6 +185,13 @@ COMMANDS: dict[str, Command] = {
                 opts=("--workdir",),
                 kind="file",
                 help="Clean-room directory (default: cleanroom/<series name>).",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--accept-changed",),
+                kind="flag",
+                help="Capture even when the patch file or its clean-room commit differs from the recorded sha256 (a change made on purpose).",
                 choices=(),
                 multiple=False,
             ),
