@@ -37,6 +37,7 @@ from patchctl.patchapply import (
     commit_message,
     patch_sha256,
     strict_apply,
+    warn_ambiguous_names,
 )
 from patchctl.progress import Progress, or_null
 from patchctl.series import Series, read_patch_file
@@ -80,6 +81,7 @@ def apply_patch(
     """
     patch = entry.patch
     data = read_patch_file(entry.file)
+    warn_ambiguous_names(patch.id, data)
     pre = parent.tree if parent is not None else room.base_tree()
     recorded = entry.local_tree(room.git, pre) or pre
     tree = strict_apply(patcher, patch, data, entry.root, pre, recorded=recorded)

@@ -31,7 +31,14 @@ from patchctl.errors import ConfigError, NotFound, PatchctlError
 from patchctl.fsio import check_writable, refuse_overwrite, write_new
 from patchctl.git import Git, scratch_repo
 from patchctl.limits import IMPORT_BYTES, PATCH_BYTES, human, read_bounded
-from patchctl.patchapply import Drift, TreePatcher, is_fuzz, patch_sha256, replay_tree
+from patchctl.patchapply import (
+    Drift,
+    TreePatcher,
+    is_fuzz,
+    patch_sha256,
+    replay_tree,
+    warn_ambiguous_names,
+)
 from patchctl.patchparts import regenerated
 from patchctl.progress import Progress, or_null
 from patchctl.series import Patch, Series, check_savable, read_patch_file
@@ -529,6 +536,7 @@ def import_patches(
     entries, sources = [], {}
     for i, item in enumerate(incoming):
         entry = make_entry(item, start + i, origin, taken)
+        warn_ambiguous_names(entry.id, item.data)
         taken.add(entry.id)
         entries.append((entry, item.data))
         sources[entry.id] = f"{item.name} in {source}"

@@ -24,6 +24,8 @@ from pathlib import Path
 
 from patchctl.errors import AlreadyApplied, PatchChanged, PatchDoesNotApply, PatchDrift
 from patchctl.git import Git, Index, temp_prefix
+from patchctl.patchparse import ambiguous_names, display
+from patchctl.progress import notice
 from patchctl.series import Patch
 from patchctl.trees import TREE_MODE, Entry, TreeStore
 
@@ -77,6 +79,18 @@ def check_recorded_sha256(patch: Patch, data: bytes, file: Path) -> None:
             f"patch {patch.id}: {file} has sha256 {actual}, but series.yaml records "
             f"{patch.sha256}: its bytes changed since they were recorded",
             hint=RESTORE_HINT.format(file=file.name, id=patch.id),
+        )
+
+
+def warn_ambiguous_names(patch_id: str, data: bytes) -> None:
+    """A warning line for each plain-diff name GNU patch and quilt would read otherwise than
+    patchctl (git apply): a name with a space and no TAB after it (patchparse.ambiguous_names)."""
+    for ours, theirs in ambiguous_names(data):
+        notice(
+            f"warning: {patch_id}: the plain-diff path {display(ours)!r} holds a space and no "
+            f"TAB ends it: patchctl (as git apply) reads {display(ours)!r}, GNU patch and quilt "
+            f"read {display(theirs)!r}; end the name with a TAB (or use a git diff) to make "
+            "both read the same"
         )
 
 

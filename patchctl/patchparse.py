@@ -10,6 +10,11 @@ Read-only, and exact about the two things that break naive readers:
 - lines: a hunk's extent comes from the counts in its `@@` header, so an added line that
   starts with `++ ` or a removed `-- ` line is counted as what it is, not taken for a header.
 Bytes are never rewritten; paths are returned as bytes (they need not be UTF-8).
+
+A plain (non-git) diff's `---`/`+++` name is read as git apply reads it: up to a TAB, else
+the whole line less a trailing timestamp, so `a/Core and Builtins/x.rst` names a path with
+spaces. GNU patch and quilt read such a name only up to its first whitespace when no TAB
+ends it (`a/Core`); `ambiguous_names` finds the names the two readings disagree on.
 """
 
 from __future__ import annotations
@@ -17,6 +22,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+# The timestamps diff(1) writes after a name (ISO 8601 and ctime forms), which git apply drops
+# when no TAB separates them from the name.
+TIMESTAMP = re.compile(
+    rb"[ \t]+(?:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?(?: ?[+-]\d{4})?"
+    rb"|[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})$"
+)
 HUNK = re.compile(rb"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
 ESCAPES = {
     ord("a"): 7,
@@ -103,8 +114,52 @@ def _name(field_bytes: bytes) -> bytes | None:
         end = _quoted_end(field_bytes)
         raw = unquote(field_bytes[:end]) if end > 0 else field_bytes
     else:
-        raw = field_bytes.split(b"\t", 1)[0].removesuffix(b"\r")
+        raw = _plain_name(field_bytes)
     return None if raw == b"/dev/null" else strip_prefix(raw)
+
+
+def _plain_name(field_bytes: bytes) -> bytes:
+    """An unquoted ---/+++ name as git apply reads it: up to a TAB, else the line less a
+    trailing timestamp."""
+    line = field_bytes.removesuffix(b"\r")
+    if b"\t" in line:
+        return line.split(b"\t", 1)[0]
+    return TIMESTAMP.sub(b"", line)
+
+
+def gnu_patch_name(field_bytes: bytes) -> bytes:
+    """An unquoted ---/+++ name as GNU patch and quilt read it: up to a TAB when one follows
+    the name, else up to the first whitespace."""
+    line = field_bytes.removesuffix(b"\r")
+    if b"\t" in line:
+        return line.split(b"\t", 1)[0]
+    return line.split(None, 1)[0] if line.strip() else line
+
+
+def ambiguous_names(data: bytes) -> list[tuple[bytes, bytes]]:
+    """(git apply's reading, GNU patch's reading) of each plain-diff file whose `---`/`+++`
+    name holds whitespace that no TAB ends: the two tools would touch different paths.
+    Both readings after the -p1 strip. A git diff's section (after a `diff --git` line)
+    quotes or TAB-ends such names and is skipped."""
+    found: list[tuple[bytes, bytes]] = []
+    lines = data.split(b"\n")
+    in_git = False
+    for i, line in enumerate(lines):
+        if line.startswith(b"diff --git "):
+            in_git = True
+        elif line.startswith((b"diff ", b"Index: ")):
+            in_git = False
+        if in_git or not _is_names(lines, i):
+            continue
+        for field_bytes in (lines[i + 1][4:], line[4:]):  # the new name first
+            if field_bytes.startswith(b'"'):
+                continue
+            ours = _plain_name(field_bytes)
+            theirs = gnu_patch_name(field_bytes)
+            if ours != b"/dev/null" and ours != theirs:
+                found.append((strip_prefix(ours), strip_prefix(theirs)))
+                break
+    return found
 
 
 def header_names(rest: bytes) -> tuple[bytes, bytes] | None:
