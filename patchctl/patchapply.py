@@ -24,7 +24,7 @@ from pathlib import Path
 
 from patchctl.errors import AlreadyApplied, PatchChanged, PatchDoesNotApply, PatchDrift
 from patchctl.git import Git, Index, temp_prefix
-from patchctl.patchparse import ambiguous_names, display
+from patchctl.patchparse import ambiguous_names, display, parse, zero_context
 from patchctl.progress import notice
 from patchctl.series import Patch
 from patchctl.trees import TREE_MODE, Entry, TreeStore
@@ -113,20 +113,38 @@ def root_flags(root: str) -> tuple[str, ...]:
 
 
 def apply_flags(
-    root: str = ".", *, reverse: bool = False, check: bool = False, context: int | None = None
+    root: str = ".",
+    *,
+    reverse: bool = False,
+    check: bool = False,
+    context: int | None = None,
+    data: bytes = b"",
 ) -> tuple[str, ...]:
-    """The flags of one `git apply` (without --index / --cached, which the target adds)."""
+    """The flags of one `git apply` of `data` (without --index / --cached, which the target
+    adds). A patch with a zero-context hunk (`diff -U0`) gets `--unidiff-zero`: git then
+    places such a hunk by its line numbers, as GNU patch, quilt and dpkg-source do, instead of
+    refusing it; a hunk that lands elsewhere is still reported at its offset (drift)."""
     mode = (*(["--check"] if check else []), *(["-R"] if reverse else []))
     fuzz = () if context is None else (f"-C{context}",)
-    return (*mode, *(flag for flag, _why in APPLY_FLAGS), *fuzz, *root_flags(root))
+    zero = ("--unidiff-zero",) if data and zero_context(data) else ()
+    return (*mode, *(flag for flag, _why in APPLY_FLAGS), *zero, *fuzz, *root_flags(root))
+
+
+# Per file section of a patch, in order: (the path git names it by, where GNU patch would
+# put each of its hunks: the line `git apply -v` prints in `Hunk #N succeeded at L`; None
+# where git's own placement is taken as is). See `expected_lines`.
+Expected = tuple[tuple[str, tuple[int | None, ...]], ...]
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """How one `git apply` went: its exit status and verbose stderr."""
+    """How one `git apply` went: its exit status and verbose stderr; `expected`: where the
+    hunks belong by their old-side line numbers (an offset git reports for a hunk that lands
+    there is no drift)."""
 
     code: int
     stderr: bytes
+    expected: Expected = ()
 
     @property
     def ok(self) -> bool:
@@ -135,7 +153,7 @@ class Outcome:
 
     def drift(self) -> list[Drift]:
         """The hunks git placed at an offset or with reduced context."""
-        return find_drift(self.stderr)
+        return find_drift(self.stderr, self.expected)
 
     def first_error(self) -> str:
         """git's first `error:` line (else its first line), for a one-line report."""
@@ -146,7 +164,33 @@ class Outcome:
 
 def apply_to_index(index: Index, data: bytes, root: str, *, reverse: bool = False) -> Outcome:
     """Apply patch bytes to a whole index of patchctl's own."""
-    return Outcome(*index.apply(data, apply_flags(root, reverse=reverse)))
+    flags = apply_flags(root, reverse=reverse, data=data)
+    return Outcome(*index.apply(data, flags), expected_lines(data, root, reverse=reverse))
+
+
+def expected_lines(data: bytes, root: str = ".", *, reverse: bool = False) -> Expected:
+    """Where each hunk of a zero-context patch belongs by its line numbers, as GNU patch
+    places it: its old-side start plus what the earlier hunks of its file added (a hunk that
+    removes nothing goes after its start line). git places a hunk by its new-side start
+    instead, and for a `diff -U0` hunk that removes lines (`@@ -22,4 +21,0 @@`) that start
+    names the line before: git reports an offset of one line for a hunk that lands exactly
+    where its line numbers say. Such an offset is not drift. Other patches: ()."""
+    if not zero_context(data):
+        return ()
+    prefix = "" if root in (".", "") else root.rstrip("/") + "/"
+    sections = []
+    for diff in parse(data):
+        delta, lines = 0, []
+        for hunk in diff.hunks:
+            start, count, other = (
+                (hunk.new_start, hunk.new_count, hunk.old_count)
+                if reverse
+                else (hunk.old_start, hunk.old_count, hunk.new_count)
+            )
+            lines.append(start + delta + (count == 0) if hunk.context == 0 else None)
+            delta += other - count
+        sections.append((prefix + display(diff.path), tuple(lines)))
+    return tuple(sections)
 
 
 # ----------------------------------------------------------------------------- diagnostics
@@ -182,17 +226,24 @@ class Drift:
     why: str
 
 
-def find_drift(stderr: bytes) -> list[Drift]:
-    """Offsets, reduced context (fuzz) and mode mismatches reported by `git apply -v`."""
+def find_drift(stderr: bytes, expected: Expected = ()) -> list[Drift]:
+    """Offsets, reduced context (fuzz) and mode mismatches reported by `git apply -v`; an
+    offset that puts a hunk where `expected` says it belongs is none (expected_lines)."""
     found: list[Drift] = []
-    current, hunk = "", None
+    current, hunk, section = "", None, -1
+    wanted: tuple[int | None, ...] = ()
     for line in stderr.splitlines():
         if m := CHECKING.match(line):
-            current, hunk = _decode(m.group(1)), None
+            current, hunk, section = _decode(m.group(1)), None, section + 1
+            named = expected[section] if section < len(expected) else ("", ())
+            wanted = named[1] if named[0] == current else ()
         elif m := SUCCEEDED.match(line):
             hunk = int(m.group(1))
             if m := OFFSET.match(line):
-                why = f"hunk would apply at line {int(m.group(2))} (offset {int(m.group(3))} lines)"
+                at = int(m.group(2))
+                if 0 < hunk <= len(wanted) and wanted[hunk - 1] == at:
+                    continue
+                why = f"hunk would apply at line {at} (offset {int(m.group(3))} lines)"
                 found.append(Drift(current, hunk, why))
         elif m := REDUCED.match(line):
             found.append(Drift(current, hunk, f"would need fuzz ({_decode(m.group(0))})"))
@@ -440,11 +491,12 @@ class TreePatcher:
         build: bool = True,
     ) -> TreeOutcome:
         """Apply `data` to `tree` (`build`: and write the resulting tree)."""
-        flags = apply_flags(root, reverse=reverse, context=context)
+        flags = apply_flags(root, reverse=reverse, context=context, data=data)
+        expected = expected_lines(data, root, reverse=reverse)
         wanted, expand = named_paths(data, root), set[bytes]()
         for _round in range(SMALL_INDEX_ROUNDS):
             before = self._load(tree, data, wanted, expand)
-            outcome = Outcome(*self._index.apply(data, flags))
+            outcome = Outcome(*self._index.apply(data, flags), expected)
             self._held = None
             if not outcome.ok:
                 missed = self._missing_in_index(tree, outcome.stderr, before)
@@ -467,7 +519,7 @@ class TreePatcher:
             new = self.store.edit(tree, changes)
             self._held = _Held(new, data, after)
             return TreeOutcome(outcome, new)
-        return self._whole_index(tree, data, flags, build)
+        return self._whole_index(tree, data, flags, build, expected)
 
     def _load(
         self, tree: str, data: bytes, wanted: set[bytes], expand: set[bytes]
@@ -520,12 +572,12 @@ class TreePatcher:
         return missed, displaced
 
     def _whole_index(
-        self, tree: str, data: bytes, flags: tuple[str, ...], build: bool
+        self, tree: str, data: bytes, flags: tuple[str, ...], build: bool, expected: Expected
     ) -> TreeOutcome:
         """The plain way, for a patch whose paths the small index never caught up with."""
         self._index.path.unlink(missing_ok=True)
         self._index.read_tree(tree)
-        outcome = Outcome(*self._index.apply(data, flags))
+        outcome = Outcome(*self._index.apply(data, flags), expected)
         return TreeOutcome(outcome, self._index.write_tree() if outcome.ok and build else None)
 
 
@@ -655,7 +707,7 @@ def failing_hunks(index: Index, data: bytes, root: str) -> tuple[tuple[str, int 
     """Every (file, hunk number) of a patch that does not apply to `index`'s tree, from one
     `git apply --check --reject` (which tries every hunk instead of stopping at the first);
     a file that is missing or otherwise refused has hunk None. Nothing is written."""
-    _code, err = index.apply(data, (*apply_flags(root, check=True), "--reject"))
+    _code, err = index.apply(data, (*apply_flags(root, check=True, data=data), "--reject"))
     found: dict[tuple[str, int | None], None] = {}
     for line in err.splitlines():
         if m := FAILED_AT.match(line):

@@ -28,7 +28,7 @@ TIMESTAMP = re.compile(
     rb"[ \t]+(?:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?(?: ?[+-]\d{4})?"
     rb"|[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})$"
 )
-HUNK = re.compile(rb"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
+HUNK = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 ESCAPES = {
     ord("a"): 7,
     ord("b"): 8,
@@ -42,6 +42,17 @@ ESCAPES = {
 }
 
 
+@dataclass(frozen=True)
+class Hunk:
+    """One hunk's header numbers and how many context lines it holds."""
+
+    old_start: int
+    old_count: int
+    new_start: int
+    new_count: int
+    context: int
+
+
 @dataclass
 class FileDiff:
     """One file's section of a patch (paths without their a/ b/ prefix)."""
@@ -53,6 +64,7 @@ class FileDiff:
     binary: bool = False
     header: bytes = b""  # the rest of its `diff --git ` line, if any
     has_names: bool = False  # names came from ---/+++ or rename/copy lines
+    hunks: list[Hunk] = field(default_factory=list)
 
     @property
     def path(self) -> bytes:
@@ -218,6 +230,16 @@ def parse(data: bytes) -> list[FileDiff]:
     return files
 
 
+def zero_context(data: bytes) -> bool:
+    """True when some hunk has no context line at all and changes lines inside a file (as
+    `diff -U0` writes every hunk): git apply then needs `--unidiff-zero` to place it by
+    its line numbers, as GNU patch, quilt and dpkg-source do. A hunk that makes a file
+    from nothing (`@@ -0,0 ...`) needs no context and does not count."""
+    if b"\n@@ -" not in data and not data.startswith(b"@@ -"):
+        return False
+    return any(h.context == 0 and h.old_start > 0 for d in parse(data) for h in d.hunks)
+
+
 def _is_names(lines: list[bytes], i: int) -> bool:
     return lines[i].startswith(b"--- ") and i + 1 < len(lines) and lines[i + 1].startswith(b"+++ ")
 
@@ -226,8 +248,10 @@ def _hunk(lines: list[bytes], i: int, diff: FileDiff) -> int:
     """Count one hunk's lines (its extent from the @@ counts); return the next line index."""
     match = HUNK.match(lines[i])
     assert match is not None
-    old = int(match.group(1)) if match.group(1) is not None else 1
-    new = int(match.group(2)) if match.group(2) is not None else 1
+    old_start, new_start = int(match.group(1)), int(match.group(3))
+    old_count = int(match.group(2)) if match.group(2) is not None else 1
+    new_count = int(match.group(4)) if match.group(4) is not None else 1
+    old, new, context = old_count, new_count, 0
     i += 1
     while i < len(lines) and (old > 0 or new > 0):
         line = lines[i]
@@ -239,12 +263,13 @@ def _hunk(lines: list[bytes], i: int, diff: FileDiff) -> int:
             diff.removed += 1
             old -= 1
         elif tag in (b" ", b""):
-            old, new = old - 1, new - 1
+            old, new, context = old - 1, new - 1, context + 1
         elif tag != b"\\":  # "\ No newline at end of file" belongs to the line before
             break
         i += 1
     while i < len(lines) and lines[i].startswith(b"\\"):
         i += 1
+    diff.hunks.append(Hunk(old_start, old_count, new_start, new_count, context))
     return i
 
 

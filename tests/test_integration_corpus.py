@@ -6,7 +6,9 @@ Three small bookworm source packages, each for what its series has that others l
   unpacks them; and patches quilt takes at an offset (refreshed);
 - `vim`: patches in a subdirectory of debian/patches (`debian/...`), and patches that create
   files, all exact as shipped;
-- `tar`: `Index:` headers (diffs written by `diff -u`, not git) taken at an offset.
+- `tar`: `Index:` headers (diffs written by `diff -u`, not git) taken at an offset;
+- `postgresql-15`: a patch written by `diff -U0` (`autoconf2.69`: `@@ -22,4 +21,0 @@`, no
+  context line), which GNU patch, quilt and dpkg-source apply at its line numbers.
 
 Each runs init (orig tarball as `archive` upstream), import, verify --all, strict apply
 (refresh --all and apply again on drift) and verify --all through the real CLI in a
@@ -93,4 +95,15 @@ def test_tar_index_headers_at_an_offset(tmp_path: Path) -> None:
     quilt = tmp_path / "tar" / "debian" / "patches"
     names = [name for name, _ in quilt_series(quilt / "series")]
     assert any(re.search(rb"^Index: ", (quilt / n).read_bytes(), re.M) for n in names)
+    _refreshed_after_drift(steps, outcome.patches)
+
+
+def test_postgresql_zero_context_hunks_are_applied_at_their_lines(tmp_path: Path) -> None:
+    outcome = _outcome("postgresql-15", tmp_path)
+    steps = _assert_pipeline_passed(outcome)
+    quilt = tmp_path / "postgresql-15" / "debian" / "patches"
+    assert b"\n@@ -22,4 +21,0 @@" in (quilt / "autoconf2.69").read_bytes()
+    series = tmp_path / "postgresql-15" / "project" / "patches" / "postgresql-15"
+    kept = series / "0010-autoconf2.69.patch"
+    assert kept.read_bytes() == (quilt / "autoconf2.69").read_bytes()  # exact: not refreshed
     _refreshed_after_drift(steps, outcome.patches)
