@@ -130,21 +130,22 @@ def apply_flags(
     return (*mode, *(flag for flag, _why in APPLY_FLAGS), *zero, *fuzz, *root_flags(root))
 
 
-# Per file section of a patch, in order: (the path git names it by, where GNU patch would
-# put each of its hunks: the line `git apply -v` prints in `Hunk #N succeeded at L`; None
-# where git's own placement is taken as is). See `expected_lines`.
-Expected = tuple[tuple[str, tuple[int | None, ...]], ...]
+# Per file section of a patch, in order: (the path git names it by, the line `git apply -v`
+# prints in `Hunk #N succeeded at L` for each of its hunks when the hunk lands where its
+# old-side line numbers say, as GNU patch places it). See `expected_lines`.
+Expected = tuple[tuple[str, tuple[int, ...]], ...]
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """How one `git apply` went: its exit status and verbose stderr; `expected`: where the
-    hunks belong by their old-side line numbers (an offset git reports for a hunk that lands
-    there is no drift)."""
+    """How one `git apply` of `data` went: its exit status and verbose stderr (`root` and
+    `reverse` as applied: where the hunks belong by their line numbers, expected_lines)."""
 
     code: int
     stderr: bytes
-    expected: Expected = ()
+    data: bytes = b""
+    root: str = "."
+    reverse: bool = False
 
     @property
     def ok(self) -> bool:
@@ -152,8 +153,11 @@ class Outcome:
         return self.code == 0
 
     def drift(self) -> list[Drift]:
-        """The hunks git placed at an offset or with reduced context."""
-        return find_drift(self.stderr, self.expected)
+        """The hunks git placed at an offset or with reduced context (an offset that puts a
+        hunk where its old-side line numbers say is none: expected_lines)."""
+        offsets = b"(offset " in self.stderr and bool(self.data)
+        expected = expected_lines(self.data, self.root, reverse=self.reverse) if offsets else ()
+        return find_drift(self.stderr, expected)
 
     def first_error(self) -> str:
         """git's first `error:` line (else its first line), for a one-line report."""
@@ -165,18 +169,19 @@ class Outcome:
 def apply_to_index(index: Index, data: bytes, root: str, *, reverse: bool = False) -> Outcome:
     """Apply patch bytes to a whole index of patchctl's own."""
     flags = apply_flags(root, reverse=reverse, data=data)
-    return Outcome(*index.apply(data, flags), expected_lines(data, root, reverse=reverse))
+    return Outcome(*index.apply(data, flags), data, root, reverse)
 
 
 def expected_lines(data: bytes, root: str = ".", *, reverse: bool = False) -> Expected:
-    """Where each hunk of a zero-context patch belongs by its line numbers, as GNU patch
-    places it: its old-side start plus what the earlier hunks of its file added (a hunk that
-    removes nothing goes after its start line). git places a hunk by its new-side start
-    instead, and for a `diff -U0` hunk that removes lines (`@@ -22,4 +21,0 @@`) that start
-    names the line before: git reports an offset of one line for a hunk that lands exactly
-    where its line numbers say. Such an offset is not drift. Other patches: ()."""
-    if not zero_context(data):
-        return ()
+    """Where each hunk belongs by its old-side line numbers, as GNU patch, quilt and
+    dpkg-source place it, in the numbers of the file as git patches it (the earlier hunks of
+    the file applied): the hunk's old-side start plus what those hunks added; a hunk that
+    removes nothing goes after its start line. git places a hunk by its new-side start
+    instead, so it reports an offset for a hunk that lands exactly there when that start
+    disagrees: a header whose new-side start ignores an earlier hunk of the file
+    (`@@ -1419,6 +1419,9 @@` after a hunk that added a line), or a `diff -U0` hunk that
+    removes lines (`@@ -22,4 +21,0 @@`, whose new-side start names the line before). Such
+    an offset is not drift (`-R`: the new side is the old)."""
     prefix = "" if root in (".", "") else root.rstrip("/") + "/"
     sections = []
     for diff in parse(data):
@@ -187,7 +192,7 @@ def expected_lines(data: bytes, root: str = ".", *, reverse: bool = False) -> Ex
                 if reverse
                 else (hunk.old_start, hunk.old_count, hunk.new_count)
             )
-            lines.append(start + delta + (count == 0) if hunk.context == 0 else None)
+            lines.append(start + delta + (count == 0))
             delta += other - count
         sections.append((prefix + display(diff.path), tuple(lines)))
     return tuple(sections)
@@ -231,7 +236,7 @@ def find_drift(stderr: bytes, expected: Expected = ()) -> list[Drift]:
     offset that puts a hunk where `expected` says it belongs is none (expected_lines)."""
     found: list[Drift] = []
     current, hunk, section = "", None, -1
-    wanted: tuple[int | None, ...] = ()
+    wanted: tuple[int, ...] = ()
     for line in stderr.splitlines():
         if m := CHECKING.match(line):
             current, hunk, section = _decode(m.group(1)), None, section + 1
@@ -492,11 +497,10 @@ class TreePatcher:
     ) -> TreeOutcome:
         """Apply `data` to `tree` (`build`: and write the resulting tree)."""
         flags = apply_flags(root, reverse=reverse, context=context, data=data)
-        expected = expected_lines(data, root, reverse=reverse)
         wanted, expand = named_paths(data, root), set[bytes]()
         for _round in range(SMALL_INDEX_ROUNDS):
             before = self._load(tree, data, wanted, expand)
-            outcome = Outcome(*self._index.apply(data, flags), expected)
+            outcome = Outcome(*self._index.apply(data, flags), data, root, reverse)
             self._held = None
             if not outcome.ok:
                 missed = self._missing_in_index(tree, outcome.stderr, before)
@@ -519,7 +523,7 @@ class TreePatcher:
             new = self.store.edit(tree, changes)
             self._held = _Held(new, data, after)
             return TreeOutcome(outcome, new)
-        return self._whole_index(tree, data, flags, build, expected)
+        return self._whole_index(tree, data, flags, build, root, reverse)
 
     def _load(
         self, tree: str, data: bytes, wanted: set[bytes], expand: set[bytes]
@@ -572,12 +576,12 @@ class TreePatcher:
         return missed, displaced
 
     def _whole_index(
-        self, tree: str, data: bytes, flags: tuple[str, ...], build: bool, expected: Expected
+        self, tree: str, data: bytes, flags: tuple[str, ...], build: bool, root: str, reverse: bool
     ) -> TreeOutcome:
         """The plain way, for a patch whose paths the small index never caught up with."""
         self._index.path.unlink(missing_ok=True)
         self._index.read_tree(tree)
-        outcome = Outcome(*self._index.apply(data, flags), expected)
+        outcome = Outcome(*self._index.apply(data, flags), data, root, reverse)
         return TreeOutcome(outcome, self._index.write_tree() if outcome.ok and build else None)
 
 

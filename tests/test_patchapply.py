@@ -305,3 +305,36 @@ def test_zero_context_hunks_apply_exactly_at_their_lines_and_drift_elsewhere(
     moved = make_repo({"f.c": b"top 1\ntop 2\n" + body})
     with TreePatcher(moved.git) as patcher, pytest.raises(PatchDrift, match="offset 2 lines"):
         strict_apply(patcher, entry, patch, ".", moved.tree)
+
+
+def test_a_hunk_header_whose_new_start_ignores_an_earlier_hunk_is_exact_at_its_old_line(
+    tmp_path: Path, make_repo: Callable[..., Repo]
+) -> None:
+    body = b"".join(b"line %d\n" % i for i in range(1, 61))
+    # hunk 2's new-side start repeats its old-side start although hunk 1 added a line (a
+    # header written by hand, or by a tool that numbers each hunk alone)
+    patch = (
+        b"--- a/f.c\n+++ b/f.c\n"
+        b"@@ -10,3 +10,4 @@\n line 10\n+added\n line 11\n line 12\n"
+        b"@@ -40,3 +40,4 @@\n line 40\n+also\n line 41\n line 42\n"
+    )
+    after = body.replace(b"line 10\n", b"line 10\nadded\n")
+    after = after.replace(b"line 40\n", b"line 40\nalso\n")
+    repo = make_repo({"f.c": body})
+    expected = make_repo({"f.c": after})
+    entry = Patch(id="0001-hand", file="0001-hand.patch")
+    with TreePatcher(repo.git) as patcher:
+        raw = patcher.apply(repo.tree, patch)
+        assert b"Hunk #2 succeeded at 41 (offset 1 line)" in raw.outcome.stderr  # git's view
+        assert raw.outcome.drift() == []
+        assert strict_apply(patcher, entry, patch, ".", repo.tree) == expected.tree
+    if shutil.which("patch") is not None:  # GNU patch takes it exactly, without an offset
+        (tmp_path / "f.c").write_bytes(body)
+        done = subprocess.run(
+            ["patch", "-p1", "--batch"], input=patch, cwd=tmp_path, capture_output=True, check=True
+        )
+        assert b"offset" not in done.stdout and (tmp_path / "f.c").read_bytes() == after
+    # a hunk whose old-side line is wrong is drift still
+    wrong = patch.replace(b"@@ -40,3 +40,4 @@", b"@@ -38,3 +39,4 @@")
+    with TreePatcher(repo.git) as patcher, pytest.raises(PatchDrift, match="hunk #2"):
+        strict_apply(patcher, entry, wrong, ".", repo.tree)
