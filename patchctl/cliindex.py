@@ -588,6 +588,13 @@ COMMANDS: dict[str, Command] = {
                 multiple=False,
             ),
             Param(
+                opts=("--git-style",),
+                kind="flag",
+                help="Write refreshed diffs as git diffs (default: each patch's own dialect).",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
                 opts=("--series",),
                 kind="file",
                 help="Series directory (or its series.yaml); names the default clean room.",

@@ -107,3 +107,24 @@ def test_postgresql_zero_context_hunks_are_applied_at_their_lines(tmp_path: Path
     kept = series / "0010-autoconf2.69.patch"
     assert kept.read_bytes() == (quilt / "autoconf2.69").read_bytes()  # exact: not refreshed
     _refreshed_after_drift(steps, outcome.patches)
+
+
+def test_postgresql_refreshed_patches_keep_their_plain_diff_dialect(tmp_path: Path) -> None:
+    """Debian's postgresql-15 patches are plain `diff -u` (no `diff --git`, no `index`):
+    the ones refresh rewrites stay so, naming their files as they did."""
+    outcome = _outcome("postgresql-15", tmp_path)
+    steps = _assert_pipeline_passed(outcome)
+    assert steps["refresh"].summary["refreshed"] >= 3
+    quilt = tmp_path / "postgresql-15" / "debian" / "patches"
+    series = tmp_path / "postgresql-15" / "project" / "patches" / "postgresql-15"
+    refreshed = 0
+    for number, (name, _options) in enumerate(quilt_series(quilt / "series"), 1):
+        original = (quilt / name).read_bytes()
+        kept = next(series.glob(f"{number:04d}-*.patch")).read_bytes()
+        if kept == original:
+            continue
+        refreshed += 1
+        assert b"diff --git " not in kept and b"\nindex " not in kept, name
+        names = {line for line in original.splitlines() if line.startswith((b"--- ", b"+++ "))}
+        assert {line for line in kept.splitlines() if line.startswith((b"--- ", b"+++ "))} == names
+    assert refreshed == steps["refresh"].summary["refreshed"]
