@@ -16,7 +16,8 @@ How (in the series' clean room, under the series and clean-room locks for every 
    there shows the patch as it would be), and the report names the patch, the conflicted
    files, the patch's hunks that no longer apply and the marker lines. The user edits the
    work tree, then `--continue` captures the result as the patch (header kept), `--skip`
-   drops the patch from the series, `--abort` puts everything back.
+   drops the patch from the series (its file is kept, moved to
+   `skipped/<old>-<new>/` in the series directory), `--abort` puts everything back.
 4. When every patch is rebased, the series is switched in one go: the new patch bytes,
    series.yaml (new pin with its tree, new pre/post trees, new sha256 of imported patches,
    dropped patches removed), the generated docs, and `rebase-<old>-<new>.range-diff` in the
@@ -99,6 +100,7 @@ class RebaseReport:
     range_diff_text: str = ""
     changed: tuple[Path, ...] = ()
     backup: Backup | None = None
+    skipped: tuple[Path, ...] = ()  # where the files of the patches --skip dropped were kept
 
     def to_json(self) -> dict[str, object]:
         """Plain data for --json."""
@@ -119,6 +121,7 @@ class RebaseReport:
             "range_diff_summary": summary_lines(self.range_diff_text),
             "changed": [str(p) for p in self.changed],
             "backup": None if self.backup is None else self.backup.ref,
+            "skipped": [str(p) for p in self.skipped],
         }
 
 
@@ -657,6 +660,7 @@ def _finish(
     rebasestate.remove(room.path)
     report.done("finish")
     path = new.dir / range_diff_name(journal)
+    skipped = [d.id for d in journal.done if d.how == "dropped"]
     return _report(
         session,
         room,
@@ -665,6 +669,7 @@ def _finish(
         range_diff=path,
         range_diff_text=text.decode("utf-8", "replace"),
         changed=tuple(changed),
+        skipped=tuple(skipped_path(old, journal, old.patch(pid).file) for pid in skipped),
     )
 
 
@@ -729,16 +734,44 @@ def _write_series(
         entry = old.patch(done.id)
         path = old.patch_path(entry)
         if done.how == "dropped":
-            session.check_unchanged()
-            if path.is_file():
-                path.unlink()
-                changed.append(path)
+            changed += _keep_skipped(session, room, old, journal, entry.file)
         elif done.staged and session.write_patch(path, rebasestate.staged(room.path, entry.file)):
             changed.append(path)
     rd = old.dir / range_diff_name(journal)
     if session.write_patch(rd, range_diff):
         changed.append(rd)
     return changed + session.save(new)
+
+
+SKIPPED = "skipped"
+
+
+def skipped_path(series: Series, journal: Journal, file: str) -> Path:
+    """Where a rebase keeps the file of a patch `--skip` dropped: `skipped/<old>-<new>/` in
+    the series directory (one folder per rebase: a later one never overwrites it)."""
+    return series.dir / SKIPPED / f"{journal.labels[0]}-{journal.labels[1]}" / file
+
+
+def _keep_skipped(
+    session: SeriesSession, room: Cleanroom, old: Series, journal: Journal, file: str
+) -> list[Path]:
+    """Move a skipped patch's file out of the series into `skipped_path` (its bytes as the
+    rebase began, kept under the clean room's .git, so a finish killed after the move is
+    completed alike): never deleted."""
+    path = old.dir / file
+    data = rebasestate.old(room.path, file)
+    if data is None and path.is_file():
+        data = path.read_bytes()
+    changed: list[Path] = []
+    if data is not None:
+        kept = skipped_path(old, journal, file)
+        if session.write_patch(kept, data):
+            changed.append(kept)
+    session.check_unchanged()
+    if path.is_file():
+        path.unlink()
+        changed.append(path)
+    return changed
 
 
 def _restore_series(session: SeriesSession, room: Cleanroom) -> list[Path]:

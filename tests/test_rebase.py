@@ -27,6 +27,7 @@ from patchctl.apply import cleanroom_apply
 from patchctl.capture import capture
 from patchctl.cleanroom import load_cleanroom, same_pin
 from patchctl.cli import main
+from patchctl.commands.rebase import report_lines
 from patchctl.errors import (
     DirtyTree,
     NothingToCapture,
@@ -106,6 +107,9 @@ def test_a_conflict_stops_with_a_report_and_continue_keeps_every_header(tmp_path
     assert series.patches[0].pre_tree == series.upstream.tree
     assert verify_series(series, [room]).ok
     assert "4:" in done.range_diff_text and done.range_diff.read_text() == done.range_diff_text
+    shown = report_lines(done)  # what --continue prints: the pairing lines, not the diffs
+    assert "@@" in done.range_diff_text and not any("@@" in line for line in shown)
+    assert any(line.strip().startswith("4:") for line in shown)
     # the clean room ends on the new base with the series applied, as `cleanroom apply` keeps it
     kept = cleanroom_apply(series_dir)
     assert all(a.reused for a in kept.applied) and len(kept.applied) == 4
@@ -160,15 +164,25 @@ def test_abort_puts_series_and_clean_room_back_and_saves_the_edits(tmp_path: Pat
         rebase_continue(series_dir)
 
 
-def test_skip_drops_the_patch_and_its_file(tmp_path: Path) -> None:
+def test_skip_drops_the_patch_keeps_its_file_and_prints_a_short_summary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     series_dir, onto = rebase_ready(tmp_path)
+    original = (series_dir / "0004-c-10.patch").read_bytes()
     rebase(series_dir, onto)
-    done = rebase_skip(series_dir)
-    assert done.state == "done" and done.patches[-1].how == "dropped"
+    capsys.readouterr()
+    assert main(["rebase", "--series", str(series_dir), "--skip"]) == 0
+    out = capsys.readouterr().out
     series = load_series(series_dir)
     assert series.ids() == ("0001-readme", "0002-louder-a", "0003-b-30")
     assert not (series_dir / "0004-c-10.patch").exists()
+    kept = list((series_dir / "skipped").rglob("0004-c-10.patch"))
+    assert len(kept) == 1 and kept[0].read_bytes() == original  # moved, never deleted
+    assert f"its file moved to {kept[0]}" in out
     assert verify_series(series, [room_of(series_dir)]).ok
+    range_diff = next(series_dir.glob("rebase-*.range-diff")).read_text()
+    pairs = [line.strip() for line in range_diff.splitlines()]
+    assert "4:  " in out and all(line in out for line in pairs)
 
 
 def test_a_patch_upstream_already_has_stops_as_empty(tmp_path: Path) -> None:
