@@ -231,6 +231,8 @@ def rebase_abort(series_path: Path, workdir: Path | None = None) -> RebaseReport
         room.git.update_ref(BRANCH, journal.branch, "patchctl rebase --abort")
         room.git.update_ref(BASE_REF, journal.old_base, "patchctl rebase --abort")
         _move_worktree(room, room.git.tree_of(journal.branch))
+        if rebasestate.restore_mtimes(room.path):  # the files' old mtimes: no rebuild
+            room.git.refresh_index()
         room.git.set_head(BRANCH)
         _drop_refs(room)
         rebasestate.remove(room.path)
@@ -317,6 +319,7 @@ def _start(
         rebasestate.keep_old(room.path, patch.file, series.patch_path(patch).read_bytes())
     rebasestate.keep_old(room.path, series.path.name, session.seen)
     rebasestate.keep_old(room.path, MARKER_COPY, marker_path(room.path).read_bytes())
+    rebasestate.keep_mtimes(room.path, room.git.tracked_paths())
     room.git.update_ref(f"{REFS}old", old_commits[-1] if old_commits else room.base_commit())
     room.git.update_ref(f"{REFS}onto", base)
     journal = Journal(
@@ -546,8 +549,11 @@ def _stop_here(room: Cleanroom, journal: Journal, stop: Stop) -> Journal:
 
 def _move_worktree(room: Cleanroom, tree: str) -> None:
     """Make the work tree and index hold `tree`, whatever the index said before: the index is
-    first set to what the work tree holds, so every file that differs is rewritten."""
+    first set to what the work tree holds, and its stat data refreshed, so every file that
+    differs is rewritten and no other (unchanged files keep their mtimes, as `reset --keep`
+    keeps them in `cleanroom apply`: incremental builds stay incremental)."""
     room.git.read_tree(room.git.snapshot_worktree(), reset=True)
+    room.git.refresh_index()
     room.git.read_tree(tree, reset=True, update=True)
     room.git.refresh_index()
 

@@ -335,3 +335,19 @@ def test_the_old_series_is_replayed_with_its_drift_as_a_whole_index_would(tmp_pa
             tree = index.write_tree()
         assert git.tree_of(commit) == tree, patch.id
     assert fuzzed  # the series holds a patch that needs fuzz on its own upstream
+
+
+def test_an_abort_gives_every_file_it_puts_back_its_mtime(tmp_path: Path) -> None:
+    series_dir, onto = rebase_ready(tmp_path)
+    room = room_of(series_dir)
+    before = {
+        p: p.stat().st_mtime_ns for p in room.rglob("*") if p.is_file() and ".git" not in p.parts
+    }
+    rebase(series_dir, onto)  # stops at 0004 with the merged files in the work tree
+    assert (room / "src" / "a.c").stat().st_mtime_ns != before[room / "src" / "a.c"]
+    (room / "src" / "c.c").write_bytes(b"a half-done resolution\n")
+    rebase_abort(series_dir)
+    after = {p: p.stat().st_mtime_ns for p in before}
+    assert after == before  # content and mtimes as before the rebase: a build sees no change
+    cr = load_cleanroom(room)
+    assert cr.dirty_paths() == [] and all(a.reused for a in cleanroom_apply(series_dir).applied)
