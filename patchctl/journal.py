@@ -146,7 +146,8 @@ def file_sha256(path: Path) -> str | None:
     try:
         if path.is_symlink():
             return hashlib.sha256(b"symlink:" + os.fsencode(os.readlink(path))).hexdigest()
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+        with path.open("rb") as stream:  # streamed: a file of any size costs no memory
+            return hashlib.file_digest(stream, "sha256").hexdigest()
     except FileNotFoundError:
         return None
 

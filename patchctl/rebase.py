@@ -72,7 +72,14 @@ from patchctl.patchparts import regenerated
 from patchctl.pinning import Where, parse_upstream, pin
 from patchctl.progress import Progress, or_null
 from patchctl.rebasestate import Done, Journal, Stop
-from patchctl.series import Patch, Series, Upstream, load_series, series_to_dict
+from patchctl.series import (
+    Patch,
+    Series,
+    Upstream,
+    load_series,
+    read_patch_file,
+    series_to_dict,
+)
 from patchctl.session import SeriesSession, series_session
 from patchctl.upstream import materialize, tree_from_cache
 
@@ -316,7 +323,7 @@ def _start(
     series = session.series
     old_commits = _old_commits(room, series)
     for patch in series.patches:
-        rebasestate.keep_old(room.path, patch.file, series.patch_path(patch).read_bytes())
+        rebasestate.keep_old(room.path, patch.file, read_patch_file(series.patch_path(patch)))
     rebasestate.keep_old(room.path, series.path.name, session.seen)
     rebasestate.keep_old(room.path, MARKER_COPY, marker_path(room.path).read_bytes())
     rebasestate.keep_mtimes(room.path, room.git.tracked_paths())
@@ -327,7 +334,7 @@ def _start(
         series=str(series.path),
         series_sha256=patch_sha256(session.seen),
         files_sha256={
-            p.file: patch_sha256(series.patch_path(p).read_bytes()) for p in series.patches
+            p.file: patch_sha256(read_patch_file(series.patch_path(p))) for p in series.patches
         },
         old_upstream=_upstream_json(series.upstream),
         new_upstream=_upstream_json(new),
@@ -351,7 +358,7 @@ def _old_commits(room: Cleanroom, series: Series) -> list[str]:
     hint = "the series does not apply to its own upstream: fix it before rebasing"
     with TreePatcher(room.git) as patcher:
         for patch in series.patches:
-            data = series.patch_path(patch).read_bytes()
+            data = read_patch_file(series.patch_path(patch))
             tree = replay_tree(patcher, tree, data, series.root, patch.id, hint=hint).post
             message = commit_message(patch, patch_sha256(data))
             parent = room.git.commit_tree(tree, message, (parent,))
@@ -405,7 +412,7 @@ def _check_untouched(session: SeriesSession, journal: Journal) -> None:
     changed = [session.path.name] if patch_sha256(session.seen) != journal.series_sha256 else []
     for name, digest in journal.files_sha256.items():
         path = session.series.dir / name
-        if not path.is_file() or patch_sha256(path.read_bytes()) != digest:
+        if not path.is_file() or patch_sha256(read_patch_file(path)) != digest:
             changed.append(name)
     if changed:
         raise SeriesChanged(
@@ -767,7 +774,7 @@ def _keep_skipped(
     path = old.dir / file
     data = rebasestate.old(room.path, file)
     if data is None and path.is_file():
-        data = path.read_bytes()
+        data = read_patch_file(path)
     changed: list[Path] = []
     if data is not None:
         kept = skipped_path(old, journal, file)

@@ -13,8 +13,9 @@ from typing import Any
 
 from patchctl.cleanroom import Cleanroom, default_workdir, load_cleanroom, same_pin
 from patchctl.journal import JOURNAL, room_journal_path
+from patchctl.limits import JOURNAL_BYTES, read_bounded
 from patchctl.patchapply import patch_sha256
-from patchctl.series import Series, load_series, series_dir, series_file
+from patchctl.series import Series, load_series, read_patch_file, series_dir, series_file
 from patchctl.stack import Entry, load_stack
 
 
@@ -40,7 +41,7 @@ class CleanroomStatus:
         for _commit, pid, sha in self.stack:
             if pid in files:
                 path = files[pid]
-                if not path.is_file() or patch_sha256(path.read_bytes()) != sha:
+                if not path.is_file() or patch_sha256(read_patch_file(path)) != sha:
                     stale.append(pid)
         return stale
 
@@ -73,7 +74,8 @@ class CleanroomStatus:
         for path in journals:
             if path.is_file():
                 try:
-                    return str(json.loads(path.read_bytes()).get("op", "patchctl"))
+                    raw = read_bounded(path, JOURNAL_BYTES, "journal")
+                    return str(json.loads(raw).get("op", "patchctl"))
                 except (ValueError, AttributeError):
                     return "patchctl"
         return None
