@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -464,3 +465,33 @@ def test_a_plain_diff_path_with_a_space_is_read_as_git_does_and_the_ambiguity_re
     assert ambiguous_names(tabbed) == [] and parse(tabbed)[0].path == SPACED.encode()
     git_style = SPACED_DIFF.replace(b"--- a/", b"diff --git a/x b/x\n--- a/", 1)
     assert ambiguous_names(git_style) == []
+
+
+def _import_seconds(tmp_path: Path, header: bytes) -> float:
+    """Wall seconds of one import of one patch with `header` before its diff (best of 2)."""
+    best = float("inf")
+    for attempt in range(2):
+        here = tmp_path / f"{len(header)}-{attempt}"
+        made = new_repo(here / "room", {"x": b"a\n"})
+        series = make_series(here / "project" / "patches" / "s", made.tree)
+        quilt = here / "quilt"
+        quilt.mkdir()
+        (quilt / "p.patch").write_bytes(header + b"--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n")
+        (quilt / "series").write_bytes(b"p.patch\n")
+        start = time.monotonic()
+        import_patches(series, quilt, made.git, made.tree)
+        best = min(best, time.monotonic() - start)
+    return best
+
+
+@pytest.mark.parametrize(
+    ("field", "folded"),
+    [(b"Description: x\n", b" a folded line of text\n"), (b"Subject: x\n", b" folded words\n")],
+)
+def test_import_is_linear_in_the_folded_header_lines(
+    tmp_path: Path, field: bytes, folded: bytes
+) -> None:
+    small = _import_seconds(tmp_path, field + folded * 50_000 + b"\n")
+    large = _import_seconds(tmp_path, field + folded * 200_000 + b"\n")
+    # 4x the lines: about 4x the time when linear, 16x when quadratic
+    assert large / small < 8, (small, large)
