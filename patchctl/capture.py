@@ -33,7 +33,7 @@ from patchctl.patchapply import RESTORE_HINT, commit_message, patch_sha256
 from patchctl.patchfile import export_patch
 from patchctl.patchparts import split_patch, with_diff
 from patchctl.progress import notice
-from patchctl.series import Patch, Series, check_savable, read_patch_file
+from patchctl.series import Patch, Series, check_patch_size, check_savable, read_patch_file
 from patchctl.session import series_session
 from patchctl.stack import load_stack
 
@@ -238,6 +238,7 @@ def capture_patch(
     data = capture_trees(room.git, patch, pre, post, series.root)
     if patch.imported and path.is_file():  # its own header and trailer stay (patchparts.py)
         data = with_diff(read_patch_file(path), split_patch(data).diff)
+    check_patch_size(patch, data)
     sha = patch_sha256(data) if patch.imported else patch.sha256
     recorded = replace(patch, pre_tree=pre, post_tree=post, sha256=sha)
     updated = series.with_patch(recorded)

@@ -38,7 +38,7 @@ from patchctl.git import scratch_repo
 from patchctl.patchapply import Drift, TreePatcher, is_fuzz, patch_sha256, replay_tree
 from patchctl.patchparts import regenerated, split_patch
 from patchctl.progress import Progress, or_null
-from patchctl.series import Patch, Series, read_patch_file
+from patchctl.series import Patch, Series, check_patch_size, read_patch_file
 from patchctl.session import series_session
 
 
@@ -111,6 +111,7 @@ def refresh_patches(
                     new = regenerated(
                         scratch, patch, data, pre, replayed.post, series.root, git_style=git_style
                     )
+                    check_patch_size(patch, new)
                 report = _report(series, patch, data, new, replayed.drift, pre, replayed.post)
                 results.append((report, new))
                 updated = updated.with_patch(_recorded(patch, report, pre, replayed.post))

@@ -234,6 +234,20 @@ def read_patch_file(path: Path) -> bytes:
     return read_bounded(path, PATCH_BYTES, "patch file")
 
 
+def check_patch_size(patch: Patch, data: bytes) -> None:
+    """ConfigError (exit 5) when patch bytes about to be written are over
+    PATCHCTL_MAX_PATCH_BYTES: every later command would refuse to read the file."""
+    limit = PATCH_BYTES.value()
+    if len(data) > limit:
+        raise ConfigError(
+            f"patch {patch.id} would be {human(len(data))}, more than a patch file may hold "
+            f"({human(limit)}); nothing was written",
+            key=PATCH_BYTES.env,
+            hint="leave build output and large generated files out of the clean room's "
+            f"changes; {PATCH_BYTES.hint(len(data))}",
+        )
+
+
 def _header(raw: bytes) -> str:
     lines = []
     for line in raw.decode("utf-8", "replace").splitlines(keepends=True):

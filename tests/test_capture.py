@@ -16,7 +16,7 @@ from support.series import make_project, make_series
 from patchctl.apply import cleanroom_apply
 from patchctl.capture import capture, capture_patch, capture_trees, new_patch
 from patchctl.cleanroom import open_cleanroom
-from patchctl.errors import NothingToCapture, PatchChanged
+from patchctl.errors import ConfigError, NothingToCapture, PatchChanged
 from patchctl.fsio import write_if_changed
 from patchctl.patchfile import diff_trees, patch_header
 from patchctl.series import Patch, load_series
@@ -383,3 +383,21 @@ def test_capture_refuses_bytes_that_differ_from_the_recorded_sha256(tmp_path: Pa
     assert load_series(series_dir).patch("0004-c-10").sha256 == hashlib.sha256(
         result.captured.data
     ).hexdigest()
+
+
+def test_capture_refuses_a_patch_over_the_patch_size_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    series_dir, _onto = rebase_ready(tmp_path)
+    room = tmp_path / "project" / "cleanroom" / "demo"
+    before = {p.name: p.read_bytes() for p in series_dir.iterdir() if p.is_file()}
+    head = open_cleanroom(series_dir).head()
+    (room / "src" / "big.c").write_bytes(b"int x;\n" * 2000)  # a 14 KB patch
+    monkeypatch.setenv("PATCHCTL_MAX_PATCH_BYTES", "8192")
+    with pytest.raises(ConfigError, match=r"patch 0004-c-10 would be .* more than") as refused:
+        capture(series_dir, "0004-c-10")
+    assert "PATCHCTL_MAX_PATCH_BYTES" in (refused.value.hint or "")
+    assert {p.name: p.read_bytes() for p in series_dir.iterdir() if p.is_file()} == before
+    assert open_cleanroom(series_dir).head() == head
+    monkeypatch.setenv("PATCHCTL_MAX_PATCH_BYTES", str(1 << 20))
+    assert len(capture(series_dir, "0004-c-10").captured.data) > 8192
