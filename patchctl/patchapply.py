@@ -24,7 +24,7 @@ from pathlib import Path
 
 from patchctl.errors import AlreadyApplied, PatchChanged, PatchDoesNotApply, PatchDrift
 from patchctl.git import Git, Index, temp_prefix
-from patchctl.patchparse import ambiguous_names, display, parse, zero_context
+from patchctl.patchparse import ambiguous_names, display, nul_names, parse, zero_context
 from patchctl.progress import notice
 from patchctl.series import Patch
 from patchctl.trees import TREE_MODE, Entry, TreeStore
@@ -79,6 +79,21 @@ def check_recorded_sha256(patch: Patch, data: bytes, file: Path) -> None:
             f"patch {patch.id}: {file} has sha256 {actual}, but series.yaml records "
             f"{patch.sha256}: its bytes changed since they were recorded",
             hint=RESTORE_HINT.format(file=file.name, id=patch.id),
+        )
+
+
+def check_names(patch_id: str, data: bytes) -> None:
+    """PatchDoesNotApply (exit 3) for a patch naming a path with a NUL byte (raw, or quoted
+    as `\\000`): git apply would cut the name there and patch another file."""
+    bad = nul_names(data)
+    if bad:
+        shown = display(bad[0]).replace("\0", "\\0")
+        raise PatchDoesNotApply(
+            f"patch {patch_id} names a path with a NUL byte ({shown!r}); no file can have it",
+            patch=patch_id,
+            file=shown,
+            why="a path with a NUL byte",
+            hint="fix the file name in the patch, or remove the patch from the series",
         )
 
 
@@ -602,6 +617,7 @@ def strict_apply(
 
     `recorded`: `tree` as the patch's own series records trees (the subtree an extended
     series' patch was captured in, stack.Entry.local_tree); `tree` itself when None."""
+    check_names(patch.id, data)
     local = tree if recorded is None else recorded
     if patch.post_tree and patch.post_tree == local and patch.pre_tree != local:
         raise already_applied(patch, "the tree equals its recorded post_tree")
@@ -690,6 +706,7 @@ def replay_tree(
 
     A patch that does not apply even with fuzz is a conflict (PatchDoesNotApply, exit 3,
     naming the file and hunk of the exact attempt, with `onto` and `hint` in its message)."""
+    check_names(patch_id, data)
     exact = patcher.apply(tree, data, root)
     if exact.outcome.ok and exact.tree is not None:
         return Replayed(exact.tree, per_hunk(exact.outcome.drift()))

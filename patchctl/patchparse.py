@@ -230,6 +230,19 @@ def parse(data: bytes) -> list[FileDiff]:
     return files
 
 
+def nul_names(data: bytes) -> list[bytes]:
+    """The names of file sections that hold a NUL byte, raw or C-quoted (`\\000`): no file
+    system path can, and git apply cuts such a name at the NUL (another file's name)."""
+    if b"\0" not in data and b"\\000" not in data:
+        return []
+    found = []
+    for diff in parse(data):
+        for name in (diff.old, diff.new, diff.header):
+            if name is not None and b"\0" in name:
+                found.append(name)
+    return found
+
+
 def zero_context(data: bytes) -> bool:
     """True when some hunk has no context line at all and changes lines inside a file (as
     `diff -U0` writes every hunk): git apply then needs `--unidiff-zero` to place it by

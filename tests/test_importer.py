@@ -495,3 +495,26 @@ def test_import_is_linear_in_the_folded_header_lines(
     large = _import_seconds(tmp_path, field + folded * 200_000 + b"\n")
     # 4x the lines: about 4x the time when linear, 16x when quadratic
     assert large / small < 8, (small, large)
+
+
+@pytest.mark.parametrize(
+    "patch",
+    [
+        b"--- a/README\\0x\n+++ b/README\\0x\n@@ -1 +1 @@\n-hello\n+bye\n".replace(b"\\0", b"\0"),
+        b'diff --git "a/README\\000x" "b/README\\000x"\nnew file mode 100644\n'
+        b'--- /dev/null\n+++ "b/README\\000x"\n@@ -0,0 +1 @@\n+z\n',
+    ],
+    ids=["raw", "quoted"],
+)
+def test_a_path_with_a_nul_byte_is_refused_not_cut_short(
+    tmp_path: Path, upstream: tuple[Git, str], patch: bytes
+) -> None:
+    git, base = upstream
+    series = make_series(tmp_path / "project" / "patches" / "s", base)
+    quilt = tmp_path / "quilt"
+    quilt.mkdir()
+    (quilt / "nul.patch").write_bytes(patch)
+    (quilt / "series").write_bytes(b"nul.patch\n")
+    with pytest.raises(PatchDoesNotApply, match=r"names a path with a NUL byte \('README\\\\0x'\)"):
+        import_patches(series, quilt, git, base)  # git apply would patch README itself
+    assert not (series.dir / "0001-nul.patch").exists()
