@@ -279,6 +279,10 @@ def _tar_members(archive: Path, tar: tarfile.TarFile) -> Iterator[_Raw]:
 
 def _tar_member(archive: Path, info: tarfile.TarInfo) -> Member:
     name = _check_name(archive, info.name)
+    if not info.isdir() and info.name.rstrip("/") != info.name:
+        # GNU tar makes a directory of `top/a/` and fails to write the file's bytes into it:
+        # which one the tree should hold is not the archive's to decide
+        raise _unsafe(archive, info.name, "is not a directory but its name ends in '/'")
     if info.isreg():
         return Member(name, "file", bool(info.mode & 0o111), size=info.size)
     if info.isdir():

@@ -87,6 +87,9 @@ HOSTILE_TAR: dict[str, tuple[dict[str, Entry | Special], str | None, str]] = {
     "char-device": ({"f": b"x", "dev": Special(tarfile.CHRTYPE)}, "pkg", "device"),
     "block-device": ({"f": b"x", "dev": Special(tarfile.BLKTYPE)}, "pkg", "device"),
     "fifo": ({"f": b"x", "pipe": Special(tarfile.FIFOTYPE)}, "pkg", "fifo"),
+    # a regular file named `a/`: GNU tar makes a directory and fails (exit 2)
+    "file-named-as-a-directory": ({"f": b"x", "a/": b"data"}, "pkg", "its name ends in '/'"),
+    "link-named-as-a-directory": ({"f": b"x", "l/": Link("f")}, "pkg", "its name ends in '/'"),
 }
 
 
