@@ -6,7 +6,8 @@ the tree becomes visible (is moved into place) only after the checks that need t
 archive have passed:
 1. as each member's header is read: the limits of patchctl.limits (member count, total size,
    compression ratio), so a bomb stops at its first header past a limit; its name (no `..`, no
-   absolute path, no control characters); its type (files, dirs and symlinks; hard links
+   absolute path, no control characters, no file or link named with a trailing `/`, which
+   GNU tar makes a directory of); its type (files, dirs and symlinks; hard links
    become copies; devices and fifos are refused); its place in the tree so far (a path named
    twice with differing copies, a member under a file or a symlink, a member that changes
    type, and on a file system that ignores case or Unicode normalization in names, as macOS
