@@ -309,10 +309,13 @@ def conflict(
             break
     else:
         file, why = _first_error(errors)
+    if why == NO_CHANGES and (binary := unreadable_binary(data)):
+        file, why = binary[0], BINARY_UNREADABLE
+        hint = BINARY_HINT
+    elif why == NO_CHANGES:
+        hint = NO_CHANGES_HINT
     at = f" hunk #{hunk}" if hunk else ""
     place = f"{at} in {file}:" if file else ""
-    if why == NO_CHANGES:
-        hint = NO_CHANGES_HINT
     return PatchDoesNotApply(
         f"patch {patch_id} does not apply{onto}:{place} {why}",
         patch=patch_id,
@@ -322,6 +325,30 @@ def conflict(
         stderr=stderr,
         hint=hint,
     )
+
+
+BINARY_UNREADABLE = (
+    "git apply finds no change it can make: a binary hunk without a full `index` line "
+    "(a delta is applied to the blob that line names, which git needs to find the file it "
+    "patches, and a literal is checked against it)"
+)
+BINARY_HINT = (
+    "regenerate the patch with `git diff --binary --full-index` (or `git format-patch "
+    "--binary`) against a tree that has the file a delta changes"
+)
+
+
+def unreadable_binary(data: bytes) -> list[str]:
+    """The paths of binary hunks (`GIT binary patch`, `Binary files ... differ`) in file
+    sections without a full `index <old>..<new>` line: git apply drops such a section, and
+    says only that the patch holds no valid patch."""
+    if b"GIT binary patch" not in data and b"Binary files " not in data:
+        return []
+    found = []
+    for diff in parse(data):
+        if diff.binary and not diff.full_index:
+            found.append(display(diff.path))
+    return found
 
 
 def _first_error(errors: list[bytes]) -> tuple[str | None, str]:

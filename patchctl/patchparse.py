@@ -65,6 +65,7 @@ class FileDiff:
     header: bytes = b""  # the rest of its `diff --git ` line, if any
     has_names: bool = False  # names came from ---/+++ or rename/copy lines
     hunks: list[Hunk] = field(default_factory=list)
+    full_index: bool = False  # an `index <old>..<new>` line with full object ids
 
     @property
     def path(self) -> bytes:
@@ -286,7 +287,12 @@ def _hunk(lines: list[bytes], i: int, diff: FileDiff) -> int:
     return i
 
 
+FULL_INDEX = re.compile(rb"^index (?:[0-9a-f]{40}|[0-9a-f]{64})\.\.(?:[0-9a-f]{40}|[0-9a-f]{64})\b")
+
+
 def _git_header_line(line: bytes, diff: FileDiff) -> None:
+    if FULL_INDEX.match(line):
+        diff.full_index = True
     if line.startswith(b"GIT binary patch") or (
         line.startswith(b"Binary files ") and line.rstrip(b"\r").endswith(b" differ")
     ):

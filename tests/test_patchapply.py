@@ -13,7 +13,7 @@ from support.files import CONTENT_MATRIX, CONTENT_MATRIX_AFTER, Exe, Files, Link
 from support.repos import Repo
 
 from patchctl import patchapply
-from patchctl.errors import PatchDrift
+from patchctl.errors import PatchDoesNotApply, PatchDrift
 from patchctl.git import temp_index
 from patchctl.patchapply import (
     APPLY_FLAGS,
@@ -338,3 +338,22 @@ def test_a_hunk_header_whose_new_start_ignores_an_earlier_hunk_is_exact_at_its_o
     wrong = patch.replace(b"@@ -40,3 +40,4 @@", b"@@ -38,3 +39,4 @@")
     with TreePatcher(repo.git) as patcher, pytest.raises(PatchDrift, match="hunk #2"):
         strict_apply(patcher, entry, wrong, ".", repo.tree)
+
+
+def test_a_binary_hunk_git_cannot_read_is_named_not_called_empty(
+    make_repo: Callable[..., Repo], make_patch: Callable[..., bytes]
+) -> None:
+    data = bytes(range(256)) * 64
+    changed = data[:100] + b"\x07" + data[101:]
+    patch = make_patch({"bin.dat": data}, {"bin.dat": changed})
+    assert b"GIT binary patch" in patch
+    no_index = b"".join(
+        line for line in patch.splitlines(keepends=True) if not line.startswith(b"index ")
+    )
+    repo = make_repo({"other": b"x\n"})  # no bin.dat: the delta has nothing to apply to
+    entry = Patch(id="0001-bin", file="0001-bin.patch")
+    with TreePatcher(repo.git) as patcher, pytest.raises(PatchDoesNotApply) as refused:
+        strict_apply(patcher, entry, no_index, ".", repo.tree)
+    assert refused.value.file == "bin.dat" and refused.value.why is not None
+    assert "binary hunk without a full `index` line" in refused.value.why
+    assert "contains no changes" not in refused.value.message
