@@ -386,6 +386,20 @@ RULES: dict[str, tuple[Rule, str]] = {
 }
 
 
+def check_typed_upstream(upstream: Upstream) -> None:
+    """ConfigError (exit 5) for an upstream typed on the command line (`init`, `rebase
+    --onto`) whose values series.yaml would refuse: the same allow-list (RULES), applied
+    before anything is fetched or read."""
+    for key in ("url", "path", "package", "version", "subdir"):
+        value = getattr(upstream, key)
+        if value is None:
+            continue
+        rule, fix = RULES[key]
+        problem = rule(value)
+        if problem is not None:
+            raise ConfigError(f"{values.shown(value)} {problem}", key=f"upstream {key}", hint=fix)
+
+
 def _archive_path_problem(value: str) -> str | None:
     problem = values.text_problem(value, values.MAX_PATH)
     if problem is not None:

@@ -29,6 +29,7 @@ from patchctl.cleanroom import load_cleanroom, same_pin
 from patchctl.cli import main
 from patchctl.commands.rebase import report_lines
 from patchctl.errors import (
+    ConfigError,
     DirtyTree,
     NothingToCapture,
     PatchctlError,
@@ -351,3 +352,12 @@ def test_an_abort_gives_every_file_it_puts_back_its_mtime(tmp_path: Path) -> Non
     assert after == before  # content and mtimes as before the rebase: a build sees no change
     cr = load_cleanroom(room)
     assert cr.dirty_paths() == [] and all(a.reused for a in cleanroom_apply(series_dir).applied)
+
+
+def test_an_onto_value_outside_the_url_allow_list_is_refused(tmp_path: Path) -> None:
+    series_dir, _onto = rebase_ready(tmp_path)
+    before = snapshot(series_dir)
+    with pytest.raises(ConfigError, match="invalid host") as refused:
+        rebase(series_dir, "ssh://-oProxyCommand=touch%20pwned/repo", commit="main")
+    assert refused.value.exit_code == 5 and snapshot(series_dir) == before
+    assert not rebasestate.in_progress(room_of(series_dir))
