@@ -161,7 +161,7 @@ def rebase(
     progress: Progress | None = None,
 ) -> RebaseReport:
     """`patchctl rebase --onto UPSTREAM`: start a rebase and run it until done or stopped."""
-    with series_session(series_path) as session:
+    with series_session(series_path, op="rebase --onto") as session:
         path = session.lock_cleanroom(workdir, rebasing=True)
         if rebasestate.in_progress(path):
             raise PatchctlError(
@@ -189,7 +189,7 @@ def rebase_continue(
     series_path: Path, workdir: Path | None = None, progress: Progress | None = None
 ) -> RebaseReport:
     """`patchctl rebase --continue`: take the user's resolution, or resume a killed run."""
-    with series_session(series_path) as session:
+    with series_session(series_path, op="rebase --continue") as session:
         room, journal = _resume(session, workdir)
         _check_untouched(session, journal)
         series = _old_series(room, session)
@@ -207,7 +207,7 @@ def rebase_skip(
 ) -> RebaseReport:
     """`patchctl rebase --skip`: drop the patch the rebase stopped at from the series (what the
     work tree holds is saved as a backup first), and go on."""
-    with series_session(series_path) as session:
+    with series_session(series_path, op="rebase --skip") as session:
         room, journal = _resume(session, workdir)
         _check_untouched(session, journal)
         if journal.state not in ("stopping", "stopped"):
@@ -227,7 +227,7 @@ def rebase_skip(
 def rebase_abort(series_path: Path, workdir: Path | None = None) -> RebaseReport:
     """`patchctl rebase --abort`: the series and the clean room as they were before the
     rebase (the work tree's content is saved as a backup first when it holds anything)."""
-    with series_session(series_path) as session:
+    with series_session(series_path, op="rebase --abort") as session:
         room, journal = _resume(session, workdir, aborting=True)
         journal = rebasestate.moved(room.path, journal, "aborting")
         backup = _save_edits(room, journal)

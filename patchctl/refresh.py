@@ -165,7 +165,7 @@ def refresh(
     """`patchctl refresh ID... | --all`: regenerate the drifted patches among `ids` (all when
     None), under the series and clean-room locks; `dry_run` reports and writes nothing;
     `git_style` writes their diffs as git diffs whatever dialect they had."""
-    with series_session(series_path) as session:
+    with series_session(series_path, op="refresh") as session:
         room = session.cleanroom(workdir)
         if not same_pin(room, session.series):
             raise PatchctlError(

@@ -21,8 +21,8 @@ from support.drift import (
 )
 from support.repos import new_repo
 
+from patchctl import progress, rebasestate
 from patchctl import rebase as rebase_module
-from patchctl import rebasestate
 from patchctl.apply import cleanroom_apply
 from patchctl.capture import capture
 from patchctl.cleanroom import load_cleanroom, same_pin
@@ -37,6 +37,7 @@ from patchctl.errors import (
     SeriesChanged,
 )
 from patchctl.git import temp_index
+from patchctl.journal import Journal, command
 from patchctl.patchapply import FUZZ_CONTEXT, apply_flags
 from patchctl.patchparts import split_patch
 from patchctl.rebase import rebase, rebase_abort, rebase_continue, rebase_skip
@@ -361,3 +362,29 @@ def test_an_onto_value_outside_the_url_allow_list_is_refused(tmp_path: Path) -> 
         rebase(series_dir, "ssh://-oProxyCommand=touch%20pwned/repo", commit="main")
     assert refused.value.exit_code == 5 and snapshot(series_dir) == before
     assert not rebasestate.in_progress(room_of(series_dir))
+
+
+def test_the_note_after_a_killed_rebase_names_the_rebase(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    series_dir, onto = rebase_ready(tmp_path)
+    room = room_of(series_dir)
+    rebase(series_dir, onto)
+    resolve_conflicts(room / "src" / "c.c", "C 10")
+
+    def killed(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    repin, abandon = rebase_module.repin_marker, Journal.abandon
+    monkeypatch.setattr(rebase_module, "repin_marker", killed)
+    monkeypatch.setattr(Journal, "abandon", lambda self: None)  # a kill leaves the journal
+    with pytest.raises(KeyboardInterrupt):
+        rebase_continue(series_dir)
+    monkeypatch.setattr(rebase_module, "repin_marker", repin)
+    monkeypatch.setattr(Journal, "abandon", abandon)
+    notes: list[str] = []
+    monkeypatch.setattr(progress, "notice_sink", notes.append)
+    assert rebase_continue(series_dir).state == "done"
+    assert any("an interrupted `patchctl rebase --continue` was" in note for note in notes), notes
+    assert not any("patchctl patchctl" in note for note in notes)
+    assert command("patchctl") == "patchctl command" and command("") == "patchctl command"
