@@ -25,7 +25,7 @@ from patchctl import progress, rebasestate
 from patchctl import rebase as rebase_module
 from patchctl.apply import cleanroom_apply
 from patchctl.capture import capture
-from patchctl.cleanroom import load_cleanroom, same_pin
+from patchctl.cleanroom import load_cleanroom, repin_marker, same_pin
 from patchctl.cli import main
 from patchctl.commands.rebase import report_lines
 from patchctl.errors import (
@@ -375,12 +375,12 @@ def test_the_note_after_a_killed_rebase_names_the_rebase(
     def killed(*args: Any, **kwargs: Any) -> Any:
         raise KeyboardInterrupt
 
-    repin, abandon = rebase_module.repin_marker, Journal.abandon
+    abandon = Journal.abandon
     monkeypatch.setattr(rebase_module, "repin_marker", killed)
     monkeypatch.setattr(Journal, "abandon", lambda self: None)  # a kill leaves the journal
     with pytest.raises(KeyboardInterrupt):
         rebase_continue(series_dir)
-    monkeypatch.setattr(rebase_module, "repin_marker", repin)
+    monkeypatch.setattr(rebase_module, "repin_marker", repin_marker)
     monkeypatch.setattr(Journal, "abandon", abandon)
     notes: list[str] = []
     monkeypatch.setattr(progress, "notice_sink", notes.append)
