@@ -218,9 +218,9 @@ def series_dir(dir_or_file: Path) -> Path:
 def load_series(dir_or_file: Path, *, check_files: bool = True) -> Series:
     """Read and validate a series; `check_files` also requires every patch file to exist."""
     path = series_file(Path(dir_or_file))
-    if not path.is_file():
+    if not path.exists():  # nothing there (or a dangling link)
         raise NotFound(f"no series file at {path}", hint="pass --series DIR")
-    raw = read_bounded(path, SERIES_BYTES, "series file")
+    raw = read_bounded(path, SERIES_BYTES, "series file")  # a fifo, device, dir: refused
     series = replace(_series_from(_parse_yaml(raw, path), path), header=_header(raw))
     _check_locations(series)
     if check_files:

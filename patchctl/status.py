@@ -85,6 +85,9 @@ def cleanroom_status(series_path: Path, workdir: Path | None = None) -> Cleanroo
     """The status of the clean room of `series_path` (`--series DIR` or `DIR/series.yaml`)."""
     path = series_file(Path(series_path))
     room = load_cleanroom(workdir if workdir is not None else default_workdir(series_dir(path)))
-    series = load_series(path, check_files=False) if path.is_file() else None
+    # anything at series.yaml is read as one (a fifo or a link to a device is refused there);
+    # only nothing at all means a clean room on its own
+    there = path.exists() or path.is_symlink()
+    series = load_series(path, check_files=False) if there else None
     entries = () if series is None else load_stack(series).entries
     return CleanroomStatus(room, series, room.stack(), room.dirty_paths(), entries)
