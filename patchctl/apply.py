@@ -31,7 +31,14 @@ from patchctl.cleanroom import (
 from patchctl.errors import DirtyTree
 from patchctl.git import Git
 from patchctl.journal import RoomJournal
-from patchctl.patchapply import TreePatcher, commit_message, patch_sha256, strict_apply
+from patchctl.patchapply import (
+    TreePatcher,
+    check_recorded_sha256,
+    commit_message,
+    patch_sha256,
+    strict_apply,
+    warn_ambiguous_names,
+)
 from patchctl.progress import Progress, or_null
 from patchctl.series import Series, read_patch_file
 from patchctl.session import series_session
@@ -74,6 +81,7 @@ def apply_patch(
     """
     patch = entry.patch
     data = read_patch_file(entry.file)
+    warn_ambiguous_names(patch.id, data)
     pre = parent.tree if parent is not None else room.base_tree()
     recorded = entry.local_tree(room.git, pre) or pre
     tree = strict_apply(patcher, patch, data, entry.root, pre, recorded=recorded)
@@ -130,6 +138,9 @@ def apply_series(
     stack = load_stack(series)
     check_base_tree(stack, cleanroom.git, cleanroom.base_tree())
     targets = stack.upto(upto)
+    for entry in targets:  # before anything moves: a changed patch never becomes a commit
+        if entry.patch.sha256 is not None:
+            check_recorded_sha256(entry.patch, read_patch_file(entry.file), entry.file)
     kept = reusable_prefix(cleanroom, targets)
     report = or_null(progress)
     report.start("apply", len(targets))

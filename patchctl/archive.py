@@ -6,12 +6,15 @@ the tree becomes visible (is moved into place) only after the checks that need t
 archive have passed:
 1. as each member's header is read: the limits of patchctl.limits (member count, total size,
    compression ratio), so a bomb stops at its first header past a limit; its name (no `..`, no
-   absolute path, no control characters); its type (files, dirs and symlinks; hard links
+   absolute path, no control characters, no file or link named with a trailing `/`, which
+   GNU tar makes a directory of); its type (files, dirs and symlinks; hard links
    become copies; devices and fifos are refused); its place in the tree so far (a path named
-   twice, a member under a file or a symlink, a member that changes type, and on a file system
-   that ignores case or Unicode normalization in names, as macOS and Windows do, two names it
-   takes for one: `src/A.c` and `src/a.c`). A regular file is then written, its size bounded
-   by its header; symlinks and hard links are only recorded;
+   twice with differing copies, a member under a file or a symlink, a member that changes
+   type, and on a file system that ignores case or Unicode normalization in names, as macOS
+   and Windows do, two names it takes for one: `src/A.c` and `src/a.c`). A path named twice
+   is taken once when both copies are the same (type, mode, link target, bytes: the second
+   is compared with the first as it is read) and refused otherwise. A regular file is then
+   written, its size bounded by its header; symlinks and hard links are only recorded;
 2. at the end of the archive (a corrupt or truncated one stops with the archive library's
    message; gzip's CRC and xz's block checks are read to the end): the single top directory
    and `subdir` are resolved, every hard link must name a regular file of the archive, and
@@ -277,6 +280,10 @@ def _tar_members(archive: Path, tar: tarfile.TarFile) -> Iterator[_Raw]:
 
 def _tar_member(archive: Path, info: tarfile.TarInfo) -> Member:
     name = _check_name(archive, info.name)
+    if not info.isdir() and info.name.rstrip("/") != info.name:
+        # GNU tar makes a directory of `top/a/` and fails to write the file's bytes into it:
+        # which one the tree should hold is not the archive's to decide
+        raise _unsafe(archive, info.name, "is not a directory but its name ends in '/'")
     if info.isreg():
         return Member(name, "file", bool(info.mode & 0o111), size=info.size)
     if info.isdir():
@@ -512,9 +519,12 @@ class _TreeCheck:
     def __init__(self, archive: Path, fold: Fold | None = None, same: Same | None = None) -> None:
         self.archive = archive
         self.kinds: dict[str, str] = {}
+        self.firsts: dict[str, Member] = {}  # each file and link as first named
         self.spellings = None if fold is None else Spellings(fold, same)
 
-    def add(self, member: Member) -> None:
+    def add(self, member: Member) -> Member | None:
+        """Check `member` against the tree so far; the member of the same name and type met
+        before (a repeated file or link, which the caller must find identical), else None."""
         kinds = self.kinds
         parts = member.name.split("/") if member.name else []
         for i in range(1, len(parts)):
@@ -528,10 +538,21 @@ class _TreeCheck:
         seen = kinds.get(member.name)
         if seen is None:
             kinds[member.name] = kind
-        elif seen != kind:
+            if kind != "dir":
+                self.firsts[member.name] = member
+            return None
+        if seen != kind:
             raise _unsafe(self.archive, member.name, f"changes type from {seen} to {kind}")
-        elif kind != "dir":
-            raise _unsafe(self.archive, member.name, "appears twice in the archive")
+        if kind == "dir":
+            return None
+        first = self.firsts[member.name]
+        if (first.kind, first.executable, first.target) != (
+            member.kind,
+            member.executable,
+            member.target,
+        ) or (member.kind == "file" and first.size != member.size):
+            raise _unsafe(self.archive, member.name, TWICE)
+        return first
 
     def _check_spelling(self, name: str) -> None:
         """Refuse a path (or a directory above it) that this file system takes for one seen
@@ -547,6 +568,7 @@ class _TreeCheck:
             )
 
 
+TWICE = "appears twice in the archive, the copies differing (in type, mode, target or bytes)"
 FOLDED = "name one file on this file system, which ignores case (or Unicode normalization)"
 FOLDING_FIX = (
     "put the clean room on a case-sensitive file system (`--workdir`: on macOS a "
@@ -941,7 +963,10 @@ class _Extraction:
     def take(self, raw: _Raw) -> None:
         """Check one member against the tree so far; write it if it is a file."""
         member = raw.member
-        self.tree.add(member)
+        first = self.tree.add(member)
+        if first is not None:  # a repeated file or link, identical so far
+            self._check_repeated(first, raw)
+            return
         self.members.append(member)
         self._predict(member)
         if member.kind == "dir":
@@ -956,6 +981,24 @@ class _Extraction:
             self.infos[member.name] = raw.info
         if len(self.members) % PROGRESS_STEP == 0:
             self.report.advance("extract", PROGRESS_STEP)
+
+    def _check_repeated(self, first: Member, raw: _Raw) -> None:
+        """Accept a member named twice only when the copies are the same (GNU tar writes the
+        second over the first): a file's bytes are compared with the copy written (a file not
+        written, a dropped name, cannot be compared and is refused); links were compared by
+        target. Differing copies would make the tree depend on the extractor."""
+        if first.kind != "file":
+            return
+        if first.name in self.unwritten:
+            raise _unsafe(self.archive, first.name, "appears twice in the archive")
+        parent, leaf = _split(first.name)
+        fd = os.open(leaf, _OLD_FILE, dir_fd=self.dirs.fd(parent, first.name))
+        with os.fdopen(fd, "rb") as written, _reading(self.archive), raw.open() as stream:
+            while block := stream.read(CHUNK):
+                if written.read(len(block)) != block:
+                    raise _unsafe(self.archive, first.name, TWICE)
+            if written.read(1):
+                raise _unsafe(self.archive, first.name, TWICE)
 
     def _predict(self, member: Member) -> None:
         """Guess the tree's top from the first member (a directory, or a name with a `/`,

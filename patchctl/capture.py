@@ -19,15 +19,21 @@ from pathlib import Path
 from patchctl import values
 from patchctl.cleanroom import Cleanroom
 from patchctl.docs import render_docs
-from patchctl.errors import ConfigError, DirtyTree, NothingToCapture, PatchctlError
+from patchctl.errors import (
+    ConfigError,
+    DirtyTree,
+    NothingToCapture,
+    PatchChanged,
+    PatchctlError,
+)
 from patchctl.fsio import check_writable, refuse_overwrite, write_if_changed
 from patchctl.git import Git, scratch_repo
 from patchctl.ignores import trusted_rules
-from patchctl.patchapply import commit_message, patch_sha256
+from patchctl.patchapply import RESTORE_HINT, commit_message, patch_sha256
 from patchctl.patchfile import export_patch
 from patchctl.patchparts import split_patch, with_diff
 from patchctl.progress import notice
-from patchctl.series import Patch, Series, check_savable, read_patch_file
+from patchctl.series import Patch, Series, check_patch_size, check_savable, read_patch_file
 from patchctl.session import series_session
 from patchctl.stack import load_stack
 
@@ -208,6 +214,8 @@ def capture_patch(
     patch_id: str,
     write: Callable[[Path, bytes], bool] = write_if_changed,
     move: MoveRef = move_head,
+    *,
+    accept_changed: bool = False,
 ) -> tuple[Series, Captured]:
     """Write the patch file (through `write`), commit it in the clean room (HEAD moves
     through `move`), record its trees.
@@ -215,17 +223,22 @@ def capture_patch(
     Everything the capture and the save after it produce is checked before the first write:
     the updated series loads back, the docs render from the new bytes, every target is
     writable. A failure there leaves patch, series.yaml and clean room as they were.
+    A patch whose recorded sha256 its file or its clean-room commit no longer matches is
+    refused unless `accept_changed` (check_unchanged).
     Only the series' own patches are captured here; one of an extended series is refused
     (stack.own_entry): it records trees of its own upstream and is captured in its own series.
     """
     patch = load_stack(series).own_entry(patch_id).patch
-    parent, _recapture = stack_position(room, series, patch_id)
+    parent, recapture = stack_position(room, series, patch_id)
+    path = series.patch_path(patch)
+    if not accept_changed:
+        check_unchanged(room, patch, path, recapture)
     pre = room.git.tree_of(parent)
     post = worktree_snapshot(room.git, room.base_tree())
     data = capture_trees(room.git, patch, pre, post, series.root)
-    path = series.patch_path(patch)
     if patch.imported and path.is_file():  # its own header and trailer stay (patchparts.py)
         data = with_diff(read_patch_file(path), split_patch(data).diff)
+    check_patch_size(patch, data)
     sha = patch_sha256(data) if patch.imported else patch.sha256
     recorded = replace(patch, pre_tree=pre, post_tree=post, sha256=sha)
     updated = series.with_patch(recorded)
@@ -235,6 +248,33 @@ def capture_patch(
     written = write(path, data)
     commit_capture(room, recorded, data, parent, move)
     return updated, Captured(recorded, data, pre, post, written)
+
+
+def check_unchanged(room: Cleanroom, patch: Patch, path: Path, recapture: bool) -> None:
+    """PatchChanged (exit 12) when series.yaml records a sha256 for the patch (an imported
+    patch) and either its file or the bytes its clean-room commit was applied from (the
+    commit's `Patchctl-Patch-Sha256` trailer) hash to another: capturing would record
+    damaged bytes (a changed header byte is kept, a changed diff line is in the room) as
+    the patch's new truth. `--accept-changed` takes them on purpose."""
+    if patch.sha256 is None:
+        return
+    found = []
+    if recapture:
+        applied = room.stack()[-1][2]
+        if applied != patch.sha256:
+            found.append(f"its clean-room commit was applied from bytes with sha256 {applied}")
+    if path.is_file():
+        actual = patch_sha256(read_patch_file(path))
+        if actual != patch.sha256:
+            found.append(f"{path.name} has sha256 {actual}")
+    if found:
+        raise PatchChanged(
+            f"patch {patch.id}: {'; '.join(found)}, but series.yaml records {patch.sha256}; "
+            "capturing would record the changed bytes as the patch",
+            hint=RESTORE_HINT.format(file=path.name, id=patch.id).split("; ")[0]
+            + ", then `patchctl cleanroom apply`; if the change is meant, "
+            f"`patchctl capture {patch.id} --accept-changed`",
+        )
 
 
 # ----------------------------------------------------------------------------- the commands
@@ -272,12 +312,20 @@ class CaptureResult:
     changed: tuple[Path, ...]
 
 
-def capture(series_path: Path, patch_id: str, workdir: Path | None = None) -> CaptureResult:
-    """`patchctl capture ID`: the clean room's edits become patch ID (series and room locked)."""
+def capture(
+    series_path: Path, patch_id: str, workdir: Path | None = None, *, accept_changed: bool = False
+) -> CaptureResult:
+    """`patchctl capture ID`: the clean room's edits become patch ID (series and room locked);
+    `accept_changed`: take a patch whose bytes differ from its recorded sha256 on purpose."""
     with series_session(series_path, check_files=False, op="capture") as session:
         room = session.cleanroom(workdir)
         updated, captured = capture_patch(
-            session.series, room, patch_id, session.write_patch, session.move_ref
+            session.series,
+            room,
+            patch_id,
+            session.write_patch,
+            session.move_ref,
+            accept_changed=accept_changed,
         )
         changed = session.save(updated)
     return CaptureResult(updated.patch_path(captured.patch), captured, tuple(changed))

@@ -23,6 +23,7 @@ from patchctl.errors import DirtyTree, NotFound, PatchctlError
 from patchctl.fsio import locked_dir, write_atomic
 from patchctl.git import Git
 from patchctl.journal import RoomJournal
+from patchctl.limits import JOURNAL_BYTES, read_bounded
 from patchctl.patchapply import ID_TRAILER, SHA_TRAILER
 from patchctl.progress import Progress
 from patchctl.project import check_inside, project_root
@@ -198,7 +199,7 @@ def load_cleanroom(path: Path) -> Cleanroom:
     if not is_cleanroom(path):
         raise NotFound(f"no clean room at {path}", hint="create it with `patchctl cleanroom apply`")
     try:
-        meta = json.loads(marker_path(path).read_bytes())
+        meta = json.loads(read_bounded(marker_path(path), JOURNAL_BYTES, "clean room marker"))
     except (OSError, ValueError) as exc:
         raise PatchctlError(
             f"clean room marker {marker_path(path)} is unreadable: {exc}",

@@ -202,6 +202,13 @@ COMMANDS: dict[str, Command] = {
                 multiple=False,
             ),
             Param(
+                opts=("--accept-changed",),
+                kind="flag",
+                help="Capture even when the patch file or its clean-room commit differs from the recorded sha256 (a change made on purpose).",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
                 opts=("--json",),
                 kind="flag",
                 help="Print a JSON report on stdout.",
@@ -749,6 +756,13 @@ COMMANDS: dict[str, Command] = {
                 opts=("--dry-run",),
                 kind="flag",
                 help="Report what would change; write nothing.",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--git-style",),
+                kind="flag",
+                help="Write refreshed diffs as git diffs (default: each patch's own dialect).",
                 choices=(),
                 multiple=False,
             ),

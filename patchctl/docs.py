@@ -19,11 +19,11 @@ from pathlib import Path
 
 from patchctl import patchparse, values
 from patchctl.errors import ConfigError, DirtyTree, DocsOutOfDate
-from patchctl.fsio import write_if_changed
+from patchctl.fsio import holds, write_if_changed
 from patchctl.limits import REGISTRY_BYTES, human
 from patchctl.markers import files_adding
 from patchctl.project import check_inside, project_root, registry_path, series_key
-from patchctl.series import SERIES_FILE, Patch, Series, load_series
+from patchctl.series import SERIES_FILE, Patch, Series, load_series, read_patch_file
 from patchctl.stack import load_stack
 
 GENERATED = (
@@ -113,7 +113,7 @@ def _patch_bytes(series: Series, patch: Patch, pending: Pending | None) -> bytes
     if pending is not None and patch.id in pending:
         return pending[patch.id]
     path = series.patch_path(patch)
-    return path.read_bytes() if path.is_file() else b""
+    return read_patch_file(path) if path.is_file() else b""
 
 
 def _has_bytes(series: Series, patch: Patch, pending: Pending | None) -> bool:
@@ -303,11 +303,7 @@ def write_docs(series: Series) -> list[Path]:
 
 def stale_docs(series: Series) -> list[Path]:
     """The generated docs whose committed bytes differ from a fresh rendering."""
-    return [
-        path
-        for path, data in render_docs(series).items()
-        if not path.is_file() or path.read_bytes() != data
-    ]
+    return [path for path, data in render_docs(series).items() if not holds(path, data)]
 
 
 def check_docs(series: Series, stale: list[Path] | None = None) -> None:

@@ -203,6 +203,10 @@ class VerifyFailed(PatchctlError):
     exit_code = 12
 
 
+class PatchChanged(VerifyFailed):
+    """A patch file's bytes differ from the sha256 series.yaml records for it (exit 12)."""
+
+
 class RoundTripFailed(VerifyFailed):
     """VerifyFailed (exit 12) carrying the whole report, so `--json` prints one document."""
 

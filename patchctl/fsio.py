@@ -15,6 +15,7 @@ import fcntl
 import hashlib
 import os
 import secrets
+import stat
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -98,9 +99,23 @@ def write_atomic_blocks(
         _sync_dir(path.parent)
 
 
+def holds(path: Path, data: bytes) -> bool:
+    """Whether `path` is a regular file holding exactly `data`: its size is compared first and
+    at most that many bytes are read, so a huge file put in its place costs nothing."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    with os.fdopen(fd, "rb") as stream:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size != len(data):
+            return False
+        return stream.read(len(data) + 1) == data
+
+
 def write_if_changed(path: Path, data: bytes) -> bool:
     """Write `data` atomically unless the file already holds exactly these bytes."""
-    if path.is_file() and path.read_bytes() == data:
+    if holds(path, data):
         return False
     write_atomic(path, data)
     return True

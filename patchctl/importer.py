@@ -31,7 +31,14 @@ from patchctl.errors import ConfigError, NotFound, PatchctlError
 from patchctl.fsio import check_writable, refuse_overwrite, write_new
 from patchctl.git import Git, scratch_repo
 from patchctl.limits import IMPORT_BYTES, PATCH_BYTES, human, read_bounded
-from patchctl.patchapply import Drift, TreePatcher, is_fuzz, patch_sha256, replay_tree
+from patchctl.patchapply import (
+    Drift,
+    TreePatcher,
+    is_fuzz,
+    patch_sha256,
+    replay_tree,
+    warn_ambiguous_names,
+)
 from patchctl.patchparts import regenerated
 from patchctl.progress import Progress, or_null
 from patchctl.series import Patch, Series, check_savable, read_patch_file
@@ -274,21 +281,29 @@ def header_fields(data: bytes) -> dict[str, str]:
 
     First occurrence wins; `<key>:first-line` holds a field's first line alone. Read-only.
     """
-    fields: dict[str, str] = {}
+    parts: dict[str, list[str]] = {}  # a field's lines, joined once at the end (linear)
+    firsts: dict[str, str] = {}
     key: str | None = None
     for raw in data.splitlines():
         if HEADER_END.match(raw):
             break
         line = raw.decode("utf-8", "replace")
         if line[:1] in (" ", "\t") and key is not None:
-            fields[key] += " " + line.strip()
+            parts[key].append(line.strip())
             continue
-        match = re.match(r"^([A-Za-z][A-Za-z0-9-]*):\s*(.*)$", line)
+        match = FIELD.match(line)
         key = match.group(1).lower() if match else None
-        if match and key is not None and key not in fields:
-            fields[key] = match.group(2).strip()
-            fields[f"{key}:first-line"] = fields[key]
+        if match and key is not None and key not in firsts:
+            firsts[key] = match.group(2).strip()
+            parts[key] = [firsts[key]]
+    fields: dict[str, str] = {}
+    for name, first in firsts.items():
+        fields[name] = " ".join(parts[name])
+        fields[f"{name}:first-line"] = first
     return fields
+
+
+FIELD = re.compile(r"^([A-Za-z][A-Za-z0-9-]*):\s*(.*)$")
 
 
 def _subject(fields: dict[str, str]) -> str | None:
@@ -529,6 +544,7 @@ def import_patches(
     entries, sources = [], {}
     for i, item in enumerate(incoming):
         entry = make_entry(item, start + i, origin, taken)
+        warn_ambiguous_names(entry.id, item.data)
         taken.add(entry.id)
         entries.append((entry, item.data))
         sources[entry.id] = f"{item.name} in {source}"

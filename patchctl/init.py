@@ -63,25 +63,43 @@ def init_series(
     _refuse_existing(target)
     where = Where(series_dir=directory, cwd=Path.cwd())
     wanted = parse_upstream(upstream, where, commit=commit, subdir=subdir)
-    made = not directory.exists()
+    room_path = workdir or default_workdir(directory)
+    made = _missing_dirs(directory) + _missing_dirs(room_path.parent)
     try:
         with locked_dir(directory):
             _refuse_existing(target)
-            series, room = _init_locked(target, wanted, root, workdir, progress)
+            series, room = _init_locked(target, wanted, root, room_path, progress)
             docs = tuple(write_docs(series))
     except BaseException:
-        if made and directory.is_dir() and not any(directory.iterdir()):
-            directory.rmdir()  # leave no empty directory behind a failed init
+        _remove_empty(made)  # leave no empty directory behind a failed init
         raise
     return InitResult(series, room.path, docs)
 
 
+def _missing_dirs(path: Path) -> list[Path]:
+    """`path` and the directories above it that do not exist yet (deepest first): those a
+    failed init removes again when it leaves them empty (`patches/`, `cleanroom/`)."""
+    missing = []
+    for candidate in (path, *path.parents):
+        if candidate.exists() or candidate.is_symlink():
+            break
+        missing.append(candidate)
+    return missing
+
+
+def _remove_empty(made: list[Path]) -> None:
+    """Remove each of `made` that is an empty directory, deepest first."""
+    for path in sorted(made, key=lambda p: len(p.parts), reverse=True):
+        with suppress(OSError):
+            if path.is_dir() and not path.is_symlink() and not any(path.iterdir()):
+                path.rmdir()
+
+
 def _init_locked(
-    target: Path, wanted: Upstream, root: str, workdir: Path | None, progress: Progress | None
+    target: Path, wanted: Upstream, root: str, path: Path, progress: Progress | None
 ) -> tuple[Series, Cleanroom]:
     pinned = pin(wanted, target.parent, progress)
     draft = Series(target, pinned, (), root, header=HEADER)
-    path = workdir or default_workdir(target.parent)
     with locked(path):
         room = create_cleanroom(draft, path, progress)
         try:

@@ -131,12 +131,19 @@ def read_journal_bytes(path: Path, fix: str) -> bytes:
     return read_bounded(path, JOURNAL_BYTES, "journal", fix=fix)
 
 
+def command(op: str) -> str:
+    """How a note names the command a journal records: `patchctl OP`, or "patchctl command"
+    for a journal that names none (an older patchctl wrote "patchctl" there)."""
+    op = op.removeprefix("patchctl").strip()
+    return f"`patchctl {op}`" if op else "patchctl command"
+
+
 def tell(found: Recovered) -> None:
     """Tell the user what a run found of an interrupted one and what it did (progress.notice:
     the CLI prints it on stderr, so stdout stays the command's own output, JSON included)."""
     paths = ", ".join(os.fsdecode(p) for p in found.paths[:3])
     notice(
-        f"note: an interrupted `patchctl {found.op}` was {found.outcome}"
+        f"note: an interrupted {command(found.op)} was {found.outcome}"
         + (f" ({paths})" if paths else "")
     )
     for note in found.notes:
@@ -148,7 +155,8 @@ def file_sha256(path: Path) -> str | None:
     try:
         if path.is_symlink():
             return hashlib.sha256(b"symlink:" + os.fsencode(os.readlink(path))).hexdigest()
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+        with path.open("rb") as stream:  # streamed: a file of any size costs no memory
+            return hashlib.file_digest(stream, "sha256").hexdigest()
     except FileNotFoundError:
         return None
 

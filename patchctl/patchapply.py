@@ -22,8 +22,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchctl.errors import AlreadyApplied, PatchDoesNotApply, PatchDrift
+from patchctl.errors import AlreadyApplied, PatchChanged, PatchDoesNotApply, PatchDrift
 from patchctl.git import Git, Index, temp_prefix
+from patchctl.patchparse import ambiguous_names, display, nul_names, parse, zero_context
+from patchctl.progress import notice
 from patchctl.series import Patch
 from patchctl.trees import TREE_MODE, Entry, TreeStore
 
@@ -58,6 +60,55 @@ def patch_sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+RESTORE_HINT = (
+    "restore the file's recorded bytes from version control (e.g. `git restore {file}`); "
+    "to change the patch on purpose, apply the series up to the patch before it, edit the "
+    "clean room and `patchctl capture {id}`"
+)
+
+
+def check_recorded_sha256(patch: Patch, data: bytes, file: Path) -> None:
+    """PatchChanged (exit 12) when series.yaml records a sha256 for the patch (an imported
+    patch) and `data`, the bytes of its `file`, hash to another: the file was damaged or
+    edited by hand, and applying it would make the damage the clean room's truth."""
+    if patch.sha256 is None:
+        return
+    actual = patch_sha256(data)
+    if actual != patch.sha256:
+        raise PatchChanged(
+            f"patch {patch.id}: {file} has sha256 {actual}, but series.yaml records "
+            f"{patch.sha256}: its bytes changed since they were recorded",
+            hint=RESTORE_HINT.format(file=file.name, id=patch.id),
+        )
+
+
+def check_names(patch_id: str, data: bytes) -> None:
+    """PatchDoesNotApply (exit 3) for a patch naming a path with a NUL byte (raw, or quoted
+    as `\\000`): git apply would cut the name there and patch another file."""
+    bad = nul_names(data)
+    if bad:
+        shown = display(bad[0]).replace("\0", "\\0")
+        raise PatchDoesNotApply(
+            f"patch {patch_id} names a path with a NUL byte ({shown!r}); no file can have it",
+            patch=patch_id,
+            file=shown,
+            why="a path with a NUL byte",
+            hint="fix the file name in the patch, or remove the patch from the series",
+        )
+
+
+def warn_ambiguous_names(patch_id: str, data: bytes) -> None:
+    """A warning line for each plain-diff name GNU patch and quilt would read otherwise than
+    patchctl (git apply): a name with a space and no TAB after it (patchparse.ambiguous_names)."""
+    for ours, theirs in ambiguous_names(data):
+        notice(
+            f"warning: {patch_id}: the plain-diff path {display(ours)!r} holds a space and no "
+            f"TAB ends it: patchctl (as git apply) reads {display(ours)!r}, GNU patch and quilt "
+            f"read {display(theirs)!r}; end the name with a TAB (or use a git diff) to make "
+            "both read the same"
+        )
+
+
 def commit_message(patch: Patch, sha: str) -> bytes:
     """The message of a patch commit: `<id>: <title>` plus the id and sha256 trailers.
 
@@ -77,20 +128,39 @@ def root_flags(root: str) -> tuple[str, ...]:
 
 
 def apply_flags(
-    root: str = ".", *, reverse: bool = False, check: bool = False, context: int | None = None
+    root: str = ".",
+    *,
+    reverse: bool = False,
+    check: bool = False,
+    context: int | None = None,
+    data: bytes = b"",
 ) -> tuple[str, ...]:
-    """The flags of one `git apply` (without --index / --cached, which the target adds)."""
+    """The flags of one `git apply` of `data` (without --index / --cached, which the target
+    adds). A patch with a zero-context hunk (`diff -U0`) gets `--unidiff-zero`: git then
+    places such a hunk by its line numbers, as GNU patch, quilt and dpkg-source do, instead of
+    refusing it; a hunk that lands elsewhere is still reported at its offset (drift)."""
     mode = (*(["--check"] if check else []), *(["-R"] if reverse else []))
     fuzz = () if context is None else (f"-C{context}",)
-    return (*mode, *(flag for flag, _why in APPLY_FLAGS), *fuzz, *root_flags(root))
+    zero = ("--unidiff-zero",) if data and zero_context(data) else ()
+    return (*mode, *(flag for flag, _why in APPLY_FLAGS), *zero, *fuzz, *root_flags(root))
+
+
+# Per file section of a patch, in order: (the path git names it by, the line `git apply -v`
+# prints in `Hunk #N succeeded at L` for each of its hunks when the hunk lands where its
+# old-side line numbers say, as GNU patch places it). See `expected_lines`.
+Expected = tuple[tuple[str, tuple[int, ...]], ...]
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """How one `git apply` went: its exit status and verbose stderr."""
+    """How one `git apply` of `data` went: its exit status and verbose stderr (`root` and
+    `reverse` as applied: where the hunks belong by their line numbers, expected_lines)."""
 
     code: int
     stderr: bytes
+    data: bytes = b""
+    root: str = "."
+    reverse: bool = False
 
     @property
     def ok(self) -> bool:
@@ -98,8 +168,11 @@ class Outcome:
         return self.code == 0
 
     def drift(self) -> list[Drift]:
-        """The hunks git placed at an offset or with reduced context."""
-        return find_drift(self.stderr)
+        """The hunks git placed at an offset or with reduced context (an offset that puts a
+        hunk where its old-side line numbers say is none: expected_lines)."""
+        offsets = b"(offset " in self.stderr and bool(self.data)
+        expected = expected_lines(self.data, self.root, reverse=self.reverse) if offsets else ()
+        return find_drift(self.stderr, expected)
 
     def first_error(self) -> str:
         """git's first `error:` line (else its first line), for a one-line report."""
@@ -110,7 +183,34 @@ class Outcome:
 
 def apply_to_index(index: Index, data: bytes, root: str, *, reverse: bool = False) -> Outcome:
     """Apply patch bytes to a whole index of patchctl's own."""
-    return Outcome(*index.apply(data, apply_flags(root, reverse=reverse)))
+    flags = apply_flags(root, reverse=reverse, data=data)
+    return Outcome(*index.apply(data, flags), data, root, reverse)
+
+
+def expected_lines(data: bytes, root: str = ".", *, reverse: bool = False) -> Expected:
+    """Where each hunk belongs by its old-side line numbers, as GNU patch, quilt and
+    dpkg-source place it, in the numbers of the file as git patches it (the earlier hunks of
+    the file applied): the hunk's old-side start plus what those hunks added; a hunk that
+    removes nothing goes after its start line. git places a hunk by its new-side start
+    instead, so it reports an offset for a hunk that lands exactly there when that start
+    disagrees: a header whose new-side start ignores an earlier hunk of the file
+    (`@@ -1419,6 +1419,9 @@` after a hunk that added a line), or a `diff -U0` hunk that
+    removes lines (`@@ -22,4 +21,0 @@`, whose new-side start names the line before). Such
+    an offset is not drift (`-R`: the new side is the old)."""
+    prefix = "" if root in (".", "") else root.rstrip("/") + "/"
+    sections = []
+    for diff in parse(data):
+        delta, lines = 0, []
+        for hunk in diff.hunks:
+            start, count, other = (
+                (hunk.new_start, hunk.new_count, hunk.old_count)
+                if reverse
+                else (hunk.old_start, hunk.old_count, hunk.new_count)
+            )
+            lines.append(start + delta + (count == 0))
+            delta += other - count
+        sections.append((prefix + display(diff.path), tuple(lines)))
+    return tuple(sections)
 
 
 # ----------------------------------------------------------------------------- diagnostics
@@ -146,17 +246,24 @@ class Drift:
     why: str
 
 
-def find_drift(stderr: bytes) -> list[Drift]:
-    """Offsets, reduced context (fuzz) and mode mismatches reported by `git apply -v`."""
+def find_drift(stderr: bytes, expected: Expected = ()) -> list[Drift]:
+    """Offsets, reduced context (fuzz) and mode mismatches reported by `git apply -v`; an
+    offset that puts a hunk where `expected` says it belongs is none (expected_lines)."""
     found: list[Drift] = []
-    current, hunk = "", None
+    current, hunk, section = "", None, -1
+    wanted: tuple[int, ...] = ()
     for line in stderr.splitlines():
         if m := CHECKING.match(line):
-            current, hunk = _decode(m.group(1)), None
+            current, hunk, section = _decode(m.group(1)), None, section + 1
+            named = expected[section] if section < len(expected) else ("", ())
+            wanted = named[1] if named[0] == current else ()
         elif m := SUCCEEDED.match(line):
             hunk = int(m.group(1))
             if m := OFFSET.match(line):
-                why = f"hunk would apply at line {int(m.group(2))} (offset {int(m.group(3))} lines)"
+                at = int(m.group(2))
+                if 0 < hunk <= len(wanted) and wanted[hunk - 1] == at:
+                    continue
+                why = f"hunk would apply at line {at} (offset {int(m.group(3))} lines)"
                 found.append(Drift(current, hunk, why))
         elif m := REDUCED.match(line):
             found.append(Drift(current, hunk, f"would need fuzz ({_decode(m.group(0))})"))
@@ -202,10 +309,13 @@ def conflict(
             break
     else:
         file, why = _first_error(errors)
+    if why == NO_CHANGES and (binary := unreadable_binary(data)):
+        file, why = binary[0], BINARY_UNREADABLE
+        hint = BINARY_HINT
+    elif why == NO_CHANGES:
+        hint = NO_CHANGES_HINT
     at = f" hunk #{hunk}" if hunk else ""
     place = f"{at} in {file}:" if file else ""
-    if why == NO_CHANGES:
-        hint = NO_CHANGES_HINT
     return PatchDoesNotApply(
         f"patch {patch_id} does not apply{onto}:{place} {why}",
         patch=patch_id,
@@ -215,6 +325,30 @@ def conflict(
         stderr=stderr,
         hint=hint,
     )
+
+
+BINARY_UNREADABLE = (
+    "git apply finds no change it can make: a binary hunk without a full `index` line "
+    "(a delta is applied to the blob that line names, which git needs to find the file it "
+    "patches, and a literal is checked against it)"
+)
+BINARY_HINT = (
+    "regenerate the patch with `git diff --binary --full-index` (or `git format-patch "
+    "--binary`) against a tree that has the file a delta changes"
+)
+
+
+def unreadable_binary(data: bytes) -> list[str]:
+    """The paths of binary hunks (`GIT binary patch`, `Binary files ... differ`) in file
+    sections without a full `index <old>..<new>` line: git apply drops such a section, and
+    says only that the patch holds no valid patch."""
+    if b"GIT binary patch" not in data and b"Binary files " not in data:
+        return []
+    found = []
+    for diff in parse(data):
+        if diff.binary and not diff.full_index:
+            found.append(display(diff.path))
+    return found
 
 
 def _first_error(errors: list[bytes]) -> tuple[str | None, str]:
@@ -404,11 +538,11 @@ class TreePatcher:
         build: bool = True,
     ) -> TreeOutcome:
         """Apply `data` to `tree` (`build`: and write the resulting tree)."""
-        flags = apply_flags(root, reverse=reverse, context=context)
+        flags = apply_flags(root, reverse=reverse, context=context, data=data)
         wanted, expand = named_paths(data, root), set[bytes]()
         for _round in range(SMALL_INDEX_ROUNDS):
             before = self._load(tree, data, wanted, expand)
-            outcome = Outcome(*self._index.apply(data, flags))
+            outcome = Outcome(*self._index.apply(data, flags), data, root, reverse)
             self._held = None
             if not outcome.ok:
                 missed = self._missing_in_index(tree, outcome.stderr, before)
@@ -431,7 +565,7 @@ class TreePatcher:
             new = self.store.edit(tree, changes)
             self._held = _Held(new, data, after)
             return TreeOutcome(outcome, new)
-        return self._whole_index(tree, data, flags, build)
+        return self._whole_index(tree, data, flags, build, root, reverse)
 
     def _load(
         self, tree: str, data: bytes, wanted: set[bytes], expand: set[bytes]
@@ -484,12 +618,12 @@ class TreePatcher:
         return missed, displaced
 
     def _whole_index(
-        self, tree: str, data: bytes, flags: tuple[str, ...], build: bool
+        self, tree: str, data: bytes, flags: tuple[str, ...], build: bool, root: str, reverse: bool
     ) -> TreeOutcome:
         """The plain way, for a patch whose paths the small index never caught up with."""
         self._index.path.unlink(missing_ok=True)
         self._index.read_tree(tree)
-        outcome = Outcome(*self._index.apply(data, flags))
+        outcome = Outcome(*self._index.apply(data, flags), data, root, reverse)
         return TreeOutcome(outcome, self._index.write_tree() if outcome.ok and build else None)
 
 
@@ -510,6 +644,7 @@ def strict_apply(
 
     `recorded`: `tree` as the patch's own series records trees (the subtree an extended
     series' patch was captured in, stack.Entry.local_tree); `tree` itself when None."""
+    check_names(patch.id, data)
     local = tree if recorded is None else recorded
     if patch.post_tree and patch.post_tree == local and patch.pre_tree != local:
         raise already_applied(patch, "the tree equals its recorded post_tree")
@@ -598,6 +733,7 @@ def replay_tree(
 
     A patch that does not apply even with fuzz is a conflict (PatchDoesNotApply, exit 3,
     naming the file and hunk of the exact attempt, with `onto` and `hint` in its message)."""
+    check_names(patch_id, data)
     exact = patcher.apply(tree, data, root)
     if exact.outcome.ok and exact.tree is not None:
         return Replayed(exact.tree, per_hunk(exact.outcome.drift()))
@@ -619,7 +755,7 @@ def failing_hunks(index: Index, data: bytes, root: str) -> tuple[tuple[str, int 
     """Every (file, hunk number) of a patch that does not apply to `index`'s tree, from one
     `git apply --check --reject` (which tries every hunk instead of stopping at the first);
     a file that is missing or otherwise refused has hunk None. Nothing is written."""
-    _code, err = index.apply(data, (*apply_flags(root, check=True), "--reject"))
+    _code, err = index.apply(data, (*apply_flags(root, check=True, data=data), "--reject"))
     found: dict[tuple[str, int | None], None] = {}
     for line in err.splitlines():
         if m := FAILED_AT.match(line):

@@ -10,6 +10,11 @@ Read-only, and exact about the two things that break naive readers:
 - lines: a hunk's extent comes from the counts in its `@@` header, so an added line that
   starts with `++ ` or a removed `-- ` line is counted as what it is, not taken for a header.
 Bytes are never rewritten; paths are returned as bytes (they need not be UTF-8).
+
+A plain (non-git) diff's `---`/`+++` name is read as git apply reads it: up to a TAB, else
+the whole line less a trailing timestamp, so `a/Core and Builtins/x.rst` names a path with
+spaces. GNU patch and quilt read such a name only up to its first whitespace when no TAB
+ends it (`a/Core`); `ambiguous_names` finds the names the two readings disagree on.
 """
 
 from __future__ import annotations
@@ -17,7 +22,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-HUNK = re.compile(rb"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
+# The timestamps diff(1) writes after a name (ISO 8601 and ctime forms), which git apply drops
+# when no TAB separates them from the name.
+TIMESTAMP = re.compile(
+    rb"[ \t]+(?:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?(?: ?[+-]\d{4})?"
+    rb"|[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})$"
+)
+HUNK = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 ESCAPES = {
     ord("a"): 7,
     ord("b"): 8,
@@ -31,6 +42,17 @@ ESCAPES = {
 }
 
 
+@dataclass(frozen=True)
+class Hunk:
+    """One hunk's header numbers and how many context lines it holds."""
+
+    old_start: int
+    old_count: int
+    new_start: int
+    new_count: int
+    context: int
+
+
 @dataclass
 class FileDiff:
     """One file's section of a patch (paths without their a/ b/ prefix)."""
@@ -42,6 +64,8 @@ class FileDiff:
     binary: bool = False
     header: bytes = b""  # the rest of its `diff --git ` line, if any
     has_names: bool = False  # names came from ---/+++ or rename/copy lines
+    hunks: list[Hunk] = field(default_factory=list)
+    full_index: bool = False  # an `index <old>..<new>` line with full object ids
 
     @property
     def path(self) -> bytes:
@@ -103,8 +127,52 @@ def _name(field_bytes: bytes) -> bytes | None:
         end = _quoted_end(field_bytes)
         raw = unquote(field_bytes[:end]) if end > 0 else field_bytes
     else:
-        raw = field_bytes.split(b"\t", 1)[0].removesuffix(b"\r")
+        raw = _plain_name(field_bytes)
     return None if raw == b"/dev/null" else strip_prefix(raw)
+
+
+def _plain_name(field_bytes: bytes) -> bytes:
+    """An unquoted ---/+++ name as git apply reads it: up to a TAB, else the line less a
+    trailing timestamp."""
+    line = field_bytes.removesuffix(b"\r")
+    if b"\t" in line:
+        return line.split(b"\t", 1)[0]
+    return TIMESTAMP.sub(b"", line)
+
+
+def gnu_patch_name(field_bytes: bytes) -> bytes:
+    """An unquoted ---/+++ name as GNU patch and quilt read it: up to a TAB when one follows
+    the name, else up to the first whitespace."""
+    line = field_bytes.removesuffix(b"\r")
+    if b"\t" in line:
+        return line.split(b"\t", 1)[0]
+    return line.split(None, 1)[0] if line.strip() else line
+
+
+def ambiguous_names(data: bytes) -> list[tuple[bytes, bytes]]:
+    """(git apply's reading, GNU patch's reading) of each plain-diff file whose `---`/`+++`
+    name holds whitespace that no TAB ends: the two tools would touch different paths.
+    Both readings after the -p1 strip. A git diff's section (after a `diff --git` line)
+    quotes or TAB-ends such names and is skipped."""
+    found: list[tuple[bytes, bytes]] = []
+    lines = data.split(b"\n")
+    in_git = False
+    for i, line in enumerate(lines):
+        if line.startswith(b"diff --git "):
+            in_git = True
+        elif line.startswith((b"diff ", b"Index: ")):
+            in_git = False
+        if in_git or not _is_names(lines, i):
+            continue
+        for field_bytes in (lines[i + 1][4:], line[4:]):  # the new name first
+            if field_bytes.startswith(b'"'):
+                continue
+            ours = _plain_name(field_bytes)
+            theirs = gnu_patch_name(field_bytes)
+            if ours != b"/dev/null" and ours != theirs:
+                found.append((strip_prefix(ours), strip_prefix(theirs)))
+                break
+    return found
 
 
 def header_names(rest: bytes) -> tuple[bytes, bytes] | None:
@@ -163,6 +231,29 @@ def parse(data: bytes) -> list[FileDiff]:
     return files
 
 
+def nul_names(data: bytes) -> list[bytes]:
+    """The names of file sections that hold a NUL byte, raw or C-quoted (`\\000`): no file
+    system path can, and git apply cuts such a name at the NUL (another file's name)."""
+    if b"\0" not in data and b"\\000" not in data:
+        return []
+    found = []
+    for diff in parse(data):
+        for name in (diff.old, diff.new, diff.header):
+            if name is not None and b"\0" in name:
+                found.append(name)
+    return found
+
+
+def zero_context(data: bytes) -> bool:
+    """True when some hunk has no context line at all and changes lines inside a file (as
+    `diff -U0` writes every hunk): git apply then needs `--unidiff-zero` to place it by
+    its line numbers, as GNU patch, quilt and dpkg-source do. A hunk that makes a file
+    from nothing (`@@ -0,0 ...`) needs no context and does not count."""
+    if b"\n@@ -" not in data and not data.startswith(b"@@ -"):
+        return False
+    return any(h.context == 0 and h.old_start > 0 for d in parse(data) for h in d.hunks)
+
+
 def _is_names(lines: list[bytes], i: int) -> bool:
     return lines[i].startswith(b"--- ") and i + 1 < len(lines) and lines[i + 1].startswith(b"+++ ")
 
@@ -171,8 +262,10 @@ def _hunk(lines: list[bytes], i: int, diff: FileDiff) -> int:
     """Count one hunk's lines (its extent from the @@ counts); return the next line index."""
     match = HUNK.match(lines[i])
     assert match is not None
-    old = int(match.group(1)) if match.group(1) is not None else 1
-    new = int(match.group(2)) if match.group(2) is not None else 1
+    old_start, new_start = int(match.group(1)), int(match.group(3))
+    old_count = int(match.group(2)) if match.group(2) is not None else 1
+    new_count = int(match.group(4)) if match.group(4) is not None else 1
+    old, new, context = old_count, new_count, 0
     i += 1
     while i < len(lines) and (old > 0 or new > 0):
         line = lines[i]
@@ -184,16 +277,22 @@ def _hunk(lines: list[bytes], i: int, diff: FileDiff) -> int:
             diff.removed += 1
             old -= 1
         elif tag in (b" ", b""):
-            old, new = old - 1, new - 1
+            old, new, context = old - 1, new - 1, context + 1
         elif tag != b"\\":  # "\ No newline at end of file" belongs to the line before
             break
         i += 1
     while i < len(lines) and lines[i].startswith(b"\\"):
         i += 1
+    diff.hunks.append(Hunk(old_start, old_count, new_start, new_count, context))
     return i
 
 
+FULL_INDEX = re.compile(rb"^index (?:[0-9a-f]{40}|[0-9a-f]{64})\.\.(?:[0-9a-f]{40}|[0-9a-f]{64})\b")
+
+
 def _git_header_line(line: bytes, diff: FileDiff) -> None:
+    if FULL_INDEX.match(line):
+        diff.full_index = True
     if line.startswith(b"GIT binary patch") or (
         line.startswith(b"Binary files ") and line.rstrip(b"\r").endswith(b" differ")
     ):

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from patchctl.git import Git
 from patchctl.patchfile import diff_trees, render_patch
+from patchctl.patchparse import parse as parse_names
 from patchctl.series import Patch
 
 HUNK = re.compile(rb"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
@@ -148,15 +149,167 @@ def with_diff(data: bytes, diff: bytes) -> bytes:
 
 
 def regenerated(
-    git: Git, patch: Patch, old: bytes | None, pre: str, post: str, root: str = "."
+    git: Git,
+    patch: Patch,
+    old: bytes | None,
+    pre: str,
+    post: str,
+    root: str = ".",
+    *,
+    git_style: bool = False,
 ) -> bytes:
     """The bytes of `patch` for trees `pre` -> `post`, its diff made with the pinned flags.
 
-    An imported patch keeps its own header and trailer (`old`, the file's current bytes);
-    a patch patchctl wrote gets patchctl's header from the series metadata, as `capture`
-    writes it. `git` must read both trees (a scratch repository: no attributes apply).
+    An imported patch keeps its own header and trailer (`old`, the file's current bytes) and,
+    unless `git_style`, its own diff dialect (in_dialect: plain `diff -u`, quilt's `Index:`
+    preamble, git with abbreviated ids); a patch patchctl wrote gets patchctl's header from
+    the series metadata, as `capture` writes it. `git` must read both trees (a scratch
+    repository: no attributes apply).
     """
     diff = diff_trees(git, pre, post, root)
     if patch.imported and old is not None:
+        if not git_style:
+            diff = in_dialect(split_patch(old).diff, diff)
         return with_diff(old, diff)
     return render_patch(patch, diff)
+
+
+# ----------------------------------------------------------------------------- dialects
+#
+# A regenerated diff comes from `git diff-tree` (patchfile.DIFF_TREE_FLAGS): `diff --git`
+# sections with full 40-hex `index` lines. An imported patch written another way keeps its
+# way: a plain `diff -u` or quilt patch gets plain sections whose `---`/`+++` lines (and
+# `Index:` preamble) are its own, for each file it already named; a git patch with
+# abbreviated ids keeps their length. Only what a plain diff can say is written so: a section
+# with a mode change, a binary hunk or an executable new file stays a git section (git apply
+# reads both in one patch).
+
+GIT_ONLY = re.compile(
+    rb"^(old mode |new mode |rename from |copy from |similarity index |dissimilarity index "
+    rb"|GIT binary patch|Binary files |(new|deleted) file mode (?!100644))"
+)
+INDEX_LINE = re.compile(rb"^index ([0-9a-f]{7,64})\.\.([0-9a-f]{7,64})(.*)$", re.DOTALL)
+QUILT_RULE = b"=" * 67
+
+
+def diff_sections(diff: bytes) -> list[tuple[bytes, bytes]]:
+    """A diff part cut into file sections: (header lines, hunk lines) each, in order; text
+    between sections stays with the hunks before it."""
+    lines = diff.splitlines(keepends=True)
+    sections: list[tuple[list[bytes], list[bytes]]] = []
+    i = 0
+    in_header = False
+    while i < len(lines):
+        line = lines[i]
+        if m := HUNK.match(line):
+            end = _skip_hunk(lines, i + 1, _count(m.group(1)), _count(m.group(2)))
+            if not sections:
+                sections.append(([], []))
+            sections[-1][1].extend(lines[i:end])
+            in_header, i = False, end
+            continue
+        opens = GIT_HEADER.match(line) and (
+            not line.startswith(b"--- ") or _starts_section(lines, i)
+        )
+        if opens and not in_header:
+            sections.append(([], []))
+            in_header = True
+        if in_header:
+            sections[-1][0].append(line)
+        elif sections:
+            sections[-1][1].append(line)
+        else:
+            sections.append(([line], []))
+        i += 1
+    return [(b"".join(head), b"".join(body)) for head, body in sections]
+
+
+def _names(header: bytes) -> tuple[bytes, bytes] | None:
+    """The `---` and `+++` lines of a section header (None when it has none)."""
+    lines = header.splitlines(keepends=True)
+    for i, line in enumerate(lines[:-1]):
+        if line.startswith(b"--- ") and lines[i + 1].startswith(b"+++ "):
+            return line, lines[i + 1]
+    return None
+
+
+def _key(header: bytes) -> bytes | None:
+    """The path a section header names (after -p1), for matching old and new sections."""
+    found = parse_names(header + b"@@ -1 +1 @@\n")
+    return found[0].path if found else None
+
+
+def in_dialect(old: bytes, new: bytes) -> bytes:
+    """`new` (a `git diff-tree` diff) written the way `old` (the diff part of the patch it
+    replaces) is: see the comment above."""
+    old_sections = diff_sections(old)
+    theirs: dict[bytes, bytes] = {}
+    for header, _body in old_sections:
+        key = _key(header)
+        if key is not None:
+            theirs.setdefault(key, header)
+    sections = _in_order(diff_sections(new), list(theirs))
+    if b"diff --git " in old or not old:
+        return _abbreviated(old, b"".join(header + body for header, body in sections))
+    quilt = any(line.startswith(b"Index: ") for line in old.splitlines())
+    return b"".join(_plain_header(head, body, theirs, quilt) + body for head, body in sections)
+
+
+def _in_order(sections: list[tuple[bytes, bytes]], order: list[bytes]) -> list[tuple[bytes, bytes]]:
+    """The sections in the order the old patch named their files (git's own order for files
+    it did not name, after those)."""
+    rank = {key: n for n, key in enumerate(order)}
+
+    def place(section: tuple[bytes, bytes]) -> int:
+        key = _key(section[0])
+        return rank.get(key, len(rank)) if key is not None else len(rank)
+
+    return sorted(sections, key=place)
+
+
+def _plain_header(header: bytes, body: bytes, theirs: dict[bytes, bytes], quilt: bool) -> bytes:
+    """A git section's header as a plain one: the old patch's own for that file when it
+    says the same (a new file from /dev/null, a deleted one to it), else its `---`/`+++`
+    lines (under an `Index:` preamble for a quilt patch). The git header itself where a
+    plain one cannot say what it does."""
+    names = _names(header)
+    git_only = any(GIT_ONLY.match(line) for line in header.splitlines())
+    if names is None or git_only or b"GIT binary patch" in body:
+        return header
+    key = _key(header)
+    own = theirs.get(key) if key is not None else None
+    own_names = _names(own) if own is not None else None
+    if own is not None and own_names is not None and _nature(own_names) == _nature(names):
+        return own
+    preamble = b""
+    if quilt and key is not None:
+        preamble = b"Index: " + key + b"\n" + QUILT_RULE + b"\n"
+    return preamble + names[0] + names[1]
+
+
+def _nature(names: tuple[bytes, bytes]) -> tuple[bool, bool]:
+    """(creates the file, deletes it) by a section's `---`/`+++` lines."""
+    return names[0].startswith(b"--- /dev/null"), names[1].startswith(b"+++ /dev/null")
+
+
+def _abbreviated(old: bytes, new: bytes) -> bytes:
+    """`new` with the `index` lines of its text sections cut to the id length `old` uses
+    (full ids when `old` has full ones or none; a binary section keeps full ids: git apply
+    checks a binary delta's preimage by it)."""
+    found = (INDEX_LINE.match(line) for line in old.splitlines(keepends=True))
+    width = next((len(m.group(1)) for m in found if m is not None), 40)
+    if width >= 40:
+        return new
+    out = []
+    for header, body in diff_sections(new):
+        if b"GIT binary patch" not in body:
+            header = b"".join(_cut(line, width) for line in header.splitlines(keepends=True))
+        out.append(header + body)
+    return b"".join(out)
+
+
+def _cut(line: bytes, width: int) -> bytes:
+    m = INDEX_LINE.match(line)
+    if m is None:
+        return line
+    return b"index " + m.group(1)[:width] + b".." + m.group(2)[:width] + m.group(3)

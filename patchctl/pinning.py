@@ -29,7 +29,7 @@ from patchctl.archive import archive_subdir, is_archive
 from patchctl.errors import ConfigError, GitFailed, NotFound
 from patchctl.fsio import sha256_file
 from patchctl.progress import Progress, or_null
-from patchctl.series import Upstream
+from patchctl.series import Upstream, check_typed_upstream
 from patchctl.upstream import (
     archive_name,
     download_new,
@@ -65,7 +65,22 @@ def parse_upstream(
 ) -> Upstream:
     """The upstream `text` names (not pinned yet: no sha256, no tree). `current` is the
     series' pin when rebasing: its subdir is kept for another release of the same package,
-    and a `git` series takes a bare commit or ref of its own repository."""
+    and a `git` series takes a bare commit or ref of its own repository. Its values pass
+    series.yaml's allow-list (a URL's scheme, host and remote helpers...) or it is refused
+    (exit 5) before anything is fetched."""
+    upstream = _parsed(text, where, commit=commit, subdir=subdir, current=current)
+    check_typed_upstream(upstream)
+    return upstream
+
+
+def _parsed(
+    text: str,
+    where: Where,
+    *,
+    commit: str | None,
+    subdir: str | None,
+    current: Upstream | None,
+) -> Upstream:
     sub = _subdir(subdir)
     if m := SDIST_SPEC.fullmatch(text):
         package, version = m.group(1), m.group(2)

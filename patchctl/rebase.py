@@ -16,7 +16,8 @@ How (in the series' clean room, under the series and clean-room locks for every 
    there shows the patch as it would be), and the report names the patch, the conflicted
    files, the patch's hunks that no longer apply and the marker lines. The user edits the
    work tree, then `--continue` captures the result as the patch (header kept), `--skip`
-   drops the patch from the series, `--abort` puts everything back.
+   drops the patch from the series (its file is kept, moved to
+   `skipped/<old>-<new>/` in the series directory), `--abort` puts everything back.
 4. When every patch is rebased, the series is switched in one go: the new patch bytes,
    series.yaml (new pin with its tree, new pre/post trees, new sha256 of imported patches,
    dropped patches removed), the generated docs, and `rebase-<old>-<new>.range-diff` in the
@@ -71,14 +72,24 @@ from patchctl.patchparts import regenerated
 from patchctl.pinning import Where, parse_upstream, pin
 from patchctl.progress import Progress, or_null
 from patchctl.rebasestate import Done, Journal, Stop
-from patchctl.series import Patch, Series, Upstream, load_series, series_to_dict
+from patchctl.series import (
+    Patch,
+    Series,
+    Upstream,
+    load_series,
+    read_patch_file,
+    series_to_dict,
+)
 from patchctl.session import SeriesSession, series_session
 from patchctl.upstream import materialize, tree_from_cache
 
 REFS = "refs/patchctl/rebase/"
 MARKER_COPY = ".cleanroom-marker.json"  # the marker's copy under old/
 CONFLICT_START = re.compile(rb"^<<<<<<< ", re.MULTILINE)
-CONFLICT_LINES = re.compile(rb"^(<<<<<<< |>>>>>>> )", re.MULTILINE)
+# Any conflict-marker line, as git itself detects one: seven `<`, `|`, `=` or `>` at the start
+# of a line, then whitespace or the end of the line (a half-resolved diff3 block leaves a
+# lone `=======` or `||||||| base` behind).
+CONFLICT_LINES = re.compile(rb"^(?:<{7}|\|{7}|={7}|>{7})(?=[ \t\r\n\v\f]|\Z)", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -96,6 +107,7 @@ class RebaseReport:
     range_diff_text: str = ""
     changed: tuple[Path, ...] = ()
     backup: Backup | None = None
+    skipped: tuple[Path, ...] = ()  # where the files of the patches --skip dropped were kept
 
     def to_json(self) -> dict[str, object]:
         """Plain data for --json."""
@@ -116,6 +128,7 @@ class RebaseReport:
             "range_diff_summary": summary_lines(self.range_diff_text),
             "changed": [str(p) for p in self.changed],
             "backup": None if self.backup is None else self.backup.ref,
+            "skipped": [str(p) for p in self.skipped],
         }
 
 
@@ -148,7 +161,7 @@ def rebase(
     progress: Progress | None = None,
 ) -> RebaseReport:
     """`patchctl rebase --onto UPSTREAM`: start a rebase and run it until done or stopped."""
-    with series_session(series_path) as session:
+    with series_session(series_path, op="rebase --onto") as session:
         path = session.lock_cleanroom(workdir, rebasing=True)
         if rebasestate.in_progress(path):
             raise PatchctlError(
@@ -176,7 +189,7 @@ def rebase_continue(
     series_path: Path, workdir: Path | None = None, progress: Progress | None = None
 ) -> RebaseReport:
     """`patchctl rebase --continue`: take the user's resolution, or resume a killed run."""
-    with series_session(series_path) as session:
+    with series_session(series_path, op="rebase --continue") as session:
         room, journal = _resume(session, workdir)
         _check_untouched(session, journal)
         series = _old_series(room, session)
@@ -194,7 +207,7 @@ def rebase_skip(
 ) -> RebaseReport:
     """`patchctl rebase --skip`: drop the patch the rebase stopped at from the series (what the
     work tree holds is saved as a backup first), and go on."""
-    with series_session(series_path) as session:
+    with series_session(series_path, op="rebase --skip") as session:
         room, journal = _resume(session, workdir)
         _check_untouched(session, journal)
         if journal.state not in ("stopping", "stopped"):
@@ -214,7 +227,7 @@ def rebase_skip(
 def rebase_abort(series_path: Path, workdir: Path | None = None) -> RebaseReport:
     """`patchctl rebase --abort`: the series and the clean room as they were before the
     rebase (the work tree's content is saved as a backup first when it holds anything)."""
-    with series_session(series_path) as session:
+    with series_session(series_path, op="rebase --abort") as session:
         room, journal = _resume(session, workdir, aborting=True)
         journal = rebasestate.moved(room.path, journal, "aborting")
         backup = _save_edits(room, journal)
@@ -225,6 +238,8 @@ def rebase_abort(series_path: Path, workdir: Path | None = None) -> RebaseReport
         room.git.update_ref(BRANCH, journal.branch, "patchctl rebase --abort")
         room.git.update_ref(BASE_REF, journal.old_base, "patchctl rebase --abort")
         _move_worktree(room, room.git.tree_of(journal.branch))
+        if rebasestate.restore_mtimes(room.path):  # the files' old mtimes: no rebuild
+            room.git.refresh_index()
         room.git.set_head(BRANCH)
         _drop_refs(room)
         rebasestate.remove(room.path)
@@ -308,9 +323,10 @@ def _start(
     series = session.series
     old_commits = _old_commits(room, series)
     for patch in series.patches:
-        rebasestate.keep_old(room.path, patch.file, series.patch_path(patch).read_bytes())
+        rebasestate.keep_old(room.path, patch.file, read_patch_file(series.patch_path(patch)))
     rebasestate.keep_old(room.path, series.path.name, session.seen)
     rebasestate.keep_old(room.path, MARKER_COPY, marker_path(room.path).read_bytes())
+    rebasestate.keep_mtimes(room.path, room.git.tracked_paths())
     room.git.update_ref(f"{REFS}old", old_commits[-1] if old_commits else room.base_commit())
     room.git.update_ref(f"{REFS}onto", base)
     journal = Journal(
@@ -318,7 +334,7 @@ def _start(
         series=str(series.path),
         series_sha256=patch_sha256(session.seen),
         files_sha256={
-            p.file: patch_sha256(series.patch_path(p).read_bytes()) for p in series.patches
+            p.file: patch_sha256(read_patch_file(series.patch_path(p))) for p in series.patches
         },
         old_upstream=_upstream_json(series.upstream),
         new_upstream=_upstream_json(new),
@@ -342,7 +358,7 @@ def _old_commits(room: Cleanroom, series: Series) -> list[str]:
     hint = "the series does not apply to its own upstream: fix it before rebasing"
     with TreePatcher(room.git) as patcher:
         for patch in series.patches:
-            data = series.patch_path(patch).read_bytes()
+            data = read_patch_file(series.patch_path(patch))
             tree = replay_tree(patcher, tree, data, series.root, patch.id, hint=hint).post
             message = commit_message(patch, patch_sha256(data))
             parent = room.git.commit_tree(tree, message, (parent,))
@@ -396,7 +412,7 @@ def _check_untouched(session: SeriesSession, journal: Journal) -> None:
     changed = [session.path.name] if patch_sha256(session.seen) != journal.series_sha256 else []
     for name, digest in journal.files_sha256.items():
         path = session.series.dir / name
-        if not path.is_file() or patch_sha256(path.read_bytes()) != digest:
+        if not path.is_file() or patch_sha256(read_patch_file(path)) != digest:
             changed.append(name)
     if changed:
         raise SeriesChanged(
@@ -540,8 +556,11 @@ def _stop_here(room: Cleanroom, journal: Journal, stop: Stop) -> Journal:
 
 def _move_worktree(room: Cleanroom, tree: str) -> None:
     """Make the work tree and index hold `tree`, whatever the index said before: the index is
-    first set to what the work tree holds, so every file that differs is rewritten."""
+    first set to what the work tree holds, and its stat data refreshed, so every file that
+    differs is rewritten and no other (unchanged files keep their mtimes, as `reset --keep`
+    keeps them in `cleanroom apply`: incremental builds stay incremental)."""
     room.git.read_tree(room.git.snapshot_worktree(), reset=True)
+    room.git.refresh_index()
     room.git.read_tree(tree, reset=True, update=True)
     room.git.refresh_index()
 
@@ -579,30 +598,32 @@ def _check_resolution(room: Cleanroom, series: Series, patch: Patch, pre: str, p
             + ", ".join(outside[:5]),
             hint="revert them in the clean room, then `patchctl rebase --continue`",
         )
-    for path in changed:
-        left = _markers_added(room.git, pre, post, path)
-        if left is not None:
-            raise PatchDoesNotApply(
-                f"{patch.id}: conflict markers are still in {path} (line {left})",
-                patch=patch.id,
-                file=path,
-                why="unresolved conflict",
-                hint="resolve them, then `patchctl rebase --continue` (or --skip / --abort)",
-            )
+    left = [
+        (path, lines) for path in changed if (lines := _markers_added(room.git, pre, post, path))
+    ]
+    if left:
+        where = "; ".join(f"{path} (line {', '.join(map(str, lines))})" for path, lines in left)
+        raise PatchDoesNotApply(
+            f"{patch.id}: conflict markers are still in {where}",
+            patch=patch.id,
+            file=left[0][0],
+            why="unresolved conflict",
+            hint="resolve every block (no `<<<<<<<`, `|||||||`, `=======` or `>>>>>>>` line may"
+            " stay), then `patchctl rebase --continue` (or --skip / --abort)",
+        )
 
 
-def _markers_added(git: Git, pre: str, post: str, path: str) -> int | None:
-    """The line of the first conflict marker in `path` at `post` beyond those it had at `pre`."""
+def _markers_added(git: Git, pre: str, post: str, path: str) -> tuple[int, ...]:
+    """The lines of the conflict markers in `path` at `post` beyond those it had at `pre`
+    (every kind git writes: `<<<<<<<`, `|||||||`, `=======`, `>>>>>>>`)."""
     blob = git.maybe_rev(f"{post}:{path}")
     if blob is None:
-        return None
+        return ()
     after = git.cat_file("blob", blob)
     found = list(CONFLICT_LINES.finditer(after))
     before = git.maybe_rev(f"{pre}:{path}")
     had = len(CONFLICT_LINES.findall(git.cat_file("blob", before))) if before else 0
-    if len(found) <= had:
-        return None
-    return after.count(b"\n", 0, found[had].start()) + 1
+    return tuple(after.count(b"\n", 0, m.start()) + 1 for m in found[had:])
 
 
 # ----------------------------------------------------------------------------- finishing
@@ -652,6 +673,7 @@ def _finish(
     rebasestate.remove(room.path)
     report.done("finish")
     path = new.dir / range_diff_name(journal)
+    skipped = [d.id for d in journal.done if d.how == "dropped"]
     return _report(
         session,
         room,
@@ -660,6 +682,7 @@ def _finish(
         range_diff=path,
         range_diff_text=text.decode("utf-8", "replace"),
         changed=tuple(changed),
+        skipped=tuple(skipped_path(old, journal, old.patch(pid).file) for pid in skipped),
     )
 
 
@@ -724,16 +747,44 @@ def _write_series(
         entry = old.patch(done.id)
         path = old.patch_path(entry)
         if done.how == "dropped":
-            session.check_unchanged()
-            if path.is_file():
-                path.unlink()
-                changed.append(path)
+            changed += _keep_skipped(session, room, old, journal, entry.file)
         elif done.staged and session.write_patch(path, rebasestate.staged(room.path, entry.file)):
             changed.append(path)
     rd = old.dir / range_diff_name(journal)
     if session.write_patch(rd, range_diff):
         changed.append(rd)
     return changed + session.save(new)
+
+
+SKIPPED = "skipped"
+
+
+def skipped_path(series: Series, journal: Journal, file: str) -> Path:
+    """Where a rebase keeps the file of a patch `--skip` dropped: `skipped/<old>-<new>/` in
+    the series directory (one folder per rebase: a later one never overwrites it)."""
+    return series.dir / SKIPPED / f"{journal.labels[0]}-{journal.labels[1]}" / file
+
+
+def _keep_skipped(
+    session: SeriesSession, room: Cleanroom, old: Series, journal: Journal, file: str
+) -> list[Path]:
+    """Move a skipped patch's file out of the series into `skipped_path` (its bytes as the
+    rebase began, kept under the clean room's .git, so a finish killed after the move is
+    completed alike): never deleted."""
+    path = old.dir / file
+    data = rebasestate.old(room.path, file)
+    if data is None and path.is_file():
+        data = read_patch_file(path)
+    changed: list[Path] = []
+    if data is not None:
+        kept = skipped_path(old, journal, file)
+        if session.write_patch(kept, data):
+            changed.append(kept)
+    session.check_unchanged()
+    if path.is_file():
+        path.unlink()
+        changed.append(path)
+    return changed
 
 
 def _restore_series(session: SeriesSession, room: Cleanroom) -> list[Path]:

@@ -21,7 +21,10 @@ States:
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -29,6 +32,7 @@ from typing import Any
 from patchctl.errors import NotFound, PatchctlError
 from patchctl.fsio import write_atomic
 from patchctl.journal import read_journal_bytes
+from patchctl.limits import JOURNAL_BYTES, read_bounded
 
 DIRNAME = "patchctl-rebase"
 VERSION = 1
@@ -191,6 +195,51 @@ def old(room: Path, name: str) -> bytes | None:
     """The copy of `name` kept when the rebase started (None when there was no such file)."""
     path = directory(room) / "old" / name
     return path.read_bytes() if path.is_file() else None
+
+
+MTIMES = "mtimes"  # `<mtime_ns> <path>\0` per tracked regular file, as the rebase began
+
+
+def keep_mtimes(room: Path, paths: Iterable[bytes]) -> None:
+    """Record the mtime of each of `paths` (the clean room's tracked files) as the rebase
+    starts, so that --abort gives each file it puts back its old mtime too."""
+    lines = []
+    for rel in sorted(paths):
+        try:
+            info = os.lstat(room / os.fsdecode(rel))
+        except OSError:
+            continue
+        if stat.S_ISREG(info.st_mode):
+            lines.append(b"%d %s\0" % (info.st_mtime_ns, rel))
+    write_atomic(directory(room) / MTIMES, b"".join(lines))
+
+
+def restore_mtimes(room: Path) -> int:
+    """After --abort put the work tree back to the tree the rebase started from: give every
+    regular file recorded by keep_mtimes its mtime back (its content is the one it had: the
+    clean room was clean when the rebase began), so a build sees no change. The number of
+    files touched; 0 when nothing was recorded or the record is over its size limit."""
+    path = directory(room) / MTIMES
+    if not path.is_file():
+        return 0
+    try:
+        data = read_bounded(path, JOURNAL_BYTES, "rebase's record of file times")
+    except PatchctlError:
+        return 0  # the times are a convenience: an abort never fails on them
+    restored = 0
+    for record in data.split(b"\0"):
+        stamp, _, rel = record.partition(b" ")
+        if not rel or not stamp.isdigit():
+            continue
+        target = room / os.fsdecode(rel)
+        try:
+            info = os.lstat(target)
+            if stat.S_ISREG(info.st_mode) and info.st_mtime_ns != int(stamp):
+                os.utime(target, ns=(info.st_atime_ns, int(stamp)), follow_symlinks=False)
+                restored += 1
+        except OSError:
+            continue
+    return restored
 
 
 def remove(room: Path) -> None:

@@ -35,6 +35,7 @@ from patchctl.fsio import temp_files
 from patchctl.git import Git, temp_index
 from patchctl.journal import Recovered, file_sha256, room_journal_path, verified
 from patchctl.patchapply import apply_to_index
+from patchctl.series import read_patch_file
 
 
 def recover_room(room: Path) -> Recovered | None:
@@ -187,6 +188,6 @@ def _inflight(room: Cleanroom, data: dict[str, Any]) -> str | None:
         return None
     with temp_index(room.git) as index:
         index.read_tree(room.head_tree())
-        if not apply_to_index(index, patch.read_bytes(), root).ok:
+        if not apply_to_index(index, read_patch_file(patch), root).ok:
             return None
         return index.write_tree()

@@ -11,7 +11,9 @@ or work tree; a TreePatcher, so each patch costs the paths it touches), each exa
 an offset, else with fuzz (patchapply.replay_tree); a
 drifted patch's diff is regenerated from the trees around it with the pinned diff flags
 (patchparts.regenerated), so the refreshed patch turns the same pre-tree into the same
-post-tree, exactly. Like `quilt refresh`, the header (DEP-3, gbp-pq, mail headers,
+post-tree, exactly, and written in the patch's own dialect (a plain `diff -u`, quilt's
+`Index:` sections, a git diff with abbreviated ids: patchparts.in_dialect) unless
+`--git-style` asks for git diffs. Like `quilt refresh`, the header (DEP-3, gbp-pq, mail headers,
 everything before the diff) and the trailer after the last hunk are kept byte for byte; only
 the diff part changes. A patch that does not apply even with fuzz is a conflict (exit 3,
 naming the patch, file and hunk): nothing is written, and the patch needs a hand fix or a
@@ -36,7 +38,7 @@ from patchctl.git import scratch_repo
 from patchctl.patchapply import Drift, TreePatcher, is_fuzz, patch_sha256, replay_tree
 from patchctl.patchparts import regenerated, split_patch
 from patchctl.progress import Progress, or_null
-from patchctl.series import Patch, Series, read_patch_file
+from patchctl.series import Patch, Series, check_patch_size, read_patch_file
 from patchctl.session import series_session
 
 
@@ -82,10 +84,13 @@ def refresh_patches(
     room: Cleanroom,
     ids: Sequence[str] | None = None,
     progress: Progress | None = None,
+    *,
+    git_style: bool = False,
 ) -> tuple[Series, list[tuple[RefreshedPatch, bytes]]]:
     """Replay the series from the clean room's base and regenerate the drifted `ids` (all
-    when None): the updated series and, per target, its report and new bytes. Writes nothing
-    but objects in the clean room's repository."""
+    when None), each in its own diff dialect unless `git_style`: the updated series and, per
+    target, its report and new bytes. Writes nothing but objects in the clean room's
+    repository."""
     targets = set(series.ids() if ids is None else ids)
     for pid in targets:
         series.index(pid)  # NotFound before any work
@@ -103,7 +108,10 @@ def refresh_patches(
             if patch.id in targets:
                 new = data
                 if replayed.drift:
-                    new = regenerated(scratch, patch, data, pre, replayed.post, series.root)
+                    new = regenerated(
+                        scratch, patch, data, pre, replayed.post, series.root, git_style=git_style
+                    )
+                    check_patch_size(patch, new)
                 report = _report(series, patch, data, new, replayed.drift, pre, replayed.post)
                 results.append((report, new))
                 updated = updated.with_patch(_recorded(patch, report, pre, replayed.post))
@@ -152,10 +160,12 @@ def refresh(
     progress: Progress | None = None,
     *,
     dry_run: bool = False,
+    git_style: bool = False,
 ) -> RefreshResult:
     """`patchctl refresh ID... | --all`: regenerate the drifted patches among `ids` (all when
-    None), under the series and clean-room locks; `dry_run` reports and writes nothing."""
-    with series_session(series_path) as session:
+    None), under the series and clean-room locks; `dry_run` reports and writes nothing;
+    `git_style` writes their diffs as git diffs whatever dialect they had."""
+    with series_session(series_path, op="refresh") as session:
         room = session.cleanroom(workdir)
         if not same_pin(room, session.series):
             raise PatchctlError(
@@ -163,7 +173,9 @@ def refresh(
                 f"{session.series.upstream.describe()}",
                 hint="run `patchctl cleanroom apply` first (it re-creates the clean room)",
             )
-        updated, results = refresh_patches(session.series, room, ids, progress)
+        updated, results = refresh_patches(
+            session.series, room, ids, progress, git_style=git_style
+        )
         reports = tuple(report for report, _data in results)
         if dry_run:
             return RefreshResult(updated, reports, (), dry_run=True)

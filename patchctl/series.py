@@ -218,9 +218,9 @@ def series_dir(dir_or_file: Path) -> Path:
 def load_series(dir_or_file: Path, *, check_files: bool = True) -> Series:
     """Read and validate a series; `check_files` also requires every patch file to exist."""
     path = series_file(Path(dir_or_file))
-    if not path.is_file():
+    if not path.exists():  # nothing there (or a dangling link)
         raise NotFound(f"no series file at {path}", hint="pass --series DIR")
-    raw = read_bounded(path, SERIES_BYTES, "series file")
+    raw = read_bounded(path, SERIES_BYTES, "series file")  # a fifo, device, dir: refused
     series = replace(_series_from(_parse_yaml(raw, path), path), header=_header(raw))
     _check_locations(series)
     if check_files:
@@ -232,6 +232,20 @@ def read_patch_file(path: Path) -> bytes:
     """A patch file's bytes, within PATCHCTL_MAX_PATCH_BYTES (load_series checked its size,
     but it may have changed since); an error that names the file when it cannot be read."""
     return read_bounded(path, PATCH_BYTES, "patch file")
+
+
+def check_patch_size(patch: Patch, data: bytes) -> None:
+    """ConfigError (exit 5) when patch bytes about to be written are over
+    PATCHCTL_MAX_PATCH_BYTES: every later command would refuse to read the file."""
+    limit = PATCH_BYTES.value()
+    if len(data) > limit:
+        raise ConfigError(
+            f"patch {patch.id} would be {human(len(data))}, more than a patch file may hold "
+            f"({human(limit)}); nothing was written",
+            key=PATCH_BYTES.env,
+            hint="leave build output and large generated files out of the clean room's "
+            f"changes; {PATCH_BYTES.hint(len(data))}",
+        )
 
 
 def _header(raw: bytes) -> str:
@@ -370,6 +384,20 @@ RULES: dict[str, tuple[Rule, str]] = {
     "upstream_status": (values.text_problem, "use one line, e.g. Pending"),
     "origin": (values.text_problem, "use one line, e.g. a URL or patchctl"),
 }
+
+
+def check_typed_upstream(upstream: Upstream) -> None:
+    """ConfigError (exit 5) for an upstream typed on the command line (`init`, `rebase
+    --onto`) whose values series.yaml would refuse: the same allow-list (RULES), applied
+    before anything is fetched or read."""
+    for key in ("url", "path", "package", "version", "subdir"):
+        value = getattr(upstream, key)
+        if value is None:
+            continue
+        rule, fix = RULES[key]
+        problem = rule(value)
+        if problem is not None:
+            raise ConfigError(f"{values.shown(value)} {problem}", key=f"upstream {key}", hint=fix)
 
 
 def _archive_path_problem(value: str) -> str | None:

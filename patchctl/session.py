@@ -31,9 +31,10 @@ from patchctl import rebasestate
 from patchctl.cleanroom import Cleanroom, default_workdir, is_cleanroom, load_cleanroom, locked
 from patchctl.docs import render_docs
 from patchctl.errors import DirtyTree, NotFound, SeriesChanged
-from patchctl.fsio import locked_dir, refuse_overwrite
+from patchctl.fsio import holds, locked_dir, refuse_overwrite
 from patchctl.git import Git, sweep_temp_dirs
 from patchctl.journal import JOURNAL, Journal, Recovered, RoomJournal, recover, tell
+from patchctl.limits import SERIES_BYTES, read_bounded
 from patchctl.recovery import recover_room
 from patchctl.series import Series, dump_series, load_series, series_file
 
@@ -87,26 +88,27 @@ class SeriesSession:
         return load_cleanroom(self.lock_cleanroom(workdir))
 
     def check_unchanged(self) -> None:
-        """SeriesChanged unless series.yaml still holds the bytes this session read."""
-        now = self.path.read_bytes() if self.path.is_file() else b""
-        if now != self.seen:
+        """SeriesChanged unless series.yaml still holds the bytes this session read (its size
+        compared first: a file grown huge meanwhile is never read)."""
+        if not (holds(self.path, self.seen) or (not self.seen and not self.path.is_file())):
             raise SeriesChanged(
                 f"{self.path} changed on disk while patchctl was working (edited by hand?); "
                 "this run did not overwrite it",
                 hint="check the file, then run the command again",
             )
 
-    def _current(self, path: Path) -> bytes | None:
-        """What `path` will hold when the session ends as things stand (staged or on disk)."""
+    def _holds(self, path: Path, data: bytes) -> bool:
+        """Whether `path` will hold `data` when the session ends as things stand (staged, or
+        on disk: compared by size first, so a huge file there is never read)."""
         staged = self.journal.staged_bytes(path)
         if staged is not None:
-            return staged
-        return path.read_bytes() if path.is_file() else None
+            return staged == data
+        return holds(path, data)
 
     def write_patch(self, path: Path, data: bytes) -> bool:
         """Stage a patch file of the series (False when it already holds these bytes)."""
         self.check_unchanged()
-        if self._current(path) == data:
+        if self._holds(path, data):
             return False
         self.journal.stage_file(path, data)
         return True
@@ -135,7 +137,7 @@ class SeriesSession:
         self.check_unchanged()
         data = dump_series(series)
         changed = []
-        if self._current(series.path) != data:
+        if not self._holds(series.path, data):
             self.journal.stage_file(series.path, data)
             changed.append(series.path)
         self.series = series
@@ -152,7 +154,7 @@ class SeriesSession:
         }
         changed = []
         for path, data in render_docs(self.series, pending).items():
-            if self._current(path) != data:
+            if not self._holds(path, data):
                 self.journal.stage_file(path, data)
                 changed.append(path)
         return changed
@@ -192,7 +194,7 @@ def series_session(
         found = recover(path.parent)
         if found is not None:
             tell(found)
-        seen = path.read_bytes() if path.is_file() else b""
+        seen = read_bounded(path, SERIES_BYTES, "series file") if path.is_file() else b""
         series = load_series(path, check_files=check_files)
         journal = Journal(path.parent / JOURNAL, op)
         session = SeriesSession(series, seen, journal, locks, [] if found is None else [found])

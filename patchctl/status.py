@@ -13,8 +13,9 @@ from typing import Any
 
 from patchctl.cleanroom import Cleanroom, default_workdir, load_cleanroom, same_pin
 from patchctl.journal import JOURNAL, room_journal_path
+from patchctl.limits import JOURNAL_BYTES, read_bounded
 from patchctl.patchapply import patch_sha256
-from patchctl.series import Series, load_series, series_dir, series_file
+from patchctl.series import Series, load_series, read_patch_file, series_dir, series_file
 from patchctl.stack import Entry, load_stack
 
 
@@ -40,7 +41,7 @@ class CleanroomStatus:
         for _commit, pid, sha in self.stack:
             if pid in files:
                 path = files[pid]
-                if not path.is_file() or patch_sha256(path.read_bytes()) != sha:
+                if not path.is_file() or patch_sha256(read_patch_file(path)) != sha:
                     stale.append(pid)
         return stale
 
@@ -73,7 +74,8 @@ class CleanroomStatus:
         for path in journals:
             if path.is_file():
                 try:
-                    return str(json.loads(path.read_bytes()).get("op", "patchctl"))
+                    raw = read_bounded(path, JOURNAL_BYTES, "journal")
+                    return str(json.loads(raw).get("op", "patchctl"))
                 except (ValueError, AttributeError):
                     return "patchctl"
         return None
@@ -83,6 +85,9 @@ def cleanroom_status(series_path: Path, workdir: Path | None = None) -> Cleanroo
     """The status of the clean room of `series_path` (`--series DIR` or `DIR/series.yaml`)."""
     path = series_file(Path(series_path))
     room = load_cleanroom(workdir if workdir is not None else default_workdir(series_dir(path)))
-    series = load_series(path, check_files=False) if path.is_file() else None
+    # anything at series.yaml is read as one (a fifo or a link to a device is refused there);
+    # only nothing at all means a clean room on its own
+    there = path.exists() or path.is_symlink()
+    series = load_series(path, check_files=False) if there else None
     entries = () if series is None else load_stack(series).entries
     return CleanroomStatus(room, series, room.stack(), room.dirty_paths(), entries)

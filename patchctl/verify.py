@@ -122,8 +122,26 @@ class VerifyReport:
         raise RoundTripFailed(
             f"verify failed: patch {pid}, step {step.step}: {step.detail}{more}",
             report=self,
-            hint="recapture the patch in the clean room (patchctl capture ID) or fix its file",
+            hint=_failure_hint(pid, [s for p, s in failures if p == pid]),
         )
+
+
+CHANGED_BYTES = "imported bytes changed"
+
+
+def _failure_hint(pid: str, failed: Sequence[StepResult]) -> str:
+    """What to do about a patch's failed checks. Damaged bytes (a file that no longer hashes
+    to its recorded sha256) are restored, never recorded: a capture or a docs run would make
+    them the series' truth."""
+    if any(step.detail.startswith(CHANGED_BYTES) for step in failed):
+        return (
+            f"the file of {pid} is not the one series.yaml records: restore it from version "
+            "control (e.g. `git restore` the patch file); capture would record the damage"
+        )
+    return (
+        f"if the file of {pid} changed by accident, restore it from version control (e.g. "
+        f"`git restore`); if the clean room holds the change you meant, `patchctl capture {pid}`"
+    )
 
 
 # ----------------------------------------------------------------------------- scratch repo
@@ -489,7 +507,7 @@ def _kept_bytes(item: _Item) -> StepResult:
     actual = patch_sha256(item.data)
     if actual != recorded:
         return StepResult(
-            "reexport", False, f"imported bytes changed: sha256 {actual} != recorded {recorded}"
+            "reexport", False, f"{CHANGED_BYTES}: sha256 {actual} != recorded {recorded}"
         )
     return StepResult("reexport", True, "imported: original bytes kept verbatim (sha256 matches)")
 

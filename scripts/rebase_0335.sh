@@ -6,7 +6,8 @@
 # resolution does ("0078-dca onto llama-cpp-python 0.3.35").
 #
 #   1. the series directory becomes a fresh copy of patches/llamafile (ABOUT.md and
-#      resolutions.diff kept);
+#      resolutions.diff kept) and `patchctl docs` gives it its own generated docs (a copy
+#      carries the original's README and has no registry section: verify would say stale);
 #   2. `patchctl cleanroom apply` puts cleanroom/llamafile-0.3.35 on the copy's pin (0.3.36 + the
 #      series; the rebase starts from there), then `patchctl rebase --onto llama-cpp-python==0.3.35`
 #      stops at the conflicts (exit 3);
@@ -35,6 +36,8 @@ if [ "${SKIP_TO:-}" != continue ]; then
   for f in ABOUT.md resolutions.diff; do cp "$series/$f" "$keep/$f"; done
   rm -rf "$series" && cp -r patches/llamafile "$series"
   cp "$keep/ABOUT.md" "$keep/resolutions.diff" "$series/"
+  echo "== patchctl docs --series $series (the copy's own README and registry section)"
+  "$pc" docs --series "$series"
   echo "== patchctl cleanroom apply --series $series (the room back on the copy's 0.3.36 pin)"
   "$pc" cleanroom apply --series "$series"
   echo "== patchctl rebase --onto llama-cpp-python==0.3.35 --series $series"

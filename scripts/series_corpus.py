@@ -44,6 +44,16 @@ DEFAULT_PACKAGES = (
     "procps",  # a 0-byte patch in series: refused, exit 3
     "perl",  # a component tarball its patches change (regen-configure/), 60 in subdirectories
     "git",  # in-tree .gitattributes (*.bat eol=crlf): bytes must stay as they are
+    "postgresql-15",  # a diff -U0 patch (zero context), plain diffs kept plain by refresh
+    "coreutils",  # Index: headers, offsets
+    "grep",  # Index: headers, format-patch, DEP-3, an offset
+    "sed",  # one DEP-3 patch, at an offset
+    "gzip",  # plain diffs without a header
+    "findutils",  # one DEP-3 patch
+    "zlib",  # plain diffs without a header
+    "sudo",  # format-patch and DEP-3
+    "file",  # 18 DEP-3 patches, series comments and blank lines, a new file
+    "e2fsprogs",  # one DEP-3 patch
 )
 
 

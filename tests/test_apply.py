@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from support.drift import rebase_ready
 from support.files import CONTENT_MATRIX, CONTENT_MATRIX_AFTER, Files
 from support.gitconfig import HOSTILE_GITCONFIG
 from support.repos import Repo, tree_of_files
@@ -14,7 +16,15 @@ from support.series import git_upstream, write_series
 
 from patchctl.apply import cleanroom_apply
 from patchctl.cleanroom import BACKUP_REFS, load_cleanroom
-from patchctl.errors import AlreadyApplied, DirtyTree, NotFound, PatchDoesNotApply, PatchDrift
+from patchctl.cli import main
+from patchctl.errors import (
+    AlreadyApplied,
+    DirtyTree,
+    NotFound,
+    PatchChanged,
+    PatchDoesNotApply,
+    PatchDrift,
+)
 from patchctl.progress import RecordingProgress
 
 MakePatch = Callable[[Files, Files], bytes]
@@ -343,3 +353,25 @@ def test_recording_the_tree_later_keeps_the_clean_room(tmp_path: Path) -> None:
     with pytest.raises(ChecksumMismatch):  # a wrong tree is still refused
         cleanroom_apply(series_dir)
     assert load_cleanroom(first.cleanroom).base_tree() == first.base_tree
+
+
+def test_a_patch_whose_bytes_differ_from_the_recorded_sha256_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    series_dir, _onto = rebase_ready(tmp_path)
+    room = tmp_path / "project" / "cleanroom" / "demo"
+    head = load_cleanroom(room).head()
+    patch = series_dir / "0003-b-30.patch"
+    data = patch.read_bytes()
+    recorded = hashlib.sha256(data).hexdigest()
+    added = data.index(b"\n+", data.index(b"\n@@ ")) + 2  # a byte inside an added line
+    damaged = data[:added] + b"X" + data[added + 1 :]
+    patch.write_bytes(damaged)
+    with pytest.raises(PatchChanged) as refused:
+        cleanroom_apply(series_dir)
+    message = refused.value.one_line()
+    assert "0003-b-30" in message and recorded in message
+    assert hashlib.sha256(damaged).hexdigest() in message and "git restore" in message
+    assert load_cleanroom(room).head() == head  # nothing moved
+    assert main(["cleanroom", "apply", "--series", str(series_dir)]) == 12
+    assert "0003-b-30" in capsys.readouterr().err

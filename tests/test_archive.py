@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import subprocess
@@ -86,6 +87,9 @@ HOSTILE_TAR: dict[str, tuple[dict[str, Entry | Special], str | None, str]] = {
     "char-device": ({"f": b"x", "dev": Special(tarfile.CHRTYPE)}, "pkg", "device"),
     "block-device": ({"f": b"x", "dev": Special(tarfile.BLKTYPE)}, "pkg", "device"),
     "fifo": ({"f": b"x", "pipe": Special(tarfile.FIFOTYPE)}, "pkg", "fifo"),
+    # a regular file named `a/`: GNU tar makes a directory and fails (exit 2)
+    "file-named-as-a-directory": ({"f": b"x", "a/": b"data"}, "pkg", "its name ends in '/'"),
+    "link-named-as-a-directory": ({"f": b"x", "l/": Link("f")}, "pkg", "its name ends in '/'"),
 }
 
 
@@ -556,3 +560,60 @@ def test_same_name_probes_and_leaves_nothing(
         monkeypatch.setattr(archive_module, "os", FoldingOs())
         assert same_name(fd, "A", "a") and not same_name(fd, "Straße", "Strasse")
     assert list(tmp_path.iterdir()) == []
+
+
+Member = tuple[str, bytes | Link, int]
+
+
+def _tar_of(path: Path, members: list[Member]) -> Path:
+    """A .tar.gz of (name, bytes or link, mode) members in order, names repeated as given."""
+    with tarfile.open(path, "w:gz") as tar:
+        for name, entry, mode in members:
+            info = tarfile.TarInfo(name)
+            info.mode = mode
+            if isinstance(entry, Link):
+                info.type, info.linkname = tarfile.SYMTYPE, entry.target
+                tar.addfile(info)
+            else:
+                info.size = len(entry)
+                tar.addfile(info, io.BytesIO(entry))
+    return path
+
+
+def test_a_member_repeated_identically_is_taken_once(tmp_path: Path) -> None:
+    members: list[Member] = [
+        ("pkg/a.c", b"int a;\n", 0o644),
+        ("pkg/run", b"#!/bin/sh\n", 0o755),
+        ("pkg/l", Link("a.c"), 0o777),
+        ("pkg/a.c", b"int a;\n", 0o644),
+        ("pkg/run", b"#!/bin/sh\n", 0o755),
+        ("pkg/l", Link("a.c"), 0o777),
+    ]
+    dest = tmp_path / "out"
+    result = extract_archive(_tar_of(tmp_path / "dup.tar.gz", members), dest)
+    assert result.files == 3 and (dest / "a.c").read_bytes() == b"int a;\n"
+    assert os.access(dest / "run", os.X_OK) and os.readlink(dest / "l") == "a.c"
+
+
+@pytest.mark.parametrize(
+    "second",
+    [
+        ("pkg/a.c", b"int b;\n", 0o644),  # same size, other bytes
+        ("pkg/a.c", b"int a; \n", 0o644),  # other size
+        ("pkg/a.c", b"int a;\n", 0o755),  # other mode
+        ("pkg/a.c", Link("x"), 0o777),  # other type
+    ],
+)
+def test_a_member_repeated_with_a_difference_is_refused(
+    tmp_path: Path, second: Member
+) -> None:
+    members: list[Member] = [("pkg/a.c", b"int a;\n", 0o644), ("pkg/b.c", b"b\n", 0o644), second]
+    dest = tmp_path / "out"
+    refused = r"member 'pkg/a\.c' (appears twice|changes type)"
+    with pytest.raises(UnsafeArchive, match=refused) as info:
+        extract_archive(_tar_of(tmp_path / "dup.tar.gz", members), dest)
+    assert info.value.exit_code == 7
+    assert not dest.exists()
+    links: list[Member] = [("pkg/l", Link("a"), 0o777), ("pkg/l", Link("b"), 0o777)]
+    with pytest.raises(UnsafeArchive, match="differing"):
+        extract_archive(_tar_of(tmp_path / "links.tar.gz", links), dest)

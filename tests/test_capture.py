@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
 import pytest
+from support.drift import rebase_ready
 from support.files import CONTENT_MATRIX, CONTENT_MATRIX_AFTER, Entry, Exe, Link, write_files
 from support.gitconfig import hostile
 from support.repos import new_repo, racy_same_size_edit
 from support.series import make_project, make_series
 
 from patchctl.apply import cleanroom_apply
-from patchctl.capture import capture_patch, capture_trees, new_patch
+from patchctl.capture import capture, capture_patch, capture_trees, new_patch
 from patchctl.cleanroom import open_cleanroom
-from patchctl.errors import NothingToCapture
+from patchctl.errors import ConfigError, NothingToCapture, PatchChanged
 from patchctl.fsio import write_if_changed
 from patchctl.patchfile import diff_trees, patch_header
 from patchctl.series import Patch, load_series
@@ -341,3 +343,61 @@ def test_a_gitignore_the_upstream_does_not_have_hides_nothing_from_capture(
     for name in ("src/.gitignore", "src/deep/new.h", "src/new.c", "out/kept.c"):
         assert name in notes[0]
     assert verify_series(load_series(series_dir), [room]).ok
+
+
+def test_capture_refuses_bytes_that_differ_from_the_recorded_sha256(tmp_path: Path) -> None:
+    series_dir, _onto = rebase_ready(tmp_path)
+    patch = series_dir / "0004-c-10.patch"
+    good = patch.read_bytes()
+    recorded = load_series(series_dir).patch("0004-c-10").sha256
+    assert recorded is not None
+    added = good.index(b"\n+", good.index(b"\n@@ ")) + 2
+    damaged = good[:added] + b"X" + good[added + 1 :]
+    bad = hashlib.sha256(damaged).hexdigest()
+    yaml_file = series_dir / "series.yaml"
+    text = yaml_file.read_text()
+    # a clean room whose commit of the patch came from the damaged bytes (as an apply made it
+    # before apply checked the sha256), then the file restored
+    yaml_file.write_text(text.replace(recorded, bad))
+    patch.write_bytes(damaged)
+    cleanroom_apply(series_dir)
+    yaml_file.write_text(text)
+    patch.write_bytes(good)
+    with pytest.raises(PatchChanged, match=f"applied from bytes with sha256 {bad}") as refused:
+        capture(series_dir, "0004-c-10")
+    assert recorded in refused.value.message and "--accept-changed" in (refused.value.hint or "")
+    assert patch.read_bytes() == good and yaml_file.read_text() == text
+
+    # a clean room applied from the recorded bytes, but the file damaged since
+    cleanroom_apply(series_dir)
+    patch.write_bytes(damaged)
+    with pytest.raises(PatchChanged, match=f"0004-c-10.patch has sha256 {bad}"):
+        capture(series_dir, "0004-c-10")
+    assert yaml_file.read_text() == text
+    patch.write_bytes(good)
+    cleanroom_apply(series_dir, force=True)
+    (tmp_path / "project" / "cleanroom" / "demo" / "src" / "c.c").write_bytes(b"meant\n")
+    patch.write_bytes(good + b"-- \n2.39\n")  # a changed trailer, meant
+    result = capture(series_dir, "0004-c-10", accept_changed=True)
+    assert result.captured.data.endswith(b"-- \n2.39\n")
+    assert load_series(series_dir).patch("0004-c-10").sha256 == hashlib.sha256(
+        result.captured.data
+    ).hexdigest()
+
+
+def test_capture_refuses_a_patch_over_the_patch_size_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    series_dir, _onto = rebase_ready(tmp_path)
+    room = tmp_path / "project" / "cleanroom" / "demo"
+    before = {p.name: p.read_bytes() for p in series_dir.iterdir() if p.is_file()}
+    head = open_cleanroom(series_dir).head()
+    (room / "src" / "big.c").write_bytes(b"int x;\n" * 2000)  # a 14 KB patch
+    monkeypatch.setenv("PATCHCTL_MAX_PATCH_BYTES", "8192")
+    with pytest.raises(ConfigError, match=r"patch 0004-c-10 would be .* more than") as refused:
+        capture(series_dir, "0004-c-10")
+    assert "PATCHCTL_MAX_PATCH_BYTES" in (refused.value.hint or "")
+    assert {p.name: p.read_bytes() for p in series_dir.iterdir() if p.is_file()} == before
+    assert open_cleanroom(series_dir).head() == head
+    monkeypatch.setenv("PATCHCTL_MAX_PATCH_BYTES", str(1 << 20))
+    assert len(capture(series_dir, "0004-c-10").captured.data) > 8192

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
+from support.drift import rebase_ready
 from support.series import make_project
 
 from patchctl.apply import cleanroom_apply
@@ -195,3 +199,47 @@ def test_a_registry_written_whole_by_an_earlier_patchctl_is_replaced(project: Pa
     legacy += b"\n\nSeries `demo` on something old.\n\n## Markers\n"
     fresh = marker_registry(series, legacy)
     assert fresh == marker_registry(series, None) and b"something old" not in fresh
+
+
+SYNC_DOC = Path(__file__).resolve().parents[1] / "docs" / "UPSTREAM_SYNC.md"
+
+
+def _documented_sync() -> list[str]:
+    """The command lines of the upstream-sync procedure docs/UPSTREAM_SYNC.md shows."""
+    block = re.search(r"```sh\n(.*?)```", SYNC_DOC.read_text(encoding="utf-8"), re.S)
+    assert block is not None
+    lines = [line.split("  #")[0].strip() for line in block.group(1).splitlines()]
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def test_the_documented_upstream_sync_leaves_a_series_that_verifies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The procedure on a synthetic project (its series for patches/llamafile, its copy for
+    patches/llamafile-0.3.35): the copy verifies before the rebase and after an --abort."""
+    series_dir, onto = rebase_ready(tmp_path)
+    project = series_dir.parent.parent
+    monkeypatch.chdir(project)
+    names = {
+        "patches/llamafile-0.3.35": "patches/demo-next",
+        "patches/llamafile": "patches/demo",
+        "llama-cpp-python==0.3.35": onto,
+    }
+    commands = []
+    for line in _documented_sync():
+        for old, new in names.items():
+            line = line.replace(old, new)
+        commands.append(line)
+    rebase_at = next(i for i, c in enumerate(commands) if c.startswith("patchctl rebase --onto"))
+    for command in commands[:rebase_at]:
+        if command.startswith("patchctl "):
+            assert main(shlex.split(command)[1:]) == 0, command
+        else:
+            subprocess.run(command, shell=True, cwd=project, check=True)
+    copy = ["--series", "patches/demo-next"]
+    assert main(["cleanroom", "apply", *copy]) == 0
+    assert main(["verify", "--all", *copy]) == 0, capsys.readouterr().out
+    assert main(shlex.split(commands[rebase_at])[1:]) == 3  # stops at the conflict
+    assert main(["rebase", "--abort", *copy]) == 0
+    assert main(["verify", "--all", *copy]) == 0
+    assert main(["verify", "--all", "--series", "patches/demo"]) == 0

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 from support.repos import new_repo
 from support.series import make_series
 
+from patchctl import progress
 from patchctl.errors import ConfigError, NotFound, PatchctlError, PatchDoesNotApply
 from patchctl.git import Git
 from patchctl.importer import (
@@ -19,6 +23,7 @@ from patchctl.importer import (
     slug,
     split_mbox,
 )
+from patchctl.patchparse import ambiguous_names, parse
 from patchctl.series import Patch, Series
 from patchctl.verify import verify_series
 
@@ -412,3 +417,104 @@ def test_an_import_source_that_cannot_be_read_is_named() -> None:
         read_source(source)
     assert info.value.exit_code == 1
     assert str(info.value).startswith(f"cannot read the patch or mbox {source}: ")
+
+
+SPACED = "Misc/NEWS.d/next/Core and Builtins/x.rst"
+SPACED_DIFF = f"""Description: a plain diff of a path with spaces
+--- a/{SPACED}
++++ b/{SPACED}
+@@ -1,2 +1,2 @@
+ a
+-b
++c
+""".encode()
+
+
+@pytest.mark.skipif(shutil.which("patch") is None, reason="GNU patch is not installed")
+def test_a_plain_diff_path_with_a_space_is_read_as_git_does_and_the_ambiguity_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files = {SPACED: b"a\nb\n", "Misc/NEWS.d/next/Core": b"a\nb\n"}
+    # GNU patch takes the name up to the first whitespace when no TAB ends it
+    tree = tmp_path / "gnu"
+    for name, data in files.items():
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / name).write_bytes(data)
+    subprocess.run(
+        ["patch", "-p1", "--batch", "--silent"], input=SPACED_DIFF, cwd=tree, check=True
+    )
+    assert (tree / "Misc/NEWS.d/next/Core").read_bytes() == b"a\nc\n"
+    assert (tree / SPACED).read_bytes() == b"a\nb\n"
+
+    made = new_repo(tmp_path / "room", files)
+    series = make_series(tmp_path / "project" / "patches" / "s", made.tree)
+    quilt = tmp_path / "debian" / "patches"
+    quilt.mkdir(parents=True)
+    (quilt / "spaced.patch").write_bytes(SPACED_DIFF)
+    (quilt / "series").write_bytes(b"spaced.patch\n")
+    notes: list[str] = []
+    monkeypatch.setattr(progress, "notice_sink", notes.append)
+    result = import_patches(series, quilt, made.git, made.tree)
+    post = result.added[0].post_tree
+    assert made.git.run("cat-file", "blob", f"{post}:{SPACED}") == b"a\nc\n"
+    assert made.git.run("cat-file", "blob", f"{post}:Misc/NEWS.d/next/Core") == b"a\nb\n"
+    assert len(notes) == 1 and "0001-spaced" in notes[0]
+    assert f"reads '{SPACED}'" in notes[0] and "read 'Misc/NEWS.d/next/Core'" in notes[0]
+
+    tabbed = SPACED_DIFF.replace(b".rst\n", b".rst\t2024-01-01 00:00:00\n")
+    assert ambiguous_names(tabbed) == [] and parse(tabbed)[0].path == SPACED.encode()
+    git_style = SPACED_DIFF.replace(b"--- a/", b"diff --git a/x b/x\n--- a/", 1)
+    assert ambiguous_names(git_style) == []
+
+
+def _import_seconds(tmp_path: Path, header: bytes) -> float:
+    """Wall seconds of one import of one patch with `header` before its diff (best of 2)."""
+    best = float("inf")
+    for attempt in range(2):
+        here = tmp_path / f"{len(header)}-{attempt}"
+        made = new_repo(here / "room", {"x": b"a\n"})
+        series = make_series(here / "project" / "patches" / "s", made.tree)
+        quilt = here / "quilt"
+        quilt.mkdir()
+        (quilt / "p.patch").write_bytes(header + b"--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n")
+        (quilt / "series").write_bytes(b"p.patch\n")
+        start = time.monotonic()
+        import_patches(series, quilt, made.git, made.tree)
+        best = min(best, time.monotonic() - start)
+    return best
+
+
+@pytest.mark.parametrize(
+    ("field", "folded"),
+    [(b"Description: x\n", b" a folded line of text\n"), (b"Subject: x\n", b" folded words\n")],
+)
+def test_import_is_linear_in_the_folded_header_lines(
+    tmp_path: Path, field: bytes, folded: bytes
+) -> None:
+    small = _import_seconds(tmp_path, field + folded * 50_000 + b"\n")
+    large = _import_seconds(tmp_path, field + folded * 200_000 + b"\n")
+    # 4x the lines: about 4x the time when linear, 16x when quadratic
+    assert large / small < 8, (small, large)
+
+
+@pytest.mark.parametrize(
+    "patch",
+    [
+        b"--- a/README\\0x\n+++ b/README\\0x\n@@ -1 +1 @@\n-hello\n+bye\n".replace(b"\\0", b"\0"),
+        b'diff --git "a/README\\000x" "b/README\\000x"\nnew file mode 100644\n'
+        b'--- /dev/null\n+++ "b/README\\000x"\n@@ -0,0 +1 @@\n+z\n',
+    ],
+    ids=["raw", "quoted"],
+)
+def test_a_path_with_a_nul_byte_is_refused_not_cut_short(
+    tmp_path: Path, upstream: tuple[Git, str], patch: bytes
+) -> None:
+    git, base = upstream
+    series = make_series(tmp_path / "project" / "patches" / "s", base)
+    quilt = tmp_path / "quilt"
+    quilt.mkdir()
+    (quilt / "nul.patch").write_bytes(patch)
+    (quilt / "series").write_bytes(b"nul.patch\n")
+    with pytest.raises(PatchDoesNotApply, match=r"names a path with a NUL byte \('README\\\\0x'\)"):
+        import_patches(series, quilt, git, base)  # git apply would patch README itself
+    assert not (series.dir / "0001-nul.patch").exists()

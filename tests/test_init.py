@@ -4,7 +4,9 @@ every checksum computed, series.yaml validated like a hand-written one, never ov
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import tarfile
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,7 @@ from support.repos import new_repo, tree_of_files
 
 from patchctl.cleanroom import load_cleanroom
 from patchctl.cli import main
-from patchctl.errors import ConfigError, DirtyTree, NotFound
+from patchctl.errors import ConfigError, DirtyTree, NotFound, UnsafeArchive
 from patchctl.init import init_series
 from patchctl.series import load_series
 
@@ -134,3 +136,30 @@ def test_sdist_from_the_package_index(tmp_path: Path, monkeypatch: pytest.Monkey
         "vendor/lib",
     )
     assert up.sha256 == sha(sdist)  # computed on download: the index published none
+
+
+def _repeating_tar(path: Path, second: bytes) -> Path:
+    """pkg/a.c twice (the second copy holding `second`), then pkg/b.c."""
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in (("pkg/a.c", b"int a;\n"), ("pkg/a.c", second), ("pkg/b.c", b"b\n")):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_identical_repeated_members_are_taken_and_a_failed_init_leaves_no_directory(
+    tmp_path: Path,
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    differing = _repeating_tar(tmp_path / "bad.tar.gz", b"int b;\n")
+    with pytest.raises(UnsafeArchive, match="appears twice"):
+        init_series(project / "patches" / "demo", str(differing))
+    assert list(project.iterdir()) == []  # no empty patches/ or cleanroom/ behind
+    same = _repeating_tar(tmp_path / "good.tar.gz", b"int a;\n")
+    result = init_series(project / "patches" / "demo", str(same))
+    assert (result.cleanroom / "a.c").read_bytes() == b"int a;\n"
+    assert load_series(project / "patches" / "demo").upstream.tree == tree_of_files(
+        tmp_path / "scratch", {"a.c": b"int a;\n", "b.c": b"b\n"}
+    )

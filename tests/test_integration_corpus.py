@@ -6,7 +6,9 @@ Three small bookworm source packages, each for what its series has that others l
   unpacks them; and patches quilt takes at an offset (refreshed);
 - `vim`: patches in a subdirectory of debian/patches (`debian/...`), and patches that create
   files, all exact as shipped;
-- `tar`: `Index:` headers (diffs written by `diff -u`, not git) taken at an offset.
+- `tar`: `Index:` headers (diffs written by `diff -u`, not git) taken at an offset;
+- `postgresql-15`: a patch written by `diff -U0` (`autoconf2.69`: `@@ -22,4 +21,0 @@`, no
+  context line), which GNU patch, quilt and dpkg-source apply at its line numbers.
 
 Each runs init (orig tarball as `archive` upstream), import, verify --all, strict apply
 (refresh --all and apply again on drift) and verify --all through the real CLI in a
@@ -94,3 +96,35 @@ def test_tar_index_headers_at_an_offset(tmp_path: Path) -> None:
     names = [name for name, _ in quilt_series(quilt / "series")]
     assert any(re.search(rb"^Index: ", (quilt / n).read_bytes(), re.M) for n in names)
     _refreshed_after_drift(steps, outcome.patches)
+
+
+def test_postgresql_zero_context_hunks_are_applied_at_their_lines(tmp_path: Path) -> None:
+    outcome = _outcome("postgresql-15", tmp_path)
+    steps = _assert_pipeline_passed(outcome)
+    quilt = tmp_path / "postgresql-15" / "debian" / "patches"
+    assert b"\n@@ -22,4 +21,0 @@" in (quilt / "autoconf2.69").read_bytes()
+    series = tmp_path / "postgresql-15" / "project" / "patches" / "postgresql-15"
+    kept = series / "0010-autoconf2.69.patch"
+    assert kept.read_bytes() == (quilt / "autoconf2.69").read_bytes()  # exact: not refreshed
+    _refreshed_after_drift(steps, outcome.patches)
+
+
+def test_postgresql_refreshed_patches_keep_their_plain_diff_dialect(tmp_path: Path) -> None:
+    """Debian's postgresql-15 patches are plain `diff -u` (no `diff --git`, no `index`):
+    the ones refresh rewrites stay so, naming their files as they did."""
+    outcome = _outcome("postgresql-15", tmp_path)
+    steps = _assert_pipeline_passed(outcome)
+    assert steps["refresh"].summary["refreshed"] >= 3
+    quilt = tmp_path / "postgresql-15" / "debian" / "patches"
+    series = tmp_path / "postgresql-15" / "project" / "patches" / "postgresql-15"
+    refreshed = 0
+    for number, (name, _options) in enumerate(quilt_series(quilt / "series"), 1):
+        original = (quilt / name).read_bytes()
+        kept = next(series.glob(f"{number:04d}-*.patch")).read_bytes()
+        if kept == original:
+            continue
+        refreshed += 1
+        assert b"diff --git " not in kept and b"\nindex " not in kept, name
+        names = {line for line in original.splitlines() if line.startswith((b"--- ", b"+++ "))}
+        assert {line for line in kept.splitlines() if line.startswith((b"--- ", b"+++ "))} == names
+    assert refreshed == steps["refresh"].summary["refreshed"]

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from support.drift import rebase_ready
 
 from patchctl.errors import ConfigError, PatchctlError
 from patchctl.limits import (
@@ -90,3 +93,58 @@ def test_a_file_that_cannot_be_read_is_named_with_the_fix(tmp_path: Path, kind: 
     assert type(info.value) is PatchctlError and info.value.exit_code == 1
     assert str(info.value).startswith(f"cannot read the patch file {path}: ")
     assert info.value.hint is not None and fix in info.value.hint
+
+
+GIB = 1 << 30
+MEASURE = (
+    "import resource, subprocess, sys, time\n"
+    "start = time.monotonic()\n"
+    "code = subprocess.run(sys.argv[1:], capture_output=True).returncode\n"
+    "usage = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+    "print(code, usage.ru_maxrss, time.monotonic() - start)\n"
+)
+
+
+def _run_measured(cwd: Path, *args: str) -> tuple[int, int, float]:
+    """(exit code, peak RSS in KiB of the patchctl process and its children, seconds) of
+    `patchctl ARGS`, run in a child of its own so the measure is its alone."""
+    done = subprocess.run(
+        [sys.executable, "-c", MEASURE, sys.executable, "-m", "patchctl", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    code, rss, seconds = done.stdout.split()
+    return int(code), int(rss), float(seconds)
+
+
+def _sparse(path: Path) -> None:
+    """Make `path` a 2 GiB file without writing 2 GiB (a sparse file: its old bytes, then
+    holes)."""
+    path.touch()
+    os.truncate(path, 2 * GIB)
+
+
+@pytest.mark.parametrize(
+    ("case", "args", "code"),
+    [
+        ("series.yaml", ("docs",), 5),  # read under the series lock
+        ("series.yaml", ("capture", "0004-c-10"), 5),
+        ("0001-readme.patch", ("cleanroom", "status"), 5),  # an applied patch's file
+        (".patchctl-journal.json", ("cleanroom", "status"), 5),  # a planted journal
+        ("README.md", ("docs",), 0),  # the generated README, rewritten without reading it
+        ("README.md", ("docs", "--check"), 16),
+    ],
+)
+def test_a_huge_input_is_refused_before_it_is_read(
+    tmp_path: Path, case: str, args: tuple[str, ...], code: int
+) -> None:
+    series_dir, _onto = rebase_ready(tmp_path)
+    _sparse(series_dir / case)
+    exit_code, rss_kib, seconds = _run_measured(series_dir, *args, "--series", str(series_dir))
+    assert exit_code == code
+    assert rss_kib < 400 * 1024, f"peak RSS {rss_kib} KiB: the file was read"
+    assert seconds < 30
+    if case == "README.md" and code == 0:
+        assert (series_dir / case).stat().st_size < 64 * 1024  # regenerated

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import hashlib
+import shutil
+import subprocess
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from support.files import CONTENT_MATRIX, CONTENT_MATRIX_AFTER, Exe, Files, Link, write_files
 from support.repos import Repo
 
 from patchctl import patchapply
+from patchctl.errors import PatchDoesNotApply, PatchDrift
 from patchctl.git import temp_index
 from patchctl.patchapply import (
     APPLY_FLAGS,
@@ -25,7 +29,9 @@ from patchctl.patchapply import (
     hunk_number,
     named_paths,
     patch_sha256,
+    strict_apply,
 )
+from patchctl.patchparse import zero_context
 from patchctl.series import Patch
 
 
@@ -252,3 +258,102 @@ def test_named_paths_reads_quoted_and_spaced_names() -> None:
     found = named_paths(data)
     assert {"caf\u00e9 x".encode(), b"dir with spaces/f", b"old name", b"new name", b"t.c"} <= found
     assert b"dev/null" not in found and b"" not in found
+
+
+def _diff_u0(tmp_path: Path, before: bytes, after: bytes) -> bytes:
+    """What `diff -U0` writes for one file, with quilt's a/ b/ names."""
+    (tmp_path / "old").write_bytes(before)
+    (tmp_path / "new").write_bytes(after)
+    done = subprocess.run(
+        ["diff", "-U0", "--label", "a/f.c", "--label", "b/f.c", "old", "new"],
+        cwd=tmp_path,
+        capture_output=True,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    return done.stdout
+
+
+@pytest.mark.skipif(shutil.which("diff") is None, reason="diff is not installed")
+def test_zero_context_hunks_apply_exactly_at_their_lines_and_drift_elsewhere(
+    tmp_path: Path, make_repo: Callable[..., Repo]
+) -> None:
+    body = b"".join(b"line %d\n" % i for i in range(1, 41))
+    lines = body.splitlines(keepends=True)
+    # a one-line change, an insertion, and a removal at 22-25 (`@@ -22,4 +21,0 @@` style)
+    after = b"".join(
+        [*lines[:4], b"FIVE\n", *lines[5:10], b"new a\n", b"new b\n", *lines[10:21], *lines[25:]]
+    )
+    patch = _diff_u0(tmp_path, body, after)
+    assert b"@@ -5 +5 @@" in patch and b",0 @@" in patch and b"@@ -22,4 +" in patch
+    assert zero_context(patch) and "--unidiff-zero" in apply_flags(data=patch)
+    assert "--unidiff-zero" not in apply_flags(data=b"@@ -1,3 +1,3 @@\n a\n-b\n+c\n d\n")
+    repo = make_repo({"f.c": body})
+    expected = make_repo({"f.c": after})
+    entry = Patch(id="0001-u0", file="0001-u0.patch")
+    with TreePatcher(repo.git) as patcher:
+        assert strict_apply(patcher, entry, patch, ".", repo.tree) == expected.tree
+        back = patcher.apply(expected.tree, patch, reverse=True)
+        assert back.tree == repo.tree and back.outcome.drift() == []
+    # GNU patch puts the hunks at the same lines
+    if shutil.which("patch") is not None:
+        (tmp_path / "f.c").write_bytes(body)
+        gnu = ["patch", "-p1", "--batch", "--silent"]
+        subprocess.run(gnu, input=patch, cwd=tmp_path, check=True)
+        assert (tmp_path / "f.c").read_bytes() == after
+    # on a file that moved, a zero-context hunk is drift, as any other
+    moved = make_repo({"f.c": b"top 1\ntop 2\n" + body})
+    with TreePatcher(moved.git) as patcher, pytest.raises(PatchDrift, match="offset 2 lines"):
+        strict_apply(patcher, entry, patch, ".", moved.tree)
+
+
+def test_a_hunk_header_whose_new_start_ignores_an_earlier_hunk_is_exact_at_its_old_line(
+    tmp_path: Path, make_repo: Callable[..., Repo]
+) -> None:
+    body = b"".join(b"line %d\n" % i for i in range(1, 61))
+    # hunk 2's new-side start repeats its old-side start although hunk 1 added a line (a
+    # header written by hand, or by a tool that numbers each hunk alone)
+    patch = (
+        b"--- a/f.c\n+++ b/f.c\n"
+        b"@@ -10,3 +10,4 @@\n line 10\n+added\n line 11\n line 12\n"
+        b"@@ -40,3 +40,4 @@\n line 40\n+also\n line 41\n line 42\n"
+    )
+    after = body.replace(b"line 10\n", b"line 10\nadded\n")
+    after = after.replace(b"line 40\n", b"line 40\nalso\n")
+    repo = make_repo({"f.c": body})
+    expected = make_repo({"f.c": after})
+    entry = Patch(id="0001-hand", file="0001-hand.patch")
+    with TreePatcher(repo.git) as patcher:
+        raw = patcher.apply(repo.tree, patch)
+        assert b"Hunk #2 succeeded at 41 (offset 1 line)" in raw.outcome.stderr  # git's view
+        assert raw.outcome.drift() == []
+        assert strict_apply(patcher, entry, patch, ".", repo.tree) == expected.tree
+    if shutil.which("patch") is not None:  # GNU patch takes it exactly, without an offset
+        (tmp_path / "f.c").write_bytes(body)
+        done = subprocess.run(
+            ["patch", "-p1", "--batch"], input=patch, cwd=tmp_path, capture_output=True, check=True
+        )
+        assert b"offset" not in done.stdout and (tmp_path / "f.c").read_bytes() == after
+    # a hunk whose old-side line is wrong is drift still
+    wrong = patch.replace(b"@@ -40,3 +40,4 @@", b"@@ -38,3 +39,4 @@")
+    with TreePatcher(repo.git) as patcher, pytest.raises(PatchDrift, match="hunk #2"):
+        strict_apply(patcher, entry, wrong, ".", repo.tree)
+
+
+def test_a_binary_hunk_git_cannot_read_is_named_not_called_empty(
+    make_repo: Callable[..., Repo], make_patch: Callable[..., bytes]
+) -> None:
+    data = bytes(range(256)) * 64
+    changed = data[:100] + b"\x07" + data[101:]
+    patch = make_patch({"bin.dat": data}, {"bin.dat": changed})
+    assert b"GIT binary patch" in patch
+    no_index = b"".join(
+        line for line in patch.splitlines(keepends=True) if not line.startswith(b"index ")
+    )
+    repo = make_repo({"other": b"x\n"})  # no bin.dat: the delta has nothing to apply to
+    entry = Patch(id="0001-bin", file="0001-bin.patch")
+    with TreePatcher(repo.git) as patcher, pytest.raises(PatchDoesNotApply) as refused:
+        strict_apply(patcher, entry, no_index, ".", repo.tree)
+    assert refused.value.file == "bin.dat" and refused.value.why is not None
+    assert "binary hunk without a full `index` line" in refused.value.why
+    assert "contains no changes" not in refused.value.message

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from unidiff import PatchSet
 
-from patchctl.patchparse import display, header_names, parse, unquote
+from patchctl.patchparse import ambiguous_names, display, header_names, parse, unquote
 
 GOLDEN = Path(__file__).parent / "golden" / "capture"
 SHIPPED = Path(__file__).parent.parent / "patches" / "llamafile" / "0078-dca.patch"
@@ -70,3 +70,13 @@ def test_agrees_with_unidiff_where_unidiff_can_read(path: Path) -> None:
     for mine, other in zip(ours, theirs, strict=True):
         name = other.path.encode("latin-1")
         assert mine.path == (unquote(name) if name.startswith(b'"') else name)
+
+
+def test_a_plain_name_with_spaces_is_read_as_git_apply_reads_it() -> None:
+    hunk = b"@@ -1 +1 @@\n-a\n+b\n"
+    for stamp in (b"", b" 2020-01-01 00:00:00.000000000 +0000", b" Wed Jan  1 00:00:00 2020"):
+        data = b"--- a/dir with space/x" + stamp + b"\n+++ b/dir with space/x" + stamp + b"\n"
+        assert parse(data + hunk)[0].path == b"dir with space/x", stamp
+        assert ambiguous_names(data + hunk) == [(b"dir with space/x", b"dir")]
+    plain = b"--- a/x 2020-01-01 00:00:00\n+++ b/x 2020-01-01 00:00:00\n" + hunk
+    assert parse(plain)[0].path == b"x" and ambiguous_names(plain) == []

@@ -16,7 +16,7 @@ from support.drift import (
 from support.files import CONTENT_MATRIX, CONTENT_MATRIX_AFTER
 from support.repos import diff_files
 
-from patchctl.patchparts import split_patch, with_diff
+from patchctl.patchparts import in_dialect, split_patch, with_diff
 
 
 @pytest.fixture(scope="module")
@@ -80,3 +80,23 @@ def test_crlf_hunks_and_a_file_without_a_diff() -> None:
     assert parts.header == b"Header\r\n\r\n" and parts.trailer == b""
     assert split_patch(b"only words\n").header == b"only words\n"
     assert split_patch(b"").join() == b""
+
+
+def test_a_regenerated_diff_keeps_a_quilt_patchs_sections_and_git_only_changes_stay_git() -> None:
+    old = (
+        b"Index: pkg/src/x.c\n" + b"=" * 67 + b"\n"
+        b"--- pkg.orig/src/x.c\n+++ pkg/src/x.c\n@@ -1,2 +1,2 @@\n a\n-b\n+c\n"
+    )
+    new = (
+        b"diff --git a/src/x.c b/src/x.c\nindex " + b"1" * 40 + b".." + b"2" * 40 + b" 100644\n"
+        b"--- a/src/x.c\n+++ b/src/x.c\n@@ -5,2 +5,2 @@\n a\n-b\n+c\n"
+        b"diff --git a/src/new.c b/src/new.c\nnew file mode 100644\nindex " + b"0" * 40 + b".."
+        + b"3" * 40 + b"\n--- /dev/null\n+++ b/src/new.c\n@@ -0,0 +1 @@\n+n\n"
+        b"diff --git a/run.sh b/run.sh\nold mode 100644\nnew mode 100755\n"
+    )
+    assert in_dialect(old, new) == (
+        b"Index: pkg/src/x.c\n" + b"=" * 67 + b"\n"
+        b"--- pkg.orig/src/x.c\n+++ pkg/src/x.c\n@@ -5,2 +5,2 @@\n a\n-b\n+c\n"
+        b"Index: src/new.c\n" + b"=" * 67 + b"\n--- /dev/null\n+++ b/src/new.c\n@@ -0,0 +1 @@\n+n\n"
+        b"diff --git a/run.sh b/run.sh\nold mode 100644\nnew mode 100755\n"
+    )

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from support.repos import new_repo
 
+from patchctl.cli import main
 from patchctl.errors import ConfigError, NotFound
 from patchctl.pinning import Where, parse_upstream, pin
 from patchctl.series import Upstream
@@ -119,3 +120,29 @@ def test_an_archive_already_in_the_tree_cache_is_not_listed_again(
     assert again == pinned
     with pytest.raises(AssertionError, match="listed again"):  # another spelling: listed
         pin(parse_upstream("demo-1.1.tar.gz", at, subdir="demo-1.1/vendor/lib"), at.series_dir)
+
+
+@pytest.mark.parametrize(
+    ("text", "commit", "why"),
+    [
+        ("ssh://-oProxyCommand=touch%20pwned/repo", "main", "invalid host"),
+        ("git@-oProxyCommand=x:repo", "main", "invalid host"),
+        ("ftp://example.org/repo.git", "main", "scheme 'ftp'"),
+        ("ext::sh -c touch% pwned", "main", "remote helper"),
+        ("https://example.org/x\x1b[31m.tar.gz", None, "control character"),
+        ("https://example.org/repo", "main\x07", None),
+    ],
+)
+def test_an_upstream_typed_on_the_command_line_passes_the_series_allow_list(
+    tmp_path: Path, text: str, commit: str | None, why: str | None
+) -> None:
+    where = Where(series_dir=tmp_path / "s", cwd=tmp_path)
+    with pytest.raises(ConfigError) as refused:
+        parse_upstream(text, where, commit=commit)
+    assert refused.value.exit_code == 5
+    if why is not None:
+        assert why in refused.value.message
+    # the CLI: init and rebase --onto refuse it alike, before anything is fetched
+    args = ["init", text, "--series", str(tmp_path / "s")]
+    assert main(args + (["--commit", commit] if commit else [])) == 5
+    assert not (tmp_path / "s").exists() and not (tmp_path / "pwned").exists()

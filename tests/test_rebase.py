@@ -21,13 +21,15 @@ from support.drift import (
 )
 from support.repos import new_repo
 
+from patchctl import progress, rebasestate
 from patchctl import rebase as rebase_module
-from patchctl import rebasestate
 from patchctl.apply import cleanroom_apply
 from patchctl.capture import capture
-from patchctl.cleanroom import load_cleanroom, same_pin
+from patchctl.cleanroom import load_cleanroom, repin_marker, same_pin
 from patchctl.cli import main
+from patchctl.commands.rebase import report_lines
 from patchctl.errors import (
+    ConfigError,
     DirtyTree,
     NothingToCapture,
     PatchctlError,
@@ -35,6 +37,7 @@ from patchctl.errors import (
     SeriesChanged,
 )
 from patchctl.git import temp_index
+from patchctl.journal import Journal, command
 from patchctl.patchapply import FUZZ_CONTEXT, apply_flags
 from patchctl.patchparts import split_patch
 from patchctl.rebase import rebase, rebase_abort, rebase_continue, rebase_skip
@@ -106,12 +109,40 @@ def test_a_conflict_stops_with_a_report_and_continue_keeps_every_header(tmp_path
     assert series.patches[0].pre_tree == series.upstream.tree
     assert verify_series(series, [room]).ok
     assert "4:" in done.range_diff_text and done.range_diff.read_text() == done.range_diff_text
+    shown = report_lines(done)  # what --continue prints: the pairing lines, not the diffs
+    assert "@@" in done.range_diff_text and not any("@@" in line for line in shown)
+    assert any(line.strip().startswith("4:") for line in shown)
     # the clean room ends on the new base with the series applied, as `cleanroom apply` keeps it
     kept = cleanroom_apply(series_dir)
     assert all(a.reused for a in kept.applied) and len(kept.applied) == 4
     assert same_pin(load_cleanroom(room), series)
     assert not rebasestate.in_progress(room)
     assert load_cleanroom(room).git.refs("refs/patchctl/rebase/") == []
+
+
+def test_continue_refuses_every_left_over_marker_kind_and_lists_each_block(
+    tmp_path: Path,
+) -> None:
+    series_dir, onto = rebase_ready(tmp_path)
+    rebase(series_dir, onto)
+    room = room_of(series_dir)
+    conflicted = room / "src" / "c.c"
+    # half-resolved: the `<<<<<<<` and `>>>>>>>` lines gone, the diff3 base and the `=======` left
+    kept = [
+        line
+        for line in conflicted.read_bytes().splitlines(keepends=True)
+        if not line.startswith((b"<<<<<<< ", b">>>>>>> "))
+    ]
+    conflicted.write_bytes(b"".join(kept))
+    (room / "src" / "d.c").write_bytes(b"one\n=======\ntwo\n>>>>>>>\n=======x not a marker\n")
+    with pytest.raises(PatchDoesNotApply) as refused:
+        rebase_continue(series_dir)
+    message = refused.value.message
+    base = next(i for i, line in enumerate(kept, 1) if line.startswith(b"||||||| "))
+    sep = next(i for i, line in enumerate(kept, 1) if line == b"=======\n")
+    assert f"src/c.c (line {base}, {sep})" in message
+    assert "src/d.c (line 2, 4)" in message
+    assert "src/d.c (line 2, 4, 5)" not in message
 
 
 def test_abort_puts_series_and_clean_room_back_and_saves_the_edits(tmp_path: Path) -> None:
@@ -135,15 +166,25 @@ def test_abort_puts_series_and_clean_room_back_and_saves_the_edits(tmp_path: Pat
         rebase_continue(series_dir)
 
 
-def test_skip_drops_the_patch_and_its_file(tmp_path: Path) -> None:
+def test_skip_drops_the_patch_keeps_its_file_and_prints_a_short_summary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     series_dir, onto = rebase_ready(tmp_path)
+    original = (series_dir / "0004-c-10.patch").read_bytes()
     rebase(series_dir, onto)
-    done = rebase_skip(series_dir)
-    assert done.state == "done" and done.patches[-1].how == "dropped"
+    capsys.readouterr()
+    assert main(["rebase", "--series", str(series_dir), "--skip"]) == 0
+    out = capsys.readouterr().out
     series = load_series(series_dir)
     assert series.ids() == ("0001-readme", "0002-louder-a", "0003-b-30")
     assert not (series_dir / "0004-c-10.patch").exists()
+    kept = list((series_dir / "skipped").rglob("0004-c-10.patch"))
+    assert len(kept) == 1 and kept[0].read_bytes() == original  # moved, never deleted
+    assert f"its file moved to {kept[0]}" in out
     assert verify_series(series, [room_of(series_dir)]).ok
+    range_diff = next(series_dir.glob("rebase-*.range-diff")).read_text()
+    pairs = [line.strip() for line in range_diff.splitlines()]
+    assert "4:  " in out and all(line in out for line in pairs)
 
 
 def test_a_patch_upstream_already_has_stops_as_empty(tmp_path: Path) -> None:
@@ -296,3 +337,54 @@ def test_the_old_series_is_replayed_with_its_drift_as_a_whole_index_would(tmp_pa
             tree = index.write_tree()
         assert git.tree_of(commit) == tree, patch.id
     assert fuzzed  # the series holds a patch that needs fuzz on its own upstream
+
+
+def test_an_abort_gives_every_file_it_puts_back_its_mtime(tmp_path: Path) -> None:
+    series_dir, onto = rebase_ready(tmp_path)
+    room = room_of(series_dir)
+    before = {
+        p: p.stat().st_mtime_ns for p in room.rglob("*") if p.is_file() and ".git" not in p.parts
+    }
+    rebase(series_dir, onto)  # stops at 0004 with the merged files in the work tree
+    assert (room / "src" / "a.c").stat().st_mtime_ns != before[room / "src" / "a.c"]
+    (room / "src" / "c.c").write_bytes(b"a half-done resolution\n")
+    rebase_abort(series_dir)
+    after = {p: p.stat().st_mtime_ns for p in before}
+    assert after == before  # content and mtimes as before the rebase: a build sees no change
+    cr = load_cleanroom(room)
+    assert cr.dirty_paths() == [] and all(a.reused for a in cleanroom_apply(series_dir).applied)
+
+
+def test_an_onto_value_outside_the_url_allow_list_is_refused(tmp_path: Path) -> None:
+    series_dir, _onto = rebase_ready(tmp_path)
+    before = snapshot(series_dir)
+    with pytest.raises(ConfigError, match="invalid host") as refused:
+        rebase(series_dir, "ssh://-oProxyCommand=touch%20pwned/repo", commit="main")
+    assert refused.value.exit_code == 5 and snapshot(series_dir) == before
+    assert not rebasestate.in_progress(room_of(series_dir))
+
+
+def test_the_note_after_a_killed_rebase_names_the_rebase(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    series_dir, onto = rebase_ready(tmp_path)
+    room = room_of(series_dir)
+    rebase(series_dir, onto)
+    resolve_conflicts(room / "src" / "c.c", "C 10")
+
+    def killed(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    abandon = Journal.abandon
+    monkeypatch.setattr(rebase_module, "repin_marker", killed)
+    monkeypatch.setattr(Journal, "abandon", lambda self: None)  # a kill leaves the journal
+    with pytest.raises(KeyboardInterrupt):
+        rebase_continue(series_dir)
+    monkeypatch.setattr(rebase_module, "repin_marker", repin_marker)
+    monkeypatch.setattr(Journal, "abandon", abandon)
+    notes: list[str] = []
+    monkeypatch.setattr(progress, "notice_sink", notes.append)
+    assert rebase_continue(series_dir).state == "done"
+    assert any("an interrupted `patchctl rebase --continue` was" in note for note in notes), notes
+    assert not any("patchctl patchctl" in note for note in notes)
+    assert command("patchctl") == "patchctl command" and command("") == "patchctl command"

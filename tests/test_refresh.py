@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -145,3 +146,58 @@ def test_a_captured_patch_is_refreshed_with_patchctls_header(tmp_path: Path) -> 
     room = open_cleanroom(series_dir)
     report = verify_series(series, [room.path])
     assert report.ok, report.failures()
+
+
+def _rewrite(series_dir: Path, name: str, data: bytes) -> None:
+    """Replace a patch file's bytes and the sha256 series.yaml records for it."""
+    path = series_dir / name
+    yaml_file = series_dir / "series.yaml"
+    old = sha256(path.read_bytes())
+    path.write_bytes(data)
+    yaml_file.write_text(yaml_file.read_text().replace(old, sha256(data)))
+
+
+def _as_plain(data: bytes) -> bytes:
+    """A git diff as `diff -u` writes it: no `diff --git`/`index` lines, dates after TABs."""
+    out = []
+    for line in data.splitlines(keepends=True):
+        if line.startswith((b"diff --git ", b"index ")):
+            continue
+        if line.startswith((b"--- a/", b"+++ b/")):
+            line = line.rstrip(b"\n") + b"\t2024-01-01 00:00:00.000000000 +0000\n"
+        out.append(line)
+    return b"".join(out)
+
+
+def _abbreviated(data: bytes) -> bytes:
+    """A git diff with 7-hex `index` ids, as `git format-patch` writes by default."""
+    full = rb"(?m)^index ([0-9a-f]{7})[0-9a-f]*\.\.([0-9a-f]{7})[0-9a-f]*"
+    return re.sub(full, rb"index \1..\2", data)
+
+
+def test_refresh_keeps_each_patchs_own_diff_dialect_unless_asked(tmp_path: Path) -> None:
+    series_dir = drifted_project(tmp_path)
+    plain = _as_plain((series_dir / "0002-louder-a.patch").read_bytes())
+    short = _abbreviated((series_dir / "0003-b-30.patch").read_bytes())
+    _rewrite(series_dir, "0002-louder-a.patch", plain)
+    _rewrite(series_dir, "0003-b-30.patch", short)
+    names = [line for line in plain.splitlines() if line.startswith((b"--- ", b"+++ "))]
+
+    result = refresh(series_dir)
+    assert [p.id for p in result.refreshed] == ["0002-louder-a", "0003-b-30"]
+    new_plain = (series_dir / "0002-louder-a.patch").read_bytes()
+    assert new_plain != plain and b"diff --git" not in new_plain and b"\nindex " not in new_plain
+    assert [line for line in new_plain.splitlines() if line.startswith((b"--- ", b"+++ "))] == names
+    new_short = (series_dir / "0003-b-30.patch").read_bytes()
+    assert new_short != short
+    assert re.search(rb"(?m)^index [0-9a-f]{7}\.\.[0-9a-f]{7} 100644$", new_short)
+    assert cleanroom_apply(series_dir).applied  # exact now
+    assert verify_series(load_series(series_dir), [open_cleanroom(series_dir).path]).ok
+
+    # asked: git diffs with full ids
+    again = drifted_project(tmp_path / "again")
+    _rewrite(again, "0002-louder-a.patch", plain)
+    refresh(again, git_style=True)
+    git_style = (again / "0002-louder-a.patch").read_bytes()
+    assert b"diff --git a/src/a.c b/src/a.c" in git_style
+    assert re.search(rb"(?m)^index [0-9a-f]{40}\.\.[0-9a-f]{40} 100644$", git_style)

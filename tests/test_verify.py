@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.drift import rebase_ready
 from support.files import Entry, Exe, Link, write_files
 from support.repos import new_repo
 from support.series import make_project, make_series
@@ -270,3 +271,18 @@ def test_offset_notes_show_in_text_output_and_json(
     forward = report["patches"][0]["steps"][1]
     assert forward["step"] == "forward" and "offset -3 lines" in forward["note"]
     assert all(s["note"] is None for s in report["patches"][0]["steps"][2:])
+
+
+def test_a_damaged_imported_patch_is_hinted_to_be_restored_never_recorded(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    series_dir, _onto = rebase_ready(tmp_path)
+    patch = series_dir / "0003-b-30.patch"
+    data = patch.read_bytes()
+    added = data.index(b"\n+", data.index(b"\n@@ ")) + 2
+    patch.write_bytes(data[:added] + b"X" + data[added + 1 :])
+    assert main(["verify", "--all", "--series", str(series_dir)]) == 12
+    captured = capsys.readouterr()
+    assert "imported bytes changed" in captured.out
+    assert "git restore" in captured.err and "patchctl capture" not in captured.err
+    assert "patchctl docs" not in captured.out + captured.err

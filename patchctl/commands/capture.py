@@ -21,12 +21,20 @@ def capture_command(
     patch_id: Annotated[str, typer.Argument(metavar="ID", help="The patch to (re)capture.")],
     series: SeriesOpt = DEFAULT_SERIES,
     workdir: WorkdirOpt = None,
+    accept_changed: Annotated[
+        bool,
+        typer.Option(
+            "--accept-changed",
+            help="Capture even when the patch file or its clean-room commit differs from "
+            "the recorded sha256 (a change made on purpose).",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Write everything the clean room changed since the commit before ID as patch ID."""
     from patchctl.capture import capture
 
-    render_capture(capture(series, patch_id, workdir), as_json)
+    render_capture(capture(series, patch_id, workdir, accept_changed=accept_changed), as_json)
 
 
 def capture_json(result: CaptureResult) -> dict[str, Any]:

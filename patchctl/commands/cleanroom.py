@@ -127,7 +127,9 @@ def render_status(status: CleanroomStatus, as_json: bool) -> None:
     dirty = data["dirty"]
     out.print(f"  unsaved  {len(dirty)} path(s)" + (": " + ", ".join(dirty[:10]) if dirty else ""))
     if data["interrupted"]:
+        from patchctl.journal import command
+
         out.print(
-            f"  note     a `patchctl {data['interrupted']}` is running here or was killed; "
+            f"  note     a {command(data['interrupted'])} is running here or was killed; "
             "if killed, the next `cleanroom apply`, `capture` or `import` finishes or undoes it"
         )

@@ -95,7 +95,10 @@ def print_line(line: str) -> None:
 
 
 def report_lines(report: RebaseReport) -> list[str]:
-    """The human form of a rebase report."""
+    """The human form of a rebase report (of the range-diff, only its pairing lines: the whole
+    of it is in the file it names)."""
+    from patchctl.rebase import summary_lines
+
     if report.state == "aborted":
         lines = ["rebase aborted: the series and the clean room are as they were before it"]
         if report.backup is not None:
@@ -103,13 +106,14 @@ def report_lines(report: RebaseReport) -> list[str]:
         return lines + [f"  restored {p}" for p in report.changed]
     lines = [f"rebase {report.series.parent.name}: {report.old} -> {report.new}"]
     lines += [f"  {d.how:9} {d.id}" for d in report.patches]
+    lines += [f"  skipped   {p.name}: its file moved to {p}" for p in report.skipped]
     if report.backup is not None:
         lines.append(f"  the work tree's edits were saved to {report.backup.ref}")
     if report.state == "stopped":
         return lines + stop_lines(report)
     lines.append(f"done: {report.series} is on {report.new}")
-    lines.append(f"range-diff (old vs new patches), saved to {report.range_diff}:")
-    lines += ["  " + line for line in report.range_diff_text.splitlines()]
+    lines.append(f"range-diff (old vs new patches) saved to {report.range_diff}; in short:")
+    lines += ["  " + line.strip() for line in summary_lines(report.range_diff_text)]
     lines.append(f"clean room {report.cleanroom}: new base plus the rebased series")
     return [*lines, "next: `patchctl verify --all`, then build and test"]
 

@@ -27,6 +27,13 @@ def refresh_command(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Report what would change; write nothing.")
     ] = False,
+    git_style: Annotated[
+        bool,
+        typer.Option(
+            "--git-style",
+            help="Write refreshed diffs as git diffs (default: each patch's own dialect).",
+        ),
+    ] = False,
     series: SeriesOpt = DEFAULT_SERIES,
     workdir: WorkdirOpt = None,
     as_json: JsonOpt = False,
@@ -39,7 +46,12 @@ def refresh_command(
 
     with RichProgress(enabled=False if as_json else None) as progress:
         result = refresh(
-            series, None if all_patches else patch_ids, workdir, progress, dry_run=dry_run
+            series,
+            None if all_patches else patch_ids,
+            workdir,
+            progress,
+            dry_run=dry_run,
+            git_style=git_style,
         )
     render_refresh(result, as_json)
 

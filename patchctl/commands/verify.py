@@ -56,8 +56,10 @@ def render_verify(outcome: VerifyOutcome, as_json: bool) -> None:
                     out.print(f"       {step.step}: {step.detail}", markup=False)
             for name, note in patch.notes:
                 out.print(f"       note ({name}): {note}", markup=False)
+        # docs regenerated from failing patches would record their bytes: no such advice then
+        fix = "run `patchctl docs`" if outcome.report.ok else "fix the failing patches first"
         for path in outcome.stale_docs:
-            out.print(f"STALE {path} (run `patchctl docs`)")
+            out.print(f"STALE {path} ({fix})", markup=False)
         out.print(_summary(outcome), markup=False)
     outcome.raise_if_failed()
     if as_json:
