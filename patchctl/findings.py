@@ -96,8 +96,8 @@ def read_patch(data: bytes) -> Reading:
                 sections[-1].path = name
         elif (m := HUNK.match(line)) and sections:
             sections[-1].hunks.append(number)
-            old = 1 if m.group(1) is None else int(m.group(1))
-            new = 1 if m.group(2) is None else int(m.group(2))
+            old = 1 if m.group(2) is None else int(m.group(2))  # HUNK: start, count, start, count
+            new = 1 if m.group(4) is None else int(m.group(4))
             i, problem = _hunk_body(lines, i + 1, old, new, number)
             if problem is not None:
                 return Reading(sections, problem)

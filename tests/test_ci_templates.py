@@ -202,13 +202,16 @@ def actionlint() -> str:
 
 
 def run_actionlint(actionlint: str, path: Path) -> tuple[int, str]:
+    """actionlint on `path`, run in its directory: it prints paths relative to the working
+    directory, so the findings read `<file name>:<line>:` wherever the test runs."""
     proc = subprocess.run(
-        [actionlint, "-oneline", "-no-color", str(path)],
+        [actionlint, "-oneline", "-no-color", path.name],
         capture_output=True,
         text=True,
         check=False,
         env=tool_env(),
         timeout=120,
+        cwd=path.parent,
     )
     return proc.returncode, proc.stdout + proc.stderr
 
@@ -241,7 +244,7 @@ def test_actionlint_names_a_broken_workflow(
     copy.write_text(text.replace(old, new, 1))
     code, out = run_actionlint(actionlint, copy)
     assert code == 1, out
-    assert f"{copy}:{line}:" in out and problem in out, out
+    assert f"{copy.name}:{line}:" in out and problem in out, out
 
 
 def test_workflow_cache_is_keyed_by_pin_and_patches() -> None:

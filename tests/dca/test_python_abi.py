@@ -13,6 +13,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from support.archives import extract_trusted_tar
 
 from .abi import AbiMismatch, _field_names, c_structs, check
 from .wheel import Wheel
@@ -30,7 +31,7 @@ def patched_headers(python_wheel: Wheel, tmp_path_factory: pytest.TempPathFactor
             for m in tar.getmembers()
             if re.fullmatch(r"[^/]+/vendor/llama\.cpp/(ggml/)?include/[^/]+\.h", m.name)
         ]
-        tar.extractall(root, members=wanted, filter="data")
+        extract_trusted_tar(tar, root, wanted)
     (top,) = list(root.iterdir())
     return [top / "vendor/llama.cpp/include", top / "vendor/llama.cpp/ggml/include"]
 

@@ -32,6 +32,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from support.archives import extract_trusted_tar
+
 from patchctl.build.cmake import cpu_defines
 from patchctl.export import export_sdist
 from patchctl.fsio import sha256_file
@@ -125,7 +127,7 @@ def _extract(sdist: Path, target: Path) -> Path:
     shutil.rmtree(fresh, ignore_errors=True)
     fresh.mkdir(parents=True)
     with tarfile.open(sdist) as tar:
-        tar.extractall(fresh, filter="data")
+        extract_trusted_tar(tar, fresh)
     (top,) = list(fresh.iterdir())
     now = time.time()
     for path in top.rglob("*"):

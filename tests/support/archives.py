@@ -41,3 +41,28 @@ def make_tar(path: Path, files: Mapping[str, Entry | Special], top: str | None =
                 info.size = len(data)
             tar.addfile(info, io.BytesIO(data) if data else None)
     return path
+
+
+def extract_trusted_tar(
+    tar: tarfile.TarFile, dest: Path, members: list[tarfile.TarInfo] | None = None
+) -> None:
+    """`tar.extractall(dest, filter="data")` where Python has tarfile's filters (3.11.4+);
+    on 3.11.0-3.11.3 (Debian 12's python3 is 3.11.2) the same refusals, checked here: no
+    absolute or `..` member names, no link pointing outside `dest`, no device or fifo. For
+    archives the tests fetch or make themselves (sdists, Debian tarballs)."""
+    chosen = tar.getmembers() if members is None else members
+    if hasattr(tarfile, "data_filter"):
+        tar.extractall(dest, members=chosen, filter="data")
+        return
+    root = dest.resolve()
+    for member in chosen:
+        target = (root / member.name).resolve()
+        if member.name.startswith("/") or not target.is_relative_to(root):
+            raise tarfile.ExtractError(f"{member.name}: outside {root}")
+        if member.isdev() or member.isfifo():
+            raise tarfile.ExtractError(f"{member.name}: a device or fifo")
+        if member.issym() or member.islnk():
+            base = target.parent if member.issym() else root
+            if not (base / member.linkname).resolve().is_relative_to(root):
+                raise tarfile.ExtractError(f"{member.name}: links outside {root}")
+    tar.extractall(dest, members=chosen)  # members checked above

@@ -40,6 +40,7 @@ from typing import Any
 from patchctl.fsio import sha256_file
 from patchctl.git import Git
 from patchctl.series import load_series
+from support.archives import extract_trusted_tar
 from support.debian import (
     CACHE,
     DebianSource,
@@ -364,7 +365,7 @@ def run_package(package: str, workdir: Path, cache: Path = CACHE) -> Outcome:
         shutil.rmtree(here)
     (here / "project").mkdir(parents=True)
     with tarfile.open(source.debian) as tar:  # debian/ may link into the source tree
-        tar.extractall(here, filter="data")
+        extract_trusted_tar(tar, here)
     quilt = here / "debian" / "patches"
     if not (quilt / "series").is_file():
         outcome.result = "skipped: no debian/patches/series"
