@@ -7,8 +7,10 @@ For each package (default: DEFAULT_PACKAGES), tests/support/corpus.py fetches th
 once (cached in $PATCHCTL_TEST_CACHE/debian-src/bookworm/<package>/, sha256-checked against its
 .dsc on every use) and runs init (orig tarball as `archive` upstream), import of
 debian/patches/series, verify --all, strict cleanroom apply (refresh --all and apply again on
-drift) and verify --all again through the real CLI. The JSON keeps every step's command, exit
-code, wall seconds and error. Exit status 1 when a package failed a step.
+drift) and verify --all again through the real CLI, then, for comparison, `quilt push -a
+--fuzz=0` on the same series and upstream tree (`quilt` and `timings` per package). The JSON
+keeps every step's command, exit code, wall seconds and error. Exit status 1 when a package
+failed a step (quilt's exit code is recorded, not judged).
 """
 
 from __future__ import annotations
@@ -60,11 +62,17 @@ DEFAULT_PACKAGES = (
 def _row(outcome: Outcome) -> str:
     codes = " ".join(f"{s.name}={s.exit_code}" for s in outcome.steps)
     head = f"{outcome.package:<20} {outcome.patches:>4} {outcome.seconds:>7.1f}s"
-    return f"{head}  {outcome.result}  {codes}"
+    times = " ".join(f"{k}={v:.2f}s" for k, v in outcome.timings.items())
+    quilt = f" quilt={outcome.quilt.exit_code}" if outcome.quilt else ""
+    return f"{head}  {outcome.result}  {codes}{quilt}  {times}"
 
 
-def _git_version() -> str:
-    return subprocess.run(["git", "--version"], capture_output=True, text=True).stdout.strip()
+def _version(*argv: str) -> str:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True)
+    except FileNotFoundError:
+        return "not installed"
+    return done.stdout.strip().splitlines()[0] if done.stdout.strip() else "unknown"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,7 +91,11 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(workdir)
     result = {
         "command": " ".join(["python scripts/series_corpus.py", *(argv or sys.argv[1:])]),
-        "machine": {"python": platform.python_version(), "git": _git_version()},
+        "machine": {
+            "python": platform.python_version(),
+            "git": _version("git", "--version"),
+            "quilt": _version("quilt", "--version"),
+        },
         "seconds": round(time.monotonic() - started, 2),
         "packages": [o.as_json() for o in outcomes],
     }

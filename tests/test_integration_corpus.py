@@ -15,12 +15,14 @@ Each runs init (orig tarball as `archive` upstream), import, verify --all, stric
 subprocess, and ends at the tree dpkg-source's own `patch` call makes of Debian's files. The
 source packages are fetched once and cached (support/debian.py), sha256-checked against their
 .dsc on every use. scripts/series_corpus.py runs the same pipeline on the wider list recorded
-in docs/benchmarks/series-corpus.md.
+in docs/benchmarks/series-corpus.md, and beside it (recorded, not judged) `quilt push -a
+--fuzz=0` on the same series: here it must apply every patch.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -52,6 +54,12 @@ def _assert_pipeline_passed(outcome: Outcome) -> dict[str, Step]:
     assert steps["verify-final"].summary == {"verified": outcome.patches, "ok": True}
     oracle = steps["dpkg-source"]  # Debian's files through dpkg-source's `patch`: the same tree
     assert oracle.exit_code == 0 and oracle.summary["equal"] is True, oracle
+    assert {"import_apply", "patchctl"} <= outcome.timings.keys()
+    assert outcome.quilt is not None
+    if shutil.which("quilt") is not None:  # Debian's own tool on the same series, timed
+        assert outcome.quilt.exit_code == 0, outcome.quilt.error
+        assert outcome.quilt.summary == {"applied": outcome.patches}
+        assert outcome.timings["quilt_push"] == outcome.quilt.seconds
     return steps
 
 

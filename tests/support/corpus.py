@@ -16,6 +16,13 @@ For one source package (support/debian.py fetches and checks it), through the re
    for files the patches leave empty, which that call's `-E` removes and git keeps
    (compare_trees lists them).
 
+Beside it, for comparison only (its exit code does not change the result): Debian's own tool on
+the same series, `quilt push -a --fuzz=0` in the same upstream tarball unpacked afresh with
+debian/ beside it (quilt_push; only the push is timed, not the unpacking), and `timings`: the
+wall seconds of `patchctl import` plus the `cleanroom apply` that built the whole tree (the
+work quilt's push does: every patch applied to the upstream tree, then a tree), of every
+patchctl step of the package, and of quilt's push.
+
 The first step of 1-2 that fails ends the package's run; every step's command, exit code,
 wall seconds and error (type, message, hint) is kept. A package with component tarballs
 (`.orig-<name>.tar.*`, which dpkg-source unpacks into `<name>/`) gets one tarball built of
@@ -78,6 +85,8 @@ class Outcome:
     components: dict[str, list[str]] = field(default_factory=dict)
     upstream: dict[str, str] = field(default_factory=dict)  # a tarball built with components
     steps: list[Step] = field(default_factory=list)
+    quilt: Step | None = None  # `quilt push -a --fuzz=0` on the same series (quilt_push)
+    timings: dict[str, float] = field(default_factory=dict)  # see timings()
     result: str = ""
     seconds: float = 0.0
 
@@ -241,6 +250,63 @@ def dpkg_source_tree(orig: Path, quilt: Path, names: list[str], where: Path) -> 
     return step
 
 
+# quilt with no configuration of this machine's user: no quiltrc (`--quiltrc -`), a private
+# HOME, no QUILT_* from the environment but the patch directory dpkg-source uses.
+QUILT_PUSH = ("quilt", "--quiltrc", "-", "push", "-a", "--fuzz=0", "-q")
+
+
+def quilt_push(orig: Path, debian: Path, where: Path) -> Step:
+    """Debian's own tool on the series: the orig tarball unpacked (_unpack) into `where`,
+    `debian` copied to `where/debian` (in place of any the tarball has), then QUILT_PUSH with
+    QUILT_PATCHES=debian/patches. The step's seconds cover the push alone (tar and the copy
+    not included); its summary counts the patches quilt applied (`.pc/applied-patches`).
+    `where` is removed afterwards."""
+    _unpack(orig, where)
+    if (where / "debian").is_symlink() or (where / "debian").is_file():
+        (where / "debian").unlink()
+    elif (where / "debian").is_dir():  # an upstream's own debian/ (e2fsprogs): dpkg-source
+        shutil.rmtree(where / "debian")  # replaces it with the package's, as here
+    shutil.copytree(debian, where / "debian", symlinks=True)
+    home = where.with_name(where.name + ".home")
+    home.mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QUILT")}
+    env.update(HOME=str(home), QUILT_PATCHES="debian/patches", QUILT_PC=".pc", LC_ALL="C")
+    started = time.monotonic()
+    try:
+        done = subprocess.run(QUILT_PUSH, cwd=where, env=env, capture_output=True, text=True)
+    except FileNotFoundError:
+        step = Step("quilt", list(QUILT_PUSH), 127, 0.0, "quilt is not installed")
+    else:
+        seconds = round(time.monotonic() - started, 2)
+        step = Step("quilt", list(QUILT_PUSH), done.returncode, seconds)
+        if done.returncode != 0:
+            step.error = (done.stdout + done.stderr).strip()[-2000:] or "no message"
+        applied = where / ".pc" / "applied-patches"
+        lines = applied.read_text(errors="replace").splitlines() if applied.is_file() else []
+        step.summary["applied"] = len(lines)
+    shutil.rmtree(where)
+    shutil.rmtree(home)
+    return step
+
+
+def timings(outcome: Outcome) -> dict[str, float]:
+    """Wall seconds: `import_apply`, patchctl's `import` plus the `cleanroom apply` that built
+    the whole tree (after a refresh, the second; the refused first apply and the refresh are
+    not in it), present when both ran; `patchctl`, every patchctl step of the package (init to
+    the last verify, each a `python -m patchctl` subprocess); `quilt_push`, quilt's push."""
+    steps = {s.name: s for s in outcome.steps}
+    found: dict[str, float] = {}
+    apply = steps.get("apply-refreshed") or steps.get("apply")
+    if "import" in steps and apply is not None and apply.exit_code == 0:
+        found["import_apply"] = round(steps["import"].seconds + apply.seconds, 2)
+    ours = [s.seconds for s in outcome.steps if s.argv[:1] == ["patchctl"]]
+    if ours:
+        found["patchctl"] = round(sum(ours), 2)
+    if outcome.quilt is not None and outcome.quilt.exit_code != 127:
+        found["quilt_push"] = outcome.quilt.seconds
+    return found
+
+
 def _files(root: Path) -> dict[str, tuple[str, str]]:
     """Relative path -> (kind, sha256 or link target) of every file and link under `root`, as
     a git tree records them (.git left out, empty directories unseen)."""
@@ -381,5 +447,7 @@ def run_package(package: str, workdir: Path, cache: Path = CACHE) -> Outcome:
     if upstream != source.orig:
         outcome.upstream = {"archive": upstream.name, "sha256": sha256_file(upstream)}
     _pipeline(outcome, upstream, quilt, here / "project")
-    outcome.seconds = round(time.monotonic() - started, 2)
+    outcome.seconds = round(time.monotonic() - started, 2)  # quilt's run not included
+    outcome.quilt = quilt_push(upstream, here / "debian", here / "quilt")
+    outcome.timings = timings(outcome)
     return outcome
