@@ -17,7 +17,12 @@ echo "== patchctl build --series $series ${launcher[*]} (CPU)"
 manifest=$("$pc" build --series "$series" "${launcher[@]}" -t test-backend-ops -t llama-completion --json)
 bin=$(printf '%s' "$manifest" | python3 -c 'import json,sys; print(json.load(sys.stdin)["build_dir"] + "/bin")')
 echo "   bin dir: $bin"
-printf '%s' "$manifest" | python3 -c 'import json,sys; print("   cpu check:", json.dumps(json.load(sys.stdin).get("cpu_check"))[:300])'
+printf '%s' "$manifest" | python3 -c 'import json,sys
+c = json.load(sys.stdin).get("cpu_check")
+if isinstance(c, dict):
+    ok = [x for x in c.get("cases", []) if x["result"] == "ok"]
+    c = "%d quantized matmuls agree; extra buffer types: %s" % (len(ok), c.get("extra_bufts"))
+print("   cpu check:", c)'
 # optimised CPU paths vs the reference path: the unchanged op on a subset of its thousands of
 # cases (head dims 64/128, kv 512, batch 1/3/32/75; ~3 min), the series' new ops on all of their cases
 checks=("FLASH_ATTN_EXT|hsk=(64|128),.*kv=512,nb=(1|3|32|75),")
