@@ -56,6 +56,8 @@ def every_command(capsys: pytest.CaptureFixture[str], root: Path, series: str) -
     assert ok("verify", "--all")["series"] == "demo"
     gate = ok("ci")
     assert gate["exit_code"] == 0 and gate["series"][0]["series"] == named
+    listed = ok("split", "0001-one", "--list")
+    assert "main.c" in json.dumps(listed)
     applied = ok("cleanroom", "apply")["applied"]
     assert [a["id"] for a in applied] == ["0001-one", "0002-extra"]
     status = ok("cleanroom", "status")
