@@ -224,7 +224,7 @@ def _param(param: Any) -> Param:
         kind = "flag"
     elif choices:
         kind = "choice"
-    elif annotation is Path or type(click_type).__name__ == "Path":
+    elif annotation is Path or type(click_type).__name__ == "Path" or param.metavar == "PATH":
         kind = "file"
     else:
         kind = "plain"

@@ -504,7 +504,7 @@ COMMANDS: dict[str, Command] = {
             Param(
                 opts=("--output", "-o"),
                 kind="file",
-                help="Output file, or an existing directory for it (default: <project>/dist/).",
+                help="Output file (*.tar.gz), or a directory for it: an existing one, or one named with a trailing slash, made if missing (default: <project>/dist/).",
                 choices=(),
                 multiple=False,
             ),

@@ -163,16 +163,29 @@ def _plan(git: Git, tree: str) -> _Plan:
     return _Plan(tree, entries, pkg_info_field(pkg_info, "Name"), old, new, edits)
 
 
-def target_path(series: Series, output: Path | None, filename: str, force: bool = False) -> Path:
-    """Where the tarball goes: `output` (a file, or an existing directory to put it in), else
-    `<project>/dist/` (patchctl's own folder: an earlier export there is replaced). NotFound when
-    the directory is missing, PatchctlError when unwritable, DirtyTree (exit 8) when `output`
-    names a file that exists, unless `force`."""
+def target_path(
+    series: Series,
+    output: Path | None,
+    filename: str,
+    force: bool = False,
+    output_is_dir: bool = False,
+) -> Path:
+    """Where the tarball goes: `output` (a file ending in .tar.gz, or a directory to put it in:
+    an existing one, or one named with a trailing slash, `output_is_dir`, made if its parent
+    exists), else `<project>/dist/` (patchctl's own folder: an earlier export there is
+    replaced). NotFound when the parent directory is missing, PatchctlError when a directory's
+    place holds something else, a file name pip cannot install or an unwritable directory,
+    DirtyTree (exit 8) when `output` names a file that exists, unless `force`."""
     if output is None:
-        folder = project_root(series.dir) / DIST_DIR
-        folder.mkdir(parents=True, exist_ok=True)
-        return folder / filename
-    target = output / filename if output.is_dir() else output
+        return _in_folder(project_root(series.dir) / DIST_DIR, filename, "the default folder")
+    if output_is_dir or output.is_dir():
+        return _in_folder(output, filename, "--output")
+    if not output.name.endswith(".tar.gz"):
+        raise PatchctlError(
+            f"--output {output}: pip installs an sdist only from a file named *.tar.gz",
+            hint=f"name a file ending in .tar.gz, or a directory with a trailing slash ({output}/)",
+        )
+    target = output
     if not target.parent.is_dir():
         raise NotFound(f"directory {target.parent} does not exist", hint="create it first")
     if target.is_symlink() or (target.exists() and not target.is_file()):
@@ -184,6 +197,26 @@ def target_path(series: Series, output: Path | None, filename: str, force: bool 
             f"{target} already exists; refusing to overwrite it",
             hint="choose another --output, or add --force to replace it",
         )
+    return _writable(target)
+
+
+def _in_folder(folder: Path, filename: str, what: str) -> Path:
+    """`folder/filename`, the folder made when missing (its parent must exist)."""
+    if (folder.is_symlink() or folder.exists()) and not folder.is_dir():
+        raise PatchctlError(
+            f"{folder} ({what}) exists and is not a directory",
+            hint=f"remove or rename {folder}, or give --output another directory",
+        )
+    if not folder.parent.is_dir():
+        raise NotFound(f"directory {folder.parent} does not exist", hint="create it first")
+    folder.mkdir(exist_ok=True)
+    target = folder / filename
+    if target.is_symlink() or (target.exists() and not target.is_file()):
+        raise PatchctlError(f"{target} exists and is not a regular file", hint="remove it first")
+    return _writable(target)
+
+
+def _writable(target: Path) -> Path:
     if not os.access(target.parent, os.W_OK):
         raise PatchctlError(f"{target.parent} is not writable", hint="choose another --output")
     return target
@@ -251,9 +284,11 @@ def export_sdist(
     progress: Progress | None = None,
     *,
     force: bool = False,
+    output_is_dir: bool = False,
 ) -> SdistExport:
     """`patchctl export --sdist`: the patched sdist of the series (objects from its clean room).
-    An existing file named by `output` is replaced only with `force`."""
+    An existing file named by `output` is replaced only with `force`; `output_is_dir`: the
+    user named `output` with a trailing slash, a directory (see target_path)."""
     series = load_series(series_path)
     stack = load_stack(series)
     check_exportable(series)
@@ -271,7 +306,8 @@ def export_sdist(
         tree = patched_tree(stack, git, start)
         prog.done("apply")
         plan = _plan(git, tree)
-        target = target_path(series, output, sdist_filename(plan.name, plan.new), force)
+        name = sdist_filename(plan.name, plan.new)
+        target = target_path(series, output, name, force, output_is_dir)
         _write(git, plan, layout, target, prog)
     return SdistExport(
         path=target,

@@ -17,7 +17,8 @@ import pytest
 from patchctl.apply import cleanroom_apply
 from patchctl.capture import add_patch, capture
 from patchctl.cleanroom import open_cleanroom
-from patchctl.errors import ConfigError, DirtyTree, NotFound, VerifyFailed
+from patchctl.cli import main
+from patchctl.errors import ConfigError, DirtyTree, NotFound, PatchctlError, VerifyFailed
 from patchctl.export import export_sdist
 from patchctl.progress import RecordingProgress
 from patchctl.series import Extends, Series, Upstream, load_series, save_series
@@ -246,3 +247,38 @@ def test_a_pkg_info_name_that_is_no_package_name_is_refused(tmp_path: Path, name
     assert not (tmp_path / "project" / "dist").exists() or not any(
         (tmp_path / "project" / "dist").rglob("*.tar.gz")
     )
+
+
+# ----------------------------------------------------------------------------- --output
+
+
+def test_a_trailing_slash_names_a_directory_that_is_made(package: Path, tmp_path: Path) -> None:
+    out = tmp_path / "fresh"  # as `--output fresh/` reaches the core
+    result = export_sdist(package, out, output_is_dir=True)
+    assert out.is_dir() and result.path.parent == out and result.path.name.endswith(".tar.gz")
+
+
+def test_an_output_file_pip_cannot_install_is_refused(package: Path, tmp_path: Path) -> None:
+    with pytest.raises(PatchctlError, match=r"\*\.tar\.gz") as info:
+        export_sdist(package, tmp_path / "dist")
+    assert info.value.exit_code == 1 and f"{tmp_path / 'dist'}/" in (info.value.hint or "")
+    assert not (tmp_path / "dist").exists()
+
+
+def test_a_file_in_the_default_folders_place_is_named(package: Path) -> None:
+    (package.parent.parent / "dist").write_bytes(b"an earlier mistake")
+    with pytest.raises(PatchctlError, match="exists and is not a directory") as info:
+        export_sdist(package)
+    assert "remove or rename" in (info.value.hint or "")
+
+
+def test_the_cli_keeps_the_trailing_slash_and_hints_a_path_pip_installs(
+    package: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    project = package.parent.parent
+    monkeypatch.chdir(project)
+    code = main(["export", "--sdist", "--series", str(package), "--output", "out/"])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    (written,) = (project / "out").glob("*.tar.gz")
+    assert f"install: pip install ./out/{written.name}" in printed

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -25,11 +27,13 @@ def export_command(
     series: SeriesOpt = DEFAULT_SERIES,
     workdir: WorkdirOpt = None,
     output: Annotated[
-        Path | None,
+        str | None,
         typer.Option(
             "--output",
             "-o",
-            help="Output file, or an existing directory for it (default: <project>/dist/).",
+            metavar="PATH",  # a str, so a trailing slash reaches the core (a Path drops it)
+            help="Output file (*.tar.gz), or a directory for it: an existing one, or one named "
+            "with a trailing slash, made if missing (default: <project>/dist/).",
         ),
     ] = None,
     force: Annotated[
@@ -44,7 +48,14 @@ def export_command(
     from patchctl.export import export_sdist
 
     with RichProgress(enabled=False if as_json else None) as progress:
-        result = export_sdist(series, output, workdir, progress, force=force)
+        result = export_sdist(
+            series,
+            None if output is None else Path(output),
+            workdir,
+            progress,
+            force=force,
+            output_is_dir=output is not None and output.endswith(("/", os.sep)),
+        )
     render_export(result, as_json)
 
 
@@ -59,4 +70,11 @@ def render_export(result: SdistExport, as_json: bool) -> None:
     out.print(f"  version {result.version} (upstream {result.upstream_version})")
     out.print(f"  sha256  {result.sha256}")
     out.print(f"  tree    {result.tree}")
-    out.print(f"  install: pip install {result.path}")
+    out.print(f"  install: pip install {shlex.quote(installable(result.path))}")
+
+
+def installable(path: Path) -> str:
+    """`path` as pip takes it for a local file: a bare relative name (`dist`) is looked up on
+    the package index, so a relative path gets `./`."""
+    text = str(path)
+    return text if path.is_absolute() or text.startswith(("./", "../")) else f"./{text}"
