@@ -111,27 +111,23 @@ def test_native_macros_come_from_the_compiler() -> None:
     cc = shutil.which("cc")
     if cc is None:
         pytest.skip("no C compiler")
-    assert "__x86_64__" in cpucheck.native_macros(Path(cc)) or "__aarch64__" in (
-        cpucheck.native_macros(Path(cc))
-    )
+    macros = cpucheck.native_macros(Path(cc))
+    assert "__x86_64__" in macros or "__aarch64__" in macros
 
 
-def test_the_amx_repro_builds_and_runs() -> None:
+def test_the_amx_repro_builds_and_runs(tmp_path: Path) -> None:
     """scripts/amx_repro.c (docs/build.md) compiles; on this CPU it tests AMX or says why not."""
     cc = shutil.which("cc")
     if cc is None:
         pytest.skip("no C compiler")
-    exe = Path(subprocess.run(["mktemp", "-u"], capture_output=True, text=True).stdout.strip())
+    exe = tmp_path / "amx_repro"
     src = REPO_ROOT / "scripts" / "amx_repro.c"
     flags = ["-O1", "-Wall", "-Werror", "-mamx-tile", "-mamx-int8"]
     built = subprocess.run([cc, *flags, str(src), "-o", str(exe)], capture_output=True, text=True)
     if "unrecognized" in built.stderr or "unknown" in built.stderr:
         pytest.skip(f"this compiler has no AMX intrinsics: {built.stderr.strip()[:200]}")
     assert built.returncode == 0, built.stderr
-    try:
-        out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
-    finally:
-        exe.unlink(missing_ok=True)
+    out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
     assert out.stdout.startswith("cpuid.7: amx-tile=")
     if "amx-tile=1 amx-int8=1" in out.stdout:
         assert "int8 tile product: correct" in out.stdout, out.stdout
