@@ -90,6 +90,7 @@ def patch_header(patch: Patch) -> bytes:
         HEADER_DATE,
         f"Subject: [PATCH] {_one_line(patch.title or patch.id)}",
         "",
+        *([*patch.description.split("\n"), ""] if patch.description else []),
         f"Patchctl-Id: {patch.id}",
         f"Upstream-Status: {_one_line(patch.upstream_status or 'Pending')}",
         f"Origin: {_one_line(patch.origin or 'patchctl')}",

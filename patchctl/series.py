@@ -45,6 +45,7 @@ PATCH_KEYS = (
     "id",
     "file",
     "title",
+    "description",
     "upstream_status",
     "origin",
     "markers",
@@ -113,6 +114,8 @@ class Patch:
     id: str
     file: str
     title: str = ""
+    # The body of the patch header (why the change is made), between the subject and the trailers.
+    description: str = ""
     upstream_status: str | None = None
     origin: str | None = None
     markers: tuple[str, ...] = ()
@@ -562,6 +565,7 @@ def _patch_from(raw: Any, path: Path, i: int) -> Patch:
         id=_string(raw["id"], path, f"{at}.id"),
         file=_patch_file(_string(raw["file"], path, f"{at}.file"), path, f"{at}.file"),
         title=_title(raw.get("title"), path, f"{at}.title"),
+        description=_description(raw.get("description"), path, f"{at}.description"),
         upstream_status=get("upstream_status"),
         origin=get("origin"),
         markers=_markers(raw.get("markers"), path, f"{at}.markers"),
@@ -588,6 +592,19 @@ def _title(raw: Any, path: Path, key: str) -> str:
     if raw is None:
         return ""
     return _string(raw, path, key, empty=True)
+
+
+def _description(raw: Any, path: Path, key: str) -> str:
+    if raw is None:
+        return ""
+    if not isinstance(raw, str):
+        raise ConfigError(
+            f"expected text, got {values.shown(raw)}", path=path, key=key, hint="use a `|` block"
+        )
+    problem = values.description_problem(raw)
+    if problem is not None:
+        raise ConfigError(problem, path=path, key=key, hint=values.DESCRIPTION_FIX)
+    return raw.strip("\n")
 
 
 def _markers(raw: Any, path: Path, key: str) -> tuple[str, ...]:
@@ -703,6 +720,17 @@ class _Dumper(yaml.SafeDumper):
         return True  # the loader refuses aliases: never write one
 
 
+class _Block(str):
+    """A patch description is written as a literal block (`description: |`)."""
+
+
+def _represent_block(dumper: yaml.SafeDumper, data: _Block) -> yaml.Node:
+    return dumper.represent_scalar("tag:yaml.org,2002:str", str(data) + "\n", style="|")
+
+
+_Dumper.add_representer(_Block, _represent_block)
+
+
 class _Markers(tuple[str, ...]):
     """Markers are written in flow style with double quotes: `markers: ["// patchctl x"]`."""
 
@@ -730,6 +758,7 @@ def _upstream_dict(up: Upstream) -> dict[str, Any]:
 def _patch_dict(p: Patch) -> dict[str, Any]:
     values: dict[str, Any] = {"id": p.id, "file": p.file, "title": p.title}
     optional = {
+        "description": _Block(p.description) if p.description else None,
         "upstream_status": p.upstream_status,
         "origin": p.origin,
         "markers": _Markers(p.markers) if p.markers else None,

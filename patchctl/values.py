@@ -116,6 +116,31 @@ def text_problem(text: str, limit: int = MAX_TEXT) -> str | None:
     return None
 
 
+# A patch description: the body of a patch header, in git's commit-message sense. Its lines
+# must not look like the header's own structure, or the patch file would read back as
+# something else: the `---` that ends the header, a diff or mbox line, a trailer patchctl writes.
+MAX_DESCRIPTION = 8000
+DESCRIPTION_FIX = "write plain lines (no trailing spaces, no `---`, diff, `From ` or trailer lines)"
+_HEADER_LIKE = re.compile(
+    r"---|(diff --git |Index: |--- |\+\+\+ |From |Patchctl-Id:|Upstream-Status:|Origin:).*"
+)
+
+
+def description_problem(text: str) -> str | None:
+    """The multi-line body of a patch header."""
+    if len(text) > MAX_DESCRIPTION:
+        return f"is {len(text)} characters long (at most {MAX_DESCRIPTION})"
+    for n, line in enumerate(text.strip("\n").split("\n"), 1):
+        problem = text_problem(line)
+        if problem is None and line != line.rstrip():
+            problem = "ends in whitespace"
+        if problem is None and _HEADER_LIKE.fullmatch(line):
+            problem = "looks like a patch header or diff line"
+        if problem is not None:
+            return f"line {n} {problem}"
+    return None
+
+
 def marker_problem(marker: str) -> str | None:
     """An in-tree marker: a non-blank single line, at most MAX_MARKER characters."""
     if not marker.strip():

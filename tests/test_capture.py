@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -150,6 +151,13 @@ def test_header_is_fixed_and_uses_metadata() -> None:
     assert b"Subject: [PATCH] Content matrix \xc3\xa9dition\n" in header
     assert b"\nPatchctl-Id: 0001-matrix\nUpstream-Status: Inappropriate [test]\n" in header
     assert header.endswith(b"Origin: tests\n---\n")
+
+
+def test_header_carries_the_description_between_subject_and_trailers() -> None:
+    header = patch_header(replace(META, description="Why.\n\nMore why."))
+    subject = b"\nSubject: [PATCH] Content matrix \xc3\xa9dition\n"
+    assert subject + b"\nWhy.\n\nMore why.\n\nPatchctl-Id:" in header
+    assert patch_header(META).count(b"\n\n") == 1  # no description: one blank line, as before
 
 
 def test_write_if_changed(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -304,3 +305,53 @@ def test_a_patch_file_that_is_a_directory_now_is_named(good: Path) -> None:
         read_patch_file(path)
     assert info.value.exit_code == 1
     assert str(info.value).startswith(f"cannot read the patch file {path}: ")
+
+
+DESCRIBED = GOOD.replace(
+    "    title: First\n",
+    "    title: First\n    description: |\n      Why it is made.\n\n      Second paragraph.\n",
+)
+
+
+def test_description_loads_and_saves_as_a_block(tmp_path: Path) -> None:
+    directory = write_series(tmp_path, DESCRIBED, ("0001-first.patch", "sub/0002-second.patch"))
+    series = load_series(directory)
+    assert series.patch("0001-first").description == "Why it is made.\n\nSecond paragraph."
+    assert series.patch("0002-second").description == ""
+    save_series(series)
+    text = (directory / "series.yaml").read_text()
+    assert "    description: |\n      Why it is made.\n\n      Second paragraph.\n" in text
+    assert load_series(directory) == series
+
+
+@pytest.mark.parametrize(
+    ("body", "found"),
+    [
+        ("ok\n---\nmore", "line 2 looks like a patch header"),
+        ("diff --git a/x b/x", "line 1 looks like a patch header"),
+        ("From 123 Mon", "line 1 looks like a patch header"),
+        ("Patchctl-Id: 0001-x", "line 1 looks like a patch header"),
+        ("trailing \nx", "line 1 ends in whitespace"),
+        ("bell \a", "line 1 contains control characters"),
+        ("x" * 9000, "at most 8000"),
+    ],
+)
+def test_description_refuses_what_would_change_the_header(
+    tmp_path: Path, body: str, found: str
+) -> None:
+    text = DESCRIBED.replace(
+        "    description: |\n      Why it is made.\n\n      Second paragraph.\n",
+        f"    description: {json.dumps(body)}\n",  # a JSON string is a YAML double-quoted one
+    )
+    directory = write_series(tmp_path, text, ("0001-first.patch", "sub/0002-second.patch"))
+    with pytest.raises(ConfigError, match=found) as info:
+        load_series(directory)
+    assert "patches[0].description" in str(info.value)
+
+
+def test_description_must_be_text(tmp_path: Path) -> None:
+    text = GOOD.replace("    title: First\n", "    title: First\n    description: [1]\n")
+    directory = write_series(tmp_path, text, ("0001-first.patch", "sub/0002-second.patch"))
+    with pytest.raises(ConfigError, match="expected text") as info:
+        load_series(directory)
+    assert "patches[0].description" in str(info.value)
