@@ -10,7 +10,7 @@ from unidiff import PatchSet
 from patchctl.patchparse import ambiguous_names, display, header_names, parse, unquote
 
 GOLDEN = Path(__file__).parent / "golden" / "capture"
-SHIPPED = Path(__file__).parent.parent / "patches" / "llamafile" / "0078-dca.patch"
+SHIPPED = sorted((Path(__file__).parent.parent / "patches" / "llamafile").glob("*.patch"))
 
 
 def test_a_new_empty_file_whose_path_contains_b_slash() -> None:
@@ -59,7 +59,7 @@ def test_unquote_and_header_names() -> None:
     assert display(b"lat\xe9n") == "lat\\xe9n"
 
 
-@pytest.mark.parametrize("path", [*sorted(GOLDEN.glob("*.patch")), SHIPPED], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [*sorted(GOLDEN.glob("*.patch")), *SHIPPED], ids=lambda p: p.name)
 def test_agrees_with_unidiff_where_unidiff_can_read(path: Path) -> None:
     data = path.read_bytes()
     theirs = PatchSet.from_string(data, encoding="latin-1")
