@@ -20,6 +20,7 @@ from patchctl.docs import (
     doc_paths,
     marker_registry,
     patch_stats,
+    render_docs,
     series_readme,
     stale_docs,
 )
@@ -243,3 +244,40 @@ def test_the_documented_upstream_sync_leaves_a_series_that_verifies(
     assert main(["rebase", "--abort", *copy]) == 0
     assert main(["verify", "--all", *copy]) == 0
     assert main(["verify", "--all", "--series", "patches/demo"]) == 0
+
+
+def test_a_document_embeds_the_series_table_and_keeps_the_rest(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    s = str(project)
+    key = series_key(project)
+    root = project.parent.parent
+    doc = root / "docs" / "design.md"
+    doc.parent.mkdir(exist_ok=True)
+    before = "# Design\r\n\nHand-written \xe9 text.\n\n"
+    after = "\nMore prose.\n"
+    other = "<!-- patchctl-table: patches/other -->\nkept\n"
+    other += "<!-- patchctl-table-end: patches/other -->\n"
+    block = f"<!-- patchctl-table: {key} -->\nold\n<!-- patchctl-table-end: {key} -->\n"
+    doc.write_bytes((before + block + other + after).encode("utf-8"))
+    _capture_one(capsys, project)  # capture regenerates every generated doc, this one too
+    text = doc.read_bytes().decode("utf-8")
+    assert text.startswith(before) and text.endswith(other + after)
+    assert "| 1 | `0001-greet` | Greet \\| loudly | 2 (1 binary) | +2 / -1 |" in text
+    assert "\nold\n" not in text and not stale_docs(load_series(project))
+    doc.write_bytes(doc.read_bytes().replace(b"+2 / -1", b"+9 / -9"))  # the table went stale
+    assert stale_docs(load_series(project)) == [doc]
+    code, _, err = run(capsys, "verify", "--series", s)
+    assert code == 16 and "generated docs are out of date" in err
+    code, _, _ = run(capsys, "docs", "--series", s)
+    assert code == 0 and "+2 / -1" in doc.read_text() and not stale_docs(load_series(project))
+
+
+def test_a_symlinked_document_is_not_followed(project: Path, tmp_path: Path) -> None:
+    key = series_key(project)
+    outside = tmp_path / "outside.md"
+    outside.write_text(f"<!-- patchctl-table: {key} -->\nx\n<!-- patchctl-table-end: {key} -->\n")
+    docs = project.parent.parent / "docs"
+    docs.mkdir(exist_ok=True)
+    (docs / "link.md").symlink_to(outside)
+    assert docs / "link.md" not in render_docs(load_series(project))
