@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from patchctl import binarypatch
 from patchctl import findings as where
 from patchctl.build.config import BuildConfig
 from patchctl.docs import render_docs
@@ -295,7 +296,8 @@ def _check_captured(data: bytes, entry: Entry, name: str) -> list[Failure]:
 
 def _check_readable(git: Git, data: bytes, entry: Entry, name: str) -> list[Failure]:
     """`git apply` can read the patch (a corrupt one is refused with its line)."""
-    code, err = git.read_patch(data)
+    refused = binarypatch.oversized(data)
+    code, err = (1, refused.encode() + b"\n") if refused is not None else git.read_patch(data)
     if code == 0:
         return []
     reason = err.decode("utf-8", "backslashreplace").strip().splitlines()

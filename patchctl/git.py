@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from patchctl import binarypatch, killpoint
+from patchctl import killpoint
 from patchctl.errors import GitFailed, NotFound, PatchctlError
 from patchctl.fsio import process_alive
 from patchctl.values import GIT_SCHEMES
@@ -286,11 +286,8 @@ class Git:
     def read_patch(self, data: bytes) -> tuple[int, bytes]:
         """`git apply --numstat` of patch bytes on stdin: (exit status, stderr). git reads the
         patch as `apply` would (a corrupt one is refused, naming its line) and changes
-        nothing: no index, no tree, no file. A binary hunk declaring a file over
-        PATCHCTL_MAX_BLOB_BYTES is status 1 without running git (binarypatch.py)."""
-        refused = binarypatch.oversized(data)
-        if refused is not None:
-            return 1, refused.encode() + b"\n"
+        nothing: no index, no tree, no file. The caller refuses an oversized binary hunk
+        first (binarypatch.oversized): git would inflate it."""
         code, _out, err = self.run_full("apply", "--numstat", "-p1", stdin=data)
         return code, err
 
@@ -715,12 +712,9 @@ class Index:
 
         The status is negative when git died of a signal (git 2.39 aborts on some corrupt
         patches, apply.c assertion): the index lock it leaves is removed, so the index stays
-        usable, and the crash is reported in the returned stderr. A binary hunk declaring a
-        file over PATCHCTL_MAX_BLOB_BYTES is status 1 without running git (binarypatch.py).
+        usable, and the crash is reported in the returned stderr. The caller refuses an
+        oversized binary hunk first (patchapply.apply_bytes): git would inflate it.
         """
-        refused = binarypatch.oversized(data)
-        if refused is not None:
-            return 1, refused.encode() + b"\n"
         code, _out, err = self.git.run_full("apply", "--cached", *flags, stdin=data, env=self.env)
         if code < 0:
             self.path.with_name(self.path.name + ".lock").unlink(missing_ok=True)

@@ -19,9 +19,11 @@ import hashlib
 import re
 import shutil
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from patchctl import binarypatch
 from patchctl.errors import AlreadyApplied, PatchChanged, PatchDoesNotApply, PatchDrift
 from patchctl.git import Git, Index, temp_prefix
 from patchctl.patchparse import ambiguous_names, display, nul_names, parse, zero_context
@@ -181,10 +183,20 @@ class Outcome:
         return (errors or lines or ["git apply failed"])[0]
 
 
+def apply_bytes(index: Index, data: bytes, flags: Sequence[str]) -> tuple[int, bytes]:
+    """`git apply --cached` of patch bytes on `index`: (exit status, stderr). A binary hunk
+    declaring a file over PATCHCTL_MAX_BLOB_BYTES is status 1 without running git: git would
+    inflate it whole (binarypatch.py)."""
+    refused = binarypatch.oversized(data)
+    if refused is not None:
+        return 1, refused.encode() + b"\n"
+    return index.apply(data, flags)
+
+
 def apply_to_index(index: Index, data: bytes, root: str, *, reverse: bool = False) -> Outcome:
     """Apply patch bytes to a whole index of patchctl's own."""
     flags = apply_flags(root, reverse=reverse, data=data)
-    return Outcome(*index.apply(data, flags), data, root, reverse)
+    return Outcome(*apply_bytes(index, data, flags), data, root, reverse)
 
 
 def expected_lines(data: bytes, root: str = ".", *, reverse: bool = False) -> Expected:
@@ -542,7 +554,7 @@ class TreePatcher:
         wanted, expand = named_paths(data, root), set[bytes]()
         for _round in range(SMALL_INDEX_ROUNDS):
             before = self._load(tree, data, wanted, expand)
-            outcome = Outcome(*self._index.apply(data, flags), data, root, reverse)
+            outcome = Outcome(*apply_bytes(self._index, data, flags), data, root, reverse)
             self._held = None
             if not outcome.ok:
                 missed = self._missing_in_index(tree, outcome.stderr, before)
@@ -623,7 +635,7 @@ class TreePatcher:
         """The plain way, for a patch whose paths the small index never caught up with."""
         self._index.path.unlink(missing_ok=True)
         self._index.read_tree(tree)
-        outcome = Outcome(*self._index.apply(data, flags), data, root, reverse)
+        outcome = Outcome(*apply_bytes(self._index, data, flags), data, root, reverse)
         return TreeOutcome(outcome, self._index.write_tree() if outcome.ok and build else None)
 
 
@@ -755,7 +767,7 @@ def failing_hunks(index: Index, data: bytes, root: str) -> tuple[tuple[str, int 
     """Every (file, hunk number) of a patch that does not apply to `index`'s tree, from one
     `git apply --check --reject` (which tries every hunk instead of stopping at the first);
     a file that is missing or otherwise refused has hunk None. Nothing is written."""
-    _code, err = index.apply(data, (*apply_flags(root, check=True, data=data), "--reject"))
+    _code, err = apply_bytes(index, data, (*apply_flags(root, check=True, data=data), "--reject"))
     found: dict[tuple[str, int | None], None] = {}
     for line in err.splitlines():
         if m := FAILED_AT.match(line):
