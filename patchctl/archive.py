@@ -64,9 +64,8 @@ from typing import IO, Protocol, Self, cast
 from patchctl.errors import NotFound, PatchctlError, ToolchainMissing, UnsafeArchive
 from patchctl.limits import ARCHIVE_BYTES, ARCHIVE_MEMBERS, ARCHIVE_RATIO, RATIO_FLOOR, human
 from patchctl.progress import Progress, or_null
+from patchctl.values import ZSTD_SUFFIX
 
-ZSTD_SUFFIX = ".tar.zst"
-TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ZSTD_SUFFIX)
 # Components dropped on extraction: a vendored `.git` (a gitlink file in the sdist) would make
 # git treat the tree as a submodule. Compared as git's verify_path does (`is_git_dir_name`):
 # in any case, and in the spellings NTFS and HFS+ read as `.git`, which git refuses to stage.
@@ -149,12 +148,6 @@ class Sink(Protocol):
     def add(self, path: str) -> None: ...
 
     def flush(self) -> None: ...
-
-
-def is_archive(path: Path) -> bool:
-    """True for a file name patchctl knows how to extract."""
-    name = path.name.lower()
-    return name.endswith(".zip") or any(name.endswith(s) for s in TAR_SUFFIXES)
 
 
 def _unsafe(archive: Path, name: str, why: str) -> UnsafeArchive:

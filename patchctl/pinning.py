@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from patchctl.archive import archive_subdir, is_archive
+from patchctl.archive import archive_subdir
 from patchctl.errors import ConfigError, GitFailed, NotFound
 from patchctl.fsio import sha256_file
 from patchctl.progress import Progress, or_null
@@ -39,7 +39,7 @@ from patchctl.upstream import (
     sdist_releases,
     store,
 )
-from patchctl.values import HEX40
+from patchctl.values import HEX40, is_archive
 
 # PEP 508 name == PEP 440-ish version (letters, digits and . _ - + !).
 SDIST_SPEC = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9][A-Za-z0-9._+!-]*)")

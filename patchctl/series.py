@@ -25,7 +25,6 @@ from yaml.constructor import ConstructorError
 from yaml.scanner import ScannerError
 
 from patchctl import values
-from patchctl.archive import is_archive
 from patchctl.errors import ConfigError, NotFound
 from patchctl.fsio import write_if_changed
 from patchctl.limits import PATCH_BYTES, SERIES_BYTES, human, read_bounded
@@ -409,7 +408,7 @@ def _archive_path_problem(value: str) -> str | None:
         return problem
     if value.startswith("-"):
         return "must not start with '-'"
-    if not is_archive(Path(value)):
+    if not values.is_archive(Path(value)):
         return "is not a .tar.* or .zip file name"
     return None
 

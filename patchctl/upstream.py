@@ -30,7 +30,6 @@ from patchctl.archive import (
     FOLDING_FIX,
     Spellings,
     extract_archive,
-    is_archive,
     name_folding,
     same_name,
 )
@@ -48,7 +47,7 @@ from patchctl.git import Git, IndexFeed, share_objects, unsound_objects
 from patchctl.limits import ARCHIVE_BYTES, ARCHIVE_MEMBERS, DOWNLOAD_BYTES, INDEX_BYTES, human
 from patchctl.progress import Progress, or_null
 from patchctl.series import Series, Upstream
-from patchctl.values import git_url_problem, is_remote_url, shown
+from patchctl.values import git_url_problem, is_archive, is_remote_url, shown
 
 PYPI_URL = "https://pypi.org"
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"

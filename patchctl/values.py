@@ -11,6 +11,7 @@ as an option (`-...`), a remote helper (`ext::...`) or a second line.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 # Characters never accepted in a value and never printed raw: C0 and C1 controls and DEL
 # (newline, CR, ESC, NUL...), Unicode line/paragraph separators (str.splitlines splits on them),
@@ -36,6 +37,9 @@ VERSION = re.compile(
     re.IGNORECASE,
 )
 GIT_SCHEMES = ("https", "http", "ssh", "git", "file")
+# The archive file names patchctl extracts (archive.py reads each of these formats).
+ZSTD_SUFFIX = ".tar.zst"
+TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ZSTD_SUFFIX)
 # git's `<transport>::<address>` syntax (transport.c): runs git-remote-<transport>.
 REMOTE_HELPER = re.compile(r"[A-Za-z0-9+.-]*::")
 SCHEME_URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://(.*)", re.DOTALL)
@@ -307,3 +311,9 @@ def _scp_problem(url: str) -> str | None:
 def is_remote_url(url: str) -> bool:
     """True for a URL git fetches over a transport; False for a local path."""
     return url_kind(url) != "local"
+
+
+def is_archive(path: Path) -> bool:
+    """True for a file name patchctl knows how to extract."""
+    name = path.name.lower()
+    return name.endswith(".zip") or any(name.endswith(s) for s in TAR_SUFFIXES)
