@@ -23,7 +23,7 @@ from patchctl.fsio import holds, write_if_changed
 from patchctl.limits import REGISTRY_BYTES, human
 from patchctl.markers import files_adding
 from patchctl.project import check_inside, project_root, registry_path, series_key
-from patchctl.series import SERIES_FILE, Patch, Series, load_series, read_patch_file
+from patchctl.series import SERIES_FILE, Patch, Series, read_patch_file
 from patchctl.stack import load_stack
 
 GENERATED = (
@@ -311,29 +311,3 @@ def check_docs(series: Series, stale: list[Path] | None = None) -> None:
     stale = stale_docs(series) if stale is None else stale
     if stale:
         raise DocsOutOfDate(stale)
-
-
-# ----------------------------------------------------------------------------- the command
-
-
-@dataclass(frozen=True)
-class DocsResult:
-    """What `patchctl docs` did: the generated docs and those whose bytes changed."""
-
-    docs: tuple[Path, ...]
-    changed: tuple[Path, ...]
-
-
-def update_docs(series_path: Path, *, check: bool = False) -> DocsResult:
-    """`patchctl docs`: regenerate the docs under the series lock; `check` writes nothing and
-    raises DocsOutOfDate (exit 16) when one is stale."""
-    if check:
-        series = load_series(series_path)
-        check_docs(series)
-        return DocsResult(doc_paths(series), ())
-    # Imported here: saving a series regenerates its docs, so session.py imports this module.
-    from patchctl.session import series_session
-
-    with series_session(series_path, op="docs") as session:
-        changed = session.write_docs()
-        return DocsResult(doc_paths(session.series), tuple(changed))

@@ -1711,7 +1711,7 @@ def test_internal_errors_are_json_too(
     def boom(*_args: object, **_kwargs: object) -> None:
         raise RuntimeError("kaboom \x1b[31m")
 
-    monkeypatch.setattr("patchctl.docs.update_docs", boom)
+    monkeypatch.setattr("patchctl.ops.docs.update_docs", boom)
     result = run("docs", "--series", str(box.series), "--json")
     assert result.code == 4
     assert result.json() == {

@@ -16,10 +16,11 @@ from patchctl import fsio
 from patchctl import session as session_module
 from patchctl.apply import cleanroom_apply
 from patchctl.capture import add_patch, capture
-from patchctl.docs import doc_paths, update_docs
+from patchctl.docs import doc_paths
 from patchctl.errors import PatchctlError, SeriesChanged
 from patchctl.git import Git
 from patchctl.importer import import_series
+from patchctl.ops.docs import update_docs
 from patchctl.series import load_series
 from patchctl.session import series_session
 

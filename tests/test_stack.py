@@ -14,10 +14,11 @@ from support.series import NEW_FILE_PATCH
 from patchctl.apply import apply_series, cleanroom_apply
 from patchctl.capture import add_patch, capture
 from patchctl.cleanroom import BACKUP_REFS, open_cleanroom
-from patchctl.docs import doc_paths, update_docs
+from patchctl.docs import doc_paths
 from patchctl.errors import ChecksumMismatch, ConfigError, NotFound
 from patchctl.importer import import_series
 from patchctl.journal import RoomJournal
+from patchctl.ops.docs import update_docs
 from patchctl.recovery import recover_room
 from patchctl.series import Extends, Series, Upstream, load_series, save_series
 from patchctl.stack import join_root, load_stack

@@ -23,7 +23,7 @@ def docs_command(
 ) -> None:
     """Regenerate the series README (## Current series) and docs/UPSTREAM_SYNC.md."""
     from patchctl.console import out, print_json
-    from patchctl.docs import update_docs
+    from patchctl.ops.docs import update_docs
 
     result = update_docs(series, check=check)  # --check: stale docs raise (exit 16)
     if as_json:

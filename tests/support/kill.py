@@ -180,7 +180,7 @@ def build_apply_create(world: World) -> None:
     """No clean room yet: apply creates it and applies three patches."""
     _series(world, _base(world), _patches(world))
     with world.inside():
-        from patchctl.docs import update_docs
+        from patchctl.ops.docs import update_docs
 
         update_docs(world.series)
 
