@@ -30,6 +30,7 @@ from patchctl.project import check_inside, project_root
 from patchctl.series import Series, series_to_dict
 from patchctl.upstream import Materialized, materialize
 
+REBASE_DIRNAME = "patchctl-rebase"  # a rebase's state, inside the clean room's .git
 MARKER = "patchctl-cleanroom.json"
 BRANCH = "refs/heads/main"
 BASE_REF = "refs/patchctl/base"
@@ -192,6 +193,17 @@ def marker_path(path: Path) -> Path:
 def is_cleanroom(path: Path) -> bool:
     """True when `path` is a clean room patchctl created."""
     return marker_path(path).is_file()
+
+
+def rebase_dir(path: Path) -> Path:
+    """Where the state of a rebase of the clean room at `path` lives (rebasestate.py)."""
+    return path / ".git" / REBASE_DIRNAME
+
+
+def rebase_in_progress(path: Path) -> bool:
+    """True when a rebase of the clean room at `path` has started and not finished: then only
+    the rebase command may touch the clean room or its series."""
+    return (rebase_dir(path) / "journal.json").is_file()
 
 
 def load_cleanroom(path: Path) -> Cleanroom:

@@ -29,12 +29,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from patchctl.cleanroom import rebase_dir, rebase_in_progress
 from patchctl.errors import NotFound, PatchctlError
 from patchctl.fsio import write_atomic
 from patchctl.journal import read_journal_bytes
 from patchctl.limits import JOURNAL_BYTES, read_bounded
 
-DIRNAME = "patchctl-rebase"
 VERSION = 1
 STATES = ("running", "stopping", "stopped", "finishing", "aborting")
 UNREADABLE_HINT = (
@@ -108,12 +108,12 @@ class Journal:
 
 def directory(room: Path) -> Path:
     """The rebase state directory of the clean room at `room`."""
-    return room / ".git" / DIRNAME
+    return rebase_dir(room)
 
 
 def in_progress(room: Path) -> bool:
     """True when a rebase of the clean room at `room` has started and not finished."""
-    return (directory(room) / "journal.json").is_file()
+    return rebase_in_progress(room)
 
 
 def load(room: Path) -> Journal:

@@ -27,8 +27,14 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from patchctl import rebasestate
-from patchctl.cleanroom import Cleanroom, default_workdir, is_cleanroom, load_cleanroom, locked
+from patchctl.cleanroom import (
+    Cleanroom,
+    default_workdir,
+    is_cleanroom,
+    load_cleanroom,
+    locked,
+    rebase_in_progress,
+)
 from patchctl.docs import render_docs
 from patchctl.errors import DirtyTree, NotFound, SeriesChanged
 from patchctl.fsio import holds, locked_dir, refuse_overwrite
@@ -63,9 +69,9 @@ class SeriesSession:
         """Take the lock of the series' clean room (which may not exist yet) and finish or
         undo what a killed run left in it; its path.
 
-        While a rebase is in progress there (rebasestate.py), only `rebasing` (the rebase
-        command itself) may use it: the work tree holds the rebase's conflict, and the series
-        is about to be replaced.
+        While a rebase is in progress there (cleanroom.rebase_in_progress), only `rebasing`
+        (the rebase command itself) may use it: the work tree holds the rebase's conflict, and
+        the series is about to be replaced.
         """
         path = self.workdir(workdir)
         if path.parent.resolve() != self.series.dir.resolve():  # one directory, one lock
@@ -74,7 +80,7 @@ class SeriesSession:
         if found is not None:
             self.recovered.append(found)
             tell(found)
-        if not rebasing and rebasestate.in_progress(path):
+        if not rebasing and rebase_in_progress(path):
             raise DirtyTree(
                 f"a rebase is in progress in {path}; not touching the clean room or the series",
                 hint="finish it with `patchctl rebase --continue`, or `patchctl rebase --abort`",
