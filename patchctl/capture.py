@@ -28,11 +28,10 @@ from patchctl.errors import (
 )
 from patchctl.fsio import check_writable, refuse_overwrite, write_if_changed
 from patchctl.git import Git, scratch_repo
-from patchctl.ignores import trusted_rules
+from patchctl.ignores import outside_root, worktree_snapshot
 from patchctl.patchapply import RESTORE_HINT, commit_message, patch_sha256
 from patchctl.patchfile import export_patch
 from patchctl.patchparts import split_patch, with_diff
-from patchctl.progress import notice
 from patchctl.series import Patch, Series, check_patch_size, check_savable, read_patch_file
 from patchctl.session import series_session
 from patchctl.stack import load_stack
@@ -73,14 +72,6 @@ def paths_outside_root(git: Git, pre: str, post: str, root: str) -> list[str]:
     if root in (".", ""):
         return []
     return outside_root(git.changed_paths(pre, post), root)
-
-
-def outside_root(paths: list[str], root: str) -> list[str]:
-    """The `paths` that lie outside `root` (none for root '.')."""
-    if root in (".", ""):
-        return []
-    prefix = root.rstrip("/") + "/"
-    return [n for n in paths if not n.startswith(prefix)]
 
 
 # ----------------------------------------------------------------------------- the steps
@@ -166,23 +157,6 @@ def stack_position(room: Cleanroom, series: Series, patch_id: str) -> tuple[str,
         f"{patch_id} needs exactly the patches before it (and at most {patch_id} itself)",
         hint=f"patchctl cleanroom apply --upto {before[-1]}" if before else "apply nothing first",
     )
-
-
-def worktree_snapshot(git: Git, base_tree: str) -> str:
-    """The tree a capture takes from a clean room's work tree: what `git add -A` stages, plus
-    the untracked files that only a `.gitignore` the upstream (tree `base_tree`) does not have
-    hides (one a patch or an edit added: ignores.py), named in a notice. Files the upstream's
-    own rules (or .git/info/exclude) ignore, build output, stay out."""
-    tree, hidden = git.snapshot_trusting(trusted_rules(git, base_tree))
-    if hidden:
-        shown = ", ".join(values.shown(name) for name in hidden[:5])
-        more = f" and {len(hidden) - 5} more" if len(hidden) > 5 else ""
-        notice(
-            f"note: captured {len(hidden)} new file(s) that a .gitignore the upstream does not "
-            f"have hides (added by a patch or in the clean room): {shown}{more}; if they are "
-            "build output, delete them (or build outside the clean room) and capture again"
-        )
-    return tree
 
 
 MoveRef = Callable[[Git, str, str, str], None]  # (git, ref, new commit, reason)

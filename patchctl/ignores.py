@@ -12,13 +12,18 @@ out only when both the tree's rules and the trusted ones ignore it.
 git reads an exclude file (`--exclude-from`) with patterns relative to the top of the tree,
 so each upstream `.gitignore` is rewritten into root-relative patterns (`relocated`), the
 files in order of depth so that a deeper file's rules come later and win, as in git.
+
+`worktree_snapshot` is the snapshot itself, shared by `capture` and `rebase --continue`, and
+`outside_root` names the changed paths a patch of the series' root cannot hold.
 """
 
 from __future__ import annotations
 
 import re
 
+from patchctl import values
 from patchctl.git import Git
+from patchctl.progress import notice
 
 GITIGNORE = b".gitignore"
 REGULAR = ("100644", "100755")  # a .gitignore that is a symlink is not read by git either
@@ -66,3 +71,31 @@ def relocated(directory: bytes, text: bytes) -> bytes:
         rule = prefix + body.lstrip(b"/") if anchored else prefix + b"**/" + body
         out.append((b"!" if negate else b"") + rule + b"\n")
     return b"".join(out)
+
+
+# ----------------------------------------------------------------------------- the snapshot
+
+
+def worktree_snapshot(git: Git, base_tree: str) -> str:
+    """The tree a capture takes from a clean room's work tree: what `git add -A` stages, plus
+    the untracked files that only a `.gitignore` the upstream (tree `base_tree`) does not have
+    hides (one a patch or an edit added: ignores.py), named in a notice. Files the upstream's
+    own rules (or .git/info/exclude) ignore, build output, stay out."""
+    tree, hidden = git.snapshot_trusting(trusted_rules(git, base_tree))
+    if hidden:
+        shown = ", ".join(values.shown(name) for name in hidden[:5])
+        more = f" and {len(hidden) - 5} more" if len(hidden) > 5 else ""
+        notice(
+            f"note: captured {len(hidden)} new file(s) that a .gitignore the upstream does not "
+            f"have hides (added by a patch or in the clean room): {shown}{more}; if they are "
+            "build output, delete them (or build outside the clean room) and capture again"
+        )
+    return tree
+
+
+def outside_root(paths: list[str], root: str) -> list[str]:
+    """The `paths` that lie outside `root` (none for root '.')."""
+    if root in (".", ""):
+        return []
+    prefix = root.rstrip("/") + "/"
+    return [n for n in paths if not n.startswith(prefix)]

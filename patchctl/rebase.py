@@ -38,7 +38,6 @@ from pathlib import Path
 from typing import Any
 
 from patchctl import rebasestate
-from patchctl.capture import outside_root, worktree_snapshot
 from patchctl.cleanroom import (
     BASE_REF,
     BRANCH,
@@ -60,6 +59,7 @@ from patchctl.errors import (
     SeriesChanged,
 )
 from patchctl.git import Git, Index, Merged, scratch_repo, temp_index
+from patchctl.ignores import outside_root, worktree_snapshot
 from patchctl.patchapply import (
     TreePatcher,
     apply_to_index,
