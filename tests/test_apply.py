@@ -14,9 +14,7 @@ from support.gitconfig import HOSTILE_GITCONFIG
 from support.repos import Repo, tree_of_files
 from support.series import git_upstream, write_series
 
-from patchctl.apply import cleanroom_apply
-from patchctl.cleanroom import BACKUP_REFS, load_cleanroom
-from patchctl.cli import main
+from patchctl.cli.main import main
 from patchctl.errors import (
     AlreadyApplied,
     DirtyTree,
@@ -25,7 +23,9 @@ from patchctl.errors import (
     PatchDoesNotApply,
     PatchDrift,
 )
+from patchctl.ops.cleanroom.apply import cleanroom_apply
 from patchctl.progress import RecordingProgress
+from patchctl.room.cleanroom import BACKUP_REFS, load_cleanroom
 
 MakePatch = Callable[[Files, Files], bytes]
 LINES = {"src/main.c": b"".join(b"line %d\n" % i for i in range(1, 41))}
@@ -337,7 +337,7 @@ def test_recording_the_tree_later_keeps_the_clean_room(tmp_path: Path) -> None:
     from support.series import make_project
 
     from patchctl.errors import ChecksumMismatch
-    from patchctl.series import load_series, save_series
+    from patchctl.series.model import load_series, save_series
 
     series_dir = make_project(tmp_path, {"a.txt": b"a\n"})
     first = cleanroom_apply(series_dir)

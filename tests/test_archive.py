@@ -16,10 +16,10 @@ import pytest
 from support.archives import Special, make_tar
 from support.files import Entry, Exe, Link
 
-from patchctl import archive as archive_module
-from patchctl.archive import extract_archive, is_git_dir_name, name_folding, same_name
 from patchctl.errors import NotFound, ToolchainMissing, UnsafeArchive
 from patchctl.progress import RecordingProgress
+from patchctl.upstream.archive import extract_archive, is_git_dir_name, name_folding, same_name
+from patchctl.upstream import archive as archive_module
 
 SAFE: dict[str, Entry | Special] = {
     "README": b"hello\n",
@@ -282,7 +282,9 @@ def test_the_archive_is_read_once(
     archive = _tar_xz(name, files) if fmt == "tar.xz" else make_tar(name, files)
     size = archive.stat().st_size
     counts = {"bytes": 0, "rewinds_from": 0}
-    monkeypatch.setattr("patchctl.archive._open_archive", lambda path: _Counting(path, counts))
+    monkeypatch.setattr(
+        "patchctl.upstream.archive._open_archive", lambda path: _Counting(path, counts)
+    )
     result = extract_archive(archive, tmp_path / "out")
     assert result.files == 41
     assert (tmp_path / "out" / "d0" / "hard").read_bytes() == files["d1/f1.bin"]

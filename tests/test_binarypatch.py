@@ -7,7 +7,7 @@ import zlib
 
 import pytest
 
-from patchctl.binarypatch import declared_sizes, oversized
+from patchctl.patchfmt.binary import declared_sizes, oversized
 
 
 def _base85_lines(data: bytes) -> bytes:

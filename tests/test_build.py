@@ -22,16 +22,15 @@ from support.files import Exe, Files, write_files
 from support.repos import Repo, racy_same_size_edit
 from support.series import git_upstream, write_series
 
-from patchctl import toolchain
-from patchctl.build import DEFAULT_CMAKE_TARGETS
-from patchctl.build.config import BuildConfig
-from patchctl.build.llamafile import nvcc_shim
-from patchctl.build.manifest import collect_artifacts, read_manifest
-from patchctl.build.model import BuildPlan, Step
-from patchctl.build.plan import plan_build, worktree_id
-from patchctl.build.run import build_tree, execute_plan, failure_excerpt, run_step
-from patchctl.cli import main
+from patchctl.cli.main import main
 from patchctl.errors import BuildFailed, BuildStepFailed, NotFound, PatchctlError, ToolchainMissing
+from patchctl.ops.build import DEFAULT_CMAKE_TARGETS, toolchain
+from patchctl.ops.build.config import BuildConfig
+from patchctl.ops.build.llamafile import nvcc_shim
+from patchctl.ops.build.manifest import collect_artifacts, read_manifest
+from patchctl.ops.build.model import BuildPlan, Step
+from patchctl.ops.build.plan import plan_build, worktree_id
+from patchctl.ops.build.run import build_tree, execute_plan, failure_excerpt, run_step
 from patchctl.progress import RecordingProgress
 
 needs_cmake = pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake not installed")
@@ -757,8 +756,8 @@ def test_series_with_a_broken_patch_fails_the_build_naming_the_patched_file(
 def test_one_list_of_backends_and_launchers_for_the_cli_and_the_core(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from patchctl.build import BACKENDS, LAUNCHERS
-    from patchctl.build.plan import BACKEND_OPS
+    from patchctl.ops.build import BACKENDS, LAUNCHERS
+    from patchctl.ops.build.plan import BACKEND_OPS
 
     nowhere = ("build", "--dry-run", "--workdir", str(tmp_path / "none"))
     for backend in BACKENDS:  # accepted by the CLI: the run gets as far as the missing room

@@ -14,14 +14,14 @@ from support.gitconfig import hostile
 from support.repos import new_repo, racy_same_size_edit
 from support.series import make_project, make_series
 
-from patchctl.apply import cleanroom_apply
-from patchctl.capture import capture, capture_patch, capture_trees, new_patch
-from patchctl.cleanroom import open_cleanroom
 from patchctl.errors import ConfigError, NothingToCapture, PatchChanged
 from patchctl.fsio import write_if_changed
-from patchctl.patchfile import diff_trees, patch_header
-from patchctl.series import Patch, load_series
-from patchctl.verify import verify_series
+from patchctl.ops.capture import capture, capture_patch, capture_trees, new_patch
+from patchctl.ops.cleanroom.apply import cleanroom_apply
+from patchctl.ops.verify import verify_series
+from patchctl.room.cleanroom import open_cleanroom
+from patchctl.series.model import Patch, load_series
+from patchctl.series.patchfile import diff_trees, patch_header
 
 GOLDEN = Path(__file__).parent / "golden" / "capture"
 UPDATE = os.environ.get("PATCHCTL_UPDATE_GOLDEN") == "1"
@@ -73,7 +73,7 @@ def repo(tmp_path: Path) -> Path:
 
 
 def _capture(path: Path) -> tuple[bytes, str, str]:
-    from patchctl.git import Git
+    from patchctl.gitlayer.git import Git
 
     git = Git(path)
     pre = git.tree_of("HEAD")
@@ -170,7 +170,7 @@ def test_write_if_changed(tmp_path: Path) -> None:
 
 
 def test_diff_trees_root_is_relative(repo: Path) -> None:
-    from patchctl.git import Git
+    from patchctl.gitlayer.git import Git
 
     git = Git(repo)
     write_files(repo, {"dir/keep.c": b"int y;\n"})
@@ -181,7 +181,7 @@ def test_diff_trees_root_is_relative(repo: Path) -> None:
 
 def test_foundation_content_matrix_golden(tmp_path: Path) -> None:
     """The foundation issue's matrix (support.files.CONTENT_MATRIX -> _AFTER), under the seal."""
-    from patchctl.git import Git
+    from patchctl.gitlayer.git import Git
 
     path = tmp_path / "matrix"
     git = Git.init(path)
@@ -206,7 +206,7 @@ def test_foundation_content_matrix_golden(tmp_path: Path) -> None:
 
 def test_changes_outside_the_root_are_refused(repo: Path) -> None:
     from patchctl.errors import PatchctlError
-    from patchctl.git import Git
+    from patchctl.gitlayer.git import Git
 
     git = Git(repo)
     write_files(repo, {"dir/keep.c": b"int y;\n", "gone.txt": b"changed\n"})
@@ -217,7 +217,7 @@ def test_changes_outside_the_root_are_refused(repo: Path) -> None:
 def test_worktree_attributes_do_not_change_the_bytes(tmp_path: Path) -> None:
     """An upstream .gitattributes (`-diff`, `diff=cpp`) must not leak into capture: verify
     re-exports in a bare scratch repository that reads no attributes."""
-    from patchctl.git import Git
+    from patchctl.gitlayer.git import Git
 
     files: dict[str, Entry] = {
         ".gitattributes": b"*.txt -diff\n*.c diff=cpp\n",
@@ -243,8 +243,8 @@ def test_worktree_attributes_do_not_change_the_bytes(tmp_path: Path) -> None:
 
 
 def test_new_patch_validation(tmp_path: Path) -> None:
-    from patchctl.capture import new_patch
     from patchctl.errors import ConfigError
+    from patchctl.ops.capture import new_patch
 
     series = make_series(tmp_path / "p" / "patches" / "s", "0" * 40)
     updated, entry = new_patch(series, "0079-fix", "  Fix it  ", markers=("// m",))
@@ -279,8 +279,8 @@ def test_recapturing_an_imported_patch_keeps_its_header_and_records_its_sha256(
 ) -> None:
     from support.drift import GBP_HEADER, SIGNATURE, drifted_project, sha256
 
-    from patchctl.capture import capture
-    from patchctl.patchparts import split_patch
+    from patchctl.ops.capture import capture
+    from patchctl.series.parts import split_patch
 
     series_dir = drifted_project(tmp_path, ("readme.patch",))
     cleanroom_apply(series_dir)
@@ -313,7 +313,7 @@ def test_a_gitignore_the_upstream_does_not_have_hides_nothing_from_capture(
     upstream's own rules ignore (build output: /build/, *.o, tools/**/out/) stays out, and
     .git/info/exclude, the user's own, is honoured."""
     from patchctl import progress
-    from patchctl.capture import add_patch, capture
+    from patchctl.ops.capture import add_patch, capture
 
     series_dir = make_project(tmp_path, UPSTREAM_IGNORES)
     cleanroom_apply(series_dir)

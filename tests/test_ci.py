@@ -14,8 +14,8 @@ import pytest
 from support.repos import tree_of_files
 from support.series import CI_FILES, NEW_FILE_PATCH, captured_project, repin
 
-from patchctl.ci import GateOptions, project_series, run_gate
-from patchctl.cli import main
+from patchctl.cli.main import main
+from patchctl.ops.ci.gate import GateOptions, project_series, run_gate
 
 PATCH = "patches/demo/0001-one.patch"
 README = "patches/demo/README.md"

@@ -14,8 +14,9 @@ from support.files import CONTENT_MATRIX
 from support.repos import Repo, racy_same_size_edit, tree_of_files
 from support.series import git_upstream, write_series
 
-from patchctl.apply import cleanroom_apply
-from patchctl.cleanroom import (
+from patchctl.errors import ChecksumMismatch, DirtyTree, NotFound, PatchctlError
+from patchctl.ops.cleanroom.apply import cleanroom_apply
+from patchctl.room.cleanroom import (
     create_cleanroom,
     default_workdir,
     discard_cleanroom,
@@ -24,8 +25,7 @@ from patchctl.cleanroom import (
     marker_path,
     open_cleanroom,
 )
-from patchctl.errors import ChecksumMismatch, DirtyTree, NotFound, PatchctlError
-from patchctl.series import Upstream, load_series
+from patchctl.series.model import Upstream, load_series
 
 
 @pytest.fixture

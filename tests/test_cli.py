@@ -14,9 +14,10 @@ from support.files import CONTENT_MATRIX, Files, Link
 from support.repos import Repo
 from support.series import git_upstream, write_series
 
-from patchctl import __version__, cli
-from patchctl.cleanroom import load_cleanroom
-from patchctl.series import Upstream
+from patchctl import __version__
+from patchctl.cli import main as cli
+from patchctl.room.cleanroom import load_cleanroom
+from patchctl.series.model import Upstream
 
 MakePatch = Callable[[Files, Files], bytes]
 
@@ -133,7 +134,7 @@ def test_internal_error_is_4_with_traceback_only_under_debug(
     def boom(*_args: object, **_kwargs: object) -> None:
         raise RuntimeError("kaboom")
 
-    monkeypatch.setattr("patchctl.apply.cleanroom_apply", boom)
+    monkeypatch.setattr("patchctl.ops.cleanroom.apply.cleanroom_apply", boom)
     code, _, err = run(capsys, "cleanroom", "apply")
     assert code == 4
     assert err.strip().splitlines() == [
@@ -323,7 +324,7 @@ def test_ctrl_c_is_130(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFi
     def interrupt(*_args: object, **_kwargs: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("patchctl.apply.cleanroom_apply", interrupt)
+    monkeypatch.setattr("patchctl.ops.cleanroom.apply.cleanroom_apply", interrupt)
     code, _, err = run(capsys, "cleanroom", "apply")
     assert code == 130 and "interrupted" in err
 
@@ -331,7 +332,7 @@ def test_ctrl_c_is_130(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFi
 def test_quick_help_is_the_apps_help(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from patchctl.app import run as app_run
+    from patchctl.cli.app import run as app_run
 
     monkeypatch.setenv("COLUMNS", "80")
     assert app_run(["--help"]) == 0

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from support.series import NEW_FILE_PATCH, make_project
 
-from patchctl.cli import main
+from patchctl.cli.main import main
 
 FILES = {
     "PKG-INFO": b"Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n",

@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
-from patchctl import cliindex
-from patchctl.app import cli_index, root_help
-from patchctl.build import BACKENDS
-from patchctl.completion import SOURCES, Item, complete, respond
+from patchctl.cli.app import cli_index, root_help
+from patchctl.cli.completion import SOURCES, Item, complete, respond
+from patchctl.cli import cliindex
+from patchctl.ops.build import BACKENDS
 
 
 def words(line: str) -> list[Item]:
@@ -82,9 +82,9 @@ def test_the_quick_paths_import_neither_typer_nor_rich_nor_the_core() -> None:
     # reason it is cheap, which can regress silently.
     probe = (
         "import io, os, sys, contextlib\n"
-        "from patchctl import cli\n"
-        "heavy = ('typer', 'click', 'rich', 'yaml', 'patchctl.app', 'patchctl.series',\n"
-        "         'patchctl.git', 'patchctl.commands')\n"
+        "from patchctl.cli import main as cli\n"
+        "heavy = ('typer', 'click', 'rich', 'yaml', 'patchctl.cli.app', 'patchctl.series.model',\n"
+        "         'patchctl.gitlayer.git', 'patchctl.cli.commands')\n"
         "def loaded():\n"
         "    return sorted(m for m in sys.modules if m.startswith(heavy))\n"
         "assert loaded() == [], loaded()\n"

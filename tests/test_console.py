@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.progress import Progress
 
-from patchctl.console import CountColumn
+from patchctl.cli.console import CountColumn
 
 
 def rendered(total: float | None, completed: int) -> str:

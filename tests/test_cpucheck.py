@@ -15,12 +15,12 @@ import pytest
 from support.files import Files
 from support.repos import Repo
 
-from patchctl.build import cpucheck
-from patchctl.build.config import BuildConfig
-from patchctl.build.model import BuildPlan, OutputCheck
-from patchctl.build.plan import BACKEND_OPS
-from patchctl.build.run import build_tree
 from patchctl.errors import BuildFailed
+from patchctl.ops.build import cpucheck
+from patchctl.ops.build.config import BuildConfig
+from patchctl.ops.build.model import BuildPlan, OutputCheck
+from patchctl.ops.build.plan import BACKEND_OPS
+from patchctl.ops.build.run import build_tree
 
 needs_cmake = pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake not installed")
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -13,9 +13,9 @@ import pytest
 from support.drift import rebase_ready
 from support.series import make_project
 
-from patchctl.apply import cleanroom_apply
-from patchctl.cli import main
-from patchctl.docs import (
+from patchctl.cli.main import main
+from patchctl.ops.cleanroom.apply import cleanroom_apply
+from patchctl.series.docs import (
     GENERATED,
     doc_paths,
     marker_registry,
@@ -23,8 +23,8 @@ from patchctl.docs import (
     series_readme,
     stale_docs,
 )
-from patchctl.project import series_key
-from patchctl.series import load_series, save_series
+from patchctl.series.model import load_series, save_series
+from patchctl.series.project import series_key
 
 FILES = {"main.c": b"int main(void)\n{\n\treturn 0;\n}\n", "README": b"hello | world\n"}
 

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from patchctl.apply import cleanroom_apply
-from patchctl.capture import add_patch, capture
-from patchctl.cleanroom import open_cleanroom
-from patchctl.cli import main
+from patchctl.cli.main import main
 from patchctl.errors import ConfigError, DirtyTree, NotFound, PatchctlError, VerifyFailed
-from patchctl.export import export_sdist
+from patchctl.ops.capture import add_patch, capture
+from patchctl.ops.cleanroom.apply import cleanroom_apply
+from patchctl.ops.export import export_sdist
 from patchctl.progress import RecordingProgress
-from patchctl.series import Extends, Series, Upstream, load_series, save_series
+from patchctl.room.cleanroom import open_cleanroom
+from patchctl.series.model import Extends, Series, Upstream, load_series, save_series
 
 MTIME = 1667997441
 BACKEND = b'''"""A minimal PEP 517 backend: a pure wheel of pkg/, version from pyproject.toml."""

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from patchctl import findings
-from patchctl.findings import Finding
+from patchctl.ops.ci import findings
+from patchctl.ops.ci.findings import Finding
 
 PATCH = b"""Subject: x
 ---

@@ -14,7 +14,7 @@ from support.repos import Repo
 from support.series import write_series
 
 from patchctl.errors import ConfigError, GitFailed, PatchctlError
-from patchctl.git import (
+from patchctl.gitlayer.git import (
     PINNED_CONFIG,
     Git,
     Index,
@@ -24,9 +24,9 @@ from patchctl.git import (
     temp_index,
     unsound_objects,
 )
-from patchctl.markers import markers_in_tree
-from patchctl.series import Upstream, load_series
-from patchctl.upstream import fetch_git
+from patchctl.series.markers import markers_in_tree
+from patchctl.series.model import Upstream, load_series
+from patchctl.upstream.sources import fetch_git
 
 
 def test_every_pin_has_a_reason() -> None:

@@ -9,7 +9,7 @@ import pytest
 from support.files import write_files
 from support.repos import new_repo
 
-from patchctl.ignores import relocated, trusted_rules
+from patchctl.room.snapshot import relocated, trusted_rules
 
 RULES: dict[str, bytes] = {
     ".gitignore": b"# top\n/build/\n*.o\n!keep.o\nlogs/\n\n",

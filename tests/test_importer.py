@@ -13,8 +13,8 @@ from support.series import make_series
 
 from patchctl import progress
 from patchctl.errors import ConfigError, NotFound, PatchctlError, PatchDoesNotApply
-from patchctl.git import Git
-from patchctl.importer import (
+from patchctl.gitlayer.git import Git
+from patchctl.ops.import_.record import (
     Incoming,
     header_fields,
     import_patches,
@@ -23,9 +23,9 @@ from patchctl.importer import (
     slug,
     split_mbox,
 )
-from patchctl.patchparse import ambiguous_names, parse
-from patchctl.series import Patch, Series
-from patchctl.verify import verify_series
+from patchctl.ops.verify import verify_series
+from patchctl.patchfmt.parse import ambiguous_names, parse
+from patchctl.series.model import Patch, Series
 
 BASE = {"main.c": b"int main(void)\n{\n\treturn 0;\n}\n", "README": b"hello\n"}
 
@@ -306,8 +306,8 @@ def test_offset_hunks_are_noted(tmp_path: Path, upstream: tuple[Git, str]) -> No
 def test_drifted_patches_are_imported_and_flagged_per_hunk(tmp_path: Path) -> None:
     from support.drift import drifted_project
 
-    from patchctl.importer import import_series
-    from patchctl.patchapply import is_fuzz
+    from patchctl.ops.import_.record import import_series
+    from patchctl.series.gitapply import is_fuzz
 
     series_dir = drifted_project(tmp_path, names=())
     quilt = tmp_path / "debian" / "patches"
@@ -333,11 +333,11 @@ def test_drifted_patches_are_imported_and_flagged_per_hunk(tmp_path: Path) -> No
 def test_import_refresh_rewrites_only_the_diff_of_drifted_patches(tmp_path: Path) -> None:
     from support.drift import DEP3_HEADER, MAIL_HEADER, SIGNATURE, drifted_project, sha256
 
-    from patchctl.apply import cleanroom_apply
-    from patchctl.cleanroom import open_cleanroom
-    from patchctl.importer import import_series
-    from patchctl.patchparts import split_patch
-    from patchctl.series import load_series
+    from patchctl.ops.cleanroom.apply import cleanroom_apply
+    from patchctl.ops.import_.record import import_series
+    from patchctl.room.cleanroom import open_cleanroom
+    from patchctl.series.model import load_series
+    from patchctl.series.parts import split_patch
 
     series_dir = drifted_project(tmp_path, names=())
     quilt = tmp_path / "debian" / "patches"
@@ -359,7 +359,7 @@ def test_import_refresh_rewrites_only_the_diff_of_drifted_patches(tmp_path: Path
 def test_a_real_conflict_stops_the_import_naming_patch_file_and_hunk(tmp_path: Path) -> None:
     from support.drift import drifted_project, edit, lines
 
-    from patchctl.importer import import_series
+    from patchctl.ops.import_.record import import_series
 
     series_dir = drifted_project(tmp_path, names=())
     source = tmp_path / "conflict.patch"
@@ -399,7 +399,7 @@ def diff_text(tmp_path: Path, name: str, before: bytes, after: bytes) -> bytes:
     ],
 )
 def test_upstream_status_from_dep3(header: bytes, status: str | None) -> None:
-    from patchctl.importer import Incoming, make_entry
+    from patchctl.ops.import_.record import Incoming, make_entry
 
     entry = make_entry(
         Incoming("x.patch", header + b"\n" + DEP3[DEP3.index(b"--- a") :]), 1, "t", set()

@@ -15,11 +15,11 @@ import pytest
 from support.archives import make_tar
 from support.repos import new_repo, tree_of_files
 
-from patchctl.cleanroom import load_cleanroom
-from patchctl.cli import main
+from patchctl.cli.main import main
 from patchctl.errors import ConfigError, DirtyTree, NotFound, UnsafeArchive
-from patchctl.init import init_series
-from patchctl.series import load_series
+from patchctl.ops.init import init_series
+from patchctl.room.cleanroom import load_cleanroom
+from patchctl.series.model import load_series
 
 FILES = {"vendor/lib/a.c": b"int a;\n", "vendor/lib/b.c": b"int b;\n", "setup.py": b"x\n"}
 

@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 from support.series import make_project
 
-from patchctl import journal as journal_module
 from patchctl import killpoint
-from patchctl.apply import cleanroom_apply
-from patchctl.capture import add_patch, capture
 from patchctl.errors import ConfigError, DirtyTree, PatchctlError
-from patchctl.git import Git
-from patchctl.journal import JOURNAL, Journal, RoomJournal, read_journal, recover, verified
-from patchctl.series import load_series
-from patchctl.session import series_session
+from patchctl.gitlayer.git import Git
+from patchctl.ops.capture import add_patch, capture
+from patchctl.ops.cleanroom.apply import cleanroom_apply
+from patchctl.series.model import load_series
+from patchctl.txn import journal as journal_module
+from patchctl.txn.journal import JOURNAL, Journal, RoomJournal, read_journal, recover, verified
+from patchctl.txn.session import series_session
 
 FILES = {"main.c": b"int main(void) { return 0; }\n"}
 

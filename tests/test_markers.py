@@ -7,7 +7,7 @@ from pathlib import Path
 from support.files import write_files
 from support.repos import new_repo
 
-from patchctl.markers import (
+from patchctl.series.markers import (
     MarkerCheck,
     added_by,
     check_markers_batch,

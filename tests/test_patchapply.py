@@ -12,10 +12,10 @@ import pytest
 from support.files import CONTENT_MATRIX, CONTENT_MATRIX_AFTER, Exe, Files, Link, write_files
 from support.repos import Repo
 
-from patchctl import patchapply
 from patchctl.errors import PatchDoesNotApply, PatchDrift
-from patchctl.git import temp_index
-from patchctl.patchapply import (
+from patchctl.gitlayer.git import temp_index
+from patchctl.patchfmt.parse import zero_context
+from patchctl.series.gitapply import (
     APPLY_FLAGS,
     ID_TRAILER,
     SHA_TRAILER,
@@ -31,8 +31,8 @@ from patchctl.patchapply import (
     patch_sha256,
     strict_apply,
 )
-from patchctl.patchparse import zero_context
-from patchctl.series import Patch
+from patchctl.series.model import Patch
+from patchctl.series import gitapply as patchapply
 
 
 def test_every_flag_has_a_reason_and_every_apply_has_them() -> None:

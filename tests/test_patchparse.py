@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from unidiff import PatchSet
 
-from patchctl.patchparse import ambiguous_names, display, header_names, parse, unquote
+from patchctl.patchfmt.parse import ambiguous_names, display, header_names, parse, unquote
 
 GOLDEN = Path(__file__).parent / "golden" / "capture"
 SHIPPED = sorted((Path(__file__).parent.parent / "patches" / "llamafile").glob("*.patch"))

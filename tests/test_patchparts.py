@@ -16,7 +16,7 @@ from support.drift import (
 from support.files import CONTENT_MATRIX, CONTENT_MATRIX_AFTER
 from support.repos import diff_files
 
-from patchctl.patchparts import in_dialect, split_patch, with_diff
+from patchctl.series.parts import in_dialect, split_patch, with_diff
 
 
 @pytest.fixture(scope="module")

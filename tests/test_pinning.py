@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from support.repos import new_repo
 
-from patchctl.cli import main
+from patchctl.cli.main import main
 from patchctl.errors import ConfigError, NotFound
-from patchctl.pinning import Where, parse_upstream, pin
-from patchctl.series import Upstream
+from patchctl.series.model import Upstream
+from patchctl.upstream.pinning import Where, parse_upstream, pin
 
 
 def where(tmp_path: Path) -> Where:
@@ -102,10 +102,9 @@ def test_what_cannot_be_an_upstream_is_refused_before_anything_is_fetched(
 def test_an_archive_already_in_the_tree_cache_is_not_listed_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from patchctl import pinning
-    from patchctl.git import Git
-    from patchctl.series import Series
-    from patchctl.upstream import materialize
+    from patchctl.gitlayer.git import Git
+    from patchctl.series.model import Series
+    from patchctl.upstream.sources import materialize, pinning
 
     archive(tmp_path / "demo-1.1.tar.gz", "demo-1.1", {"vendor/lib/a.c": b"a\n"})
     at = where(tmp_path)

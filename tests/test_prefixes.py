@@ -13,10 +13,10 @@ from support.files import Files
 from support.repos import Repo
 from support.series import git_upstream, write_series
 
-from patchctl.build.config import BuildConfig
-from patchctl.cli import main
+from patchctl.cli.main import main
 from patchctl.errors import PrefixFailed
-from patchctl.prefixes import check_prefixes
+from patchctl.ops.build.config import BuildConfig
+from patchctl.ops.prefixes import check_prefixes
 
 pytestmark = pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake not installed")
 

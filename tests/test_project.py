@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from patchctl.errors import DirtyTree
-from patchctl.project import check_inside, project_root, registry_path, series_key
+from patchctl.series.project import check_inside, project_root, registry_path, series_key
 
 
 def test_the_patches_layout_and_any_other_directory(tmp_path: Path) -> None:

@@ -21,13 +21,9 @@ from support.drift import (
 )
 from support.repos import new_repo
 
-from patchctl import progress, rebasestate
-from patchctl import rebase as rebase_module
-from patchctl.apply import cleanroom_apply
-from patchctl.capture import capture
-from patchctl.cleanroom import load_cleanroom, repin_marker, same_pin
-from patchctl.cli import main
-from patchctl.commands.rebase import report_lines
+from patchctl import progress
+from patchctl.cli.commands.rebase import report_lines
+from patchctl.cli.main import main
 from patchctl.errors import (
     ConfigError,
     DirtyTree,
@@ -36,14 +32,19 @@ from patchctl.errors import (
     PatchDoesNotApply,
     SeriesChanged,
 )
-from patchctl.git import temp_index
-from patchctl.journal import Journal, command
-from patchctl.patchapply import FUZZ_CONTEXT, apply_flags
-from patchctl.patchparts import split_patch
-from patchctl.rebase import rebase, rebase_abort, rebase_continue, rebase_skip
-from patchctl.refresh import refresh
-from patchctl.series import load_series
-from patchctl.verify import verify_series
+from patchctl.gitlayer.git import temp_index
+from patchctl.ops.capture import capture
+from patchctl.ops.cleanroom.apply import cleanroom_apply
+from patchctl.ops.rebase import rebase as rebase_module
+from patchctl.ops.rebase import state as rebasestate
+from patchctl.ops.rebase.rebase import rebase, rebase_abort, rebase_continue, rebase_skip
+from patchctl.ops.refresh import refresh
+from patchctl.ops.verify import verify_series
+from patchctl.room.cleanroom import load_cleanroom, repin_marker, same_pin
+from patchctl.series.gitapply import FUZZ_CONTEXT, apply_flags
+from patchctl.series.model import load_series
+from patchctl.series.parts import split_patch
+from patchctl.txn.journal import Journal, command
 
 HEADERS = {
     "0001-readme.patch": (GBP_HEADER, SIGNATURE),
@@ -296,7 +297,7 @@ def test_onto_an_archive_already_in_the_tree_cache(tmp_path: Path) -> None:
     from support.archives import make_tar
     from support.series import make_project
 
-    from patchctl.init import init_series
+    from patchctl.ops.init import init_series
 
     series_dir = make_project(tmp_path, {"a.c": b"one\ntwo\nthree\n", "b.c": b"b\n"})
     cleanroom_apply(series_dir)

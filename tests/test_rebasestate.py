@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from patchctl import rebasestate
 from patchctl.errors import ConfigError, NotFound, PatchctlError
-from patchctl.rebasestate import Done, Journal, Stop
+from patchctl.ops.rebase import state as rebasestate
+from patchctl.ops.rebase.state import Done, Journal, Stop
 
 
 def journal() -> Journal:

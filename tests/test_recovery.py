@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 from support.series import make_project
 
-from patchctl.apply import aside_path, cleanroom_apply
-from patchctl.capture import add_patch, capture
-from patchctl.cleanroom import BACKUP_REFS, load_cleanroom, partial_path
-from patchctl.git import Git
-from patchctl.journal import RoomJournal, room_journal_path
-from patchctl.recovery import recover_room
-from patchctl.session import series_session
+from patchctl.gitlayer.git import Git
+from patchctl.ops.capture import add_patch, capture
+from patchctl.ops.cleanroom.apply import aside_path, cleanroom_apply
+from patchctl.room.cleanroom import BACKUP_REFS, load_cleanroom, partial_path
+from patchctl.txn.journal import RoomJournal, room_journal_path
+from patchctl.txn.recovery import recover_room
+from patchctl.txn.session import series_session
 
 FILES = {"main.c": b"int main(void) { return 0; }\n", "util.c": b"int util;\n"}
 
@@ -189,7 +189,7 @@ def test_a_pin_change_removes_an_old_clean_room_with_nothing_of_the_users(
 def test_a_pin_change_json_names_the_kept_clean_room(
     series_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from patchctl.commands.cleanroom import apply_json
+    from patchctl.cli.commands.cleanroom import apply_json
 
     room = room_of(series_dir)
     Git(room).update_ref("refs/stash", Git(room).rev_parse("HEAD"))
@@ -210,7 +210,7 @@ def test_recovery_runs_under_the_session_that_takes_the_lock(series_dir: Path) -
 def test_the_cli_says_what_it_recovered_on_stderr_and_keeps_json_on_stdout(
     series_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from patchctl.app import run
+    from patchctl.cli.app import run
 
     half_apply(series_dir)
     capsys.readouterr()
@@ -222,7 +222,7 @@ def test_the_cli_says_what_it_recovered_on_stderr_and_keeps_json_on_stdout(
 
 
 def test_status_says_a_killed_run_is_waiting_to_be_recovered(series_dir: Path) -> None:
-    from patchctl.status import cleanroom_status
+    from patchctl.ops.cleanroom.status import cleanroom_status
 
     assert cleanroom_status(series_dir).to_json()["interrupted"] is None
     half_apply(series_dir)
@@ -236,7 +236,7 @@ def test_a_room_journal_naming_other_directories_is_refused(
     """Signed or not, recovery moves or deletes only the clean room's own siblings with
     patchctl's names: a journal naming any other directory is refused, nothing removed."""
     from patchctl.errors import DirtyTree, PatchctlError
-    from patchctl.journal import signed
+    from patchctl.txn.journal import signed
 
     room = room_of(series_dir)
     precious = tmp_path / "precious"

@@ -19,15 +19,15 @@ from support.drift import (
 )
 from support.repos import diff_files
 
-from patchctl.apply import cleanroom_apply
-from patchctl.cleanroom import open_cleanroom
 from patchctl.errors import PatchDoesNotApply, PatchDrift
-from patchctl.patchapply import is_fuzz
-from patchctl.patchfile import patch_header
-from patchctl.patchparts import split_patch
-from patchctl.refresh import refresh
-from patchctl.series import load_series, save_series
-from patchctl.verify import verify_series
+from patchctl.ops.cleanroom.apply import cleanroom_apply
+from patchctl.ops.refresh import refresh
+from patchctl.ops.verify import verify_series
+from patchctl.room.cleanroom import open_cleanroom
+from patchctl.series.gitapply import is_fuzz
+from patchctl.series.model import load_series, save_series
+from patchctl.series.parts import split_patch
+from patchctl.series.patchfile import patch_header
 
 
 def _snapshot(series_dir: Path) -> dict[str, bytes]:

@@ -12,7 +12,7 @@ from pip._vendor.packaging.utils import parse_sdist_filename
 from pip._vendor.packaging.version import Version
 
 from patchctl.errors import SdistError, UnsafeArchive
-from patchctl.sdist import (
+from patchctl.upstream.sdist import (
     PKG_INFO,
     VersionSource,
     mark_version,

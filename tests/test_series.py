@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from patchctl.errors import ConfigError, NotFound, PatchctlError
-from patchctl.series import Patch, dump_series, load_series, read_patch_file, save_series
+from patchctl.series.model import Patch, dump_series, load_series, read_patch_file, save_series
 
 REPO = Path(__file__).resolve().parent.parent
 SHA = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"

@@ -11,18 +11,18 @@ from pathlib import Path
 import pytest
 from support.series import NEW_FILE_PATCH, make_project
 
-from patchctl import capture as capture_module
 from patchctl import fsio
-from patchctl import session as session_module
-from patchctl.apply import cleanroom_apply
-from patchctl.capture import add_patch, capture
-from patchctl.docs import doc_paths
 from patchctl.errors import PatchctlError, SeriesChanged
-from patchctl.git import Git
-from patchctl.importer import import_series
+from patchctl.gitlayer.git import Git
+from patchctl.ops import capture as capture_module
+from patchctl.ops.capture import add_patch, capture
+from patchctl.ops.cleanroom.apply import cleanroom_apply
 from patchctl.ops.docs import update_docs
-from patchctl.series import load_series
-from patchctl.session import series_session
+from patchctl.ops.import_.record import import_series
+from patchctl.series.docs import doc_paths
+from patchctl.series.model import load_series
+from patchctl.txn import session as session_module
+from patchctl.txn.session import series_session
 
 FILES = {"main.c": b"int main(void) { return 0; }\n"}
 

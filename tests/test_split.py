@@ -16,11 +16,11 @@ import pytest
 from support.repos import Repo
 from support.series import make_project
 
-from patchctl.cli import main
+from patchctl.cli.main import main
 from patchctl.errors import SplitRefused
-from patchctl.series import Extends, Series, Upstream, load_series, save_series
-from patchctl.session import series_session
-from patchctl.split import PartSpec, lines_of, parse_hunks, parse_part, split, with_hunks
+from patchctl.ops.split import PartSpec, lines_of, parse_hunks, parse_part, split, with_hunks
+from patchctl.series.model import Extends, Series, Upstream, load_series, save_series
+from patchctl.txn.session import series_session
 
 LONG = b"".join(b"line %d\n" % i for i in range(1, 41))
 FILES = {
@@ -222,7 +222,7 @@ def test_dry_run_writes_nothing(project: Path) -> None:
 def test_a_failure_at_the_last_write_leaves_every_file_as_it_was(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from patchctl.session import SeriesSession
+    from patchctl.txn.session import SeriesSession
 
     before = snapshot(project)
 

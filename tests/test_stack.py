@@ -11,19 +11,19 @@ import pytest
 from support.repos import MakeRepo, Repo
 from support.series import NEW_FILE_PATCH
 
-from patchctl.apply import apply_series, cleanroom_apply
-from patchctl.capture import add_patch, capture
-from patchctl.cleanroom import BACKUP_REFS, open_cleanroom
-from patchctl.docs import doc_paths
 from patchctl.errors import ChecksumMismatch, ConfigError, NotFound
-from patchctl.importer import import_series
-from patchctl.journal import RoomJournal
+from patchctl.ops.capture import add_patch, capture
+from patchctl.ops.cleanroom.apply import apply_series, cleanroom_apply
+from patchctl.ops.cleanroom.status import cleanroom_status
 from patchctl.ops.docs import update_docs
-from patchctl.recovery import recover_room
-from patchctl.series import Extends, Series, Upstream, load_series, save_series
-from patchctl.stack import join_root, load_stack
-from patchctl.status import cleanroom_status
-from patchctl.verify import verify
+from patchctl.ops.import_.record import import_series
+from patchctl.ops.verify import verify
+from patchctl.room.cleanroom import BACKUP_REFS, open_cleanroom
+from patchctl.series.docs import doc_paths
+from patchctl.series.model import Extends, Series, Upstream, load_series, save_series
+from patchctl.series.stack import join_root, load_stack
+from patchctl.txn.journal import RoomJournal
+from patchctl.txn.recovery import recover_room
 
 FILES = {
     "pyproject.toml": b"[project]\nname = 'pkg'\n",

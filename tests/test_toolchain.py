@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from patchctl import toolchain
 from patchctl.errors import NotFound, PatchctlError, ToolchainMissing
+from patchctl.ops.build import toolchain
 
 PINNED_SHA = "85b8c37a406d862e656ad4ec14be9f6ce474c1b436b9615e91a55208aced3f44"
 OLDER_SHA = "3f559555d08ece35bab1a66293a2101f359ac9841d563419756efa9c79f7a150"

@@ -8,8 +8,8 @@ import pytest
 from support.files import CONTENT_MATRIX, Exe, Files, Link
 from support.repos import MakeRepo
 
-from patchctl.git import Index, temp_index
-from patchctl.trees import CACHE_TREES, TREE_MODE, TreeStore, parse_tree
+from patchctl.gitlayer.git import Index, temp_index
+from patchctl.gitlayer.trees import CACHE_TREES, TREE_MODE, TreeStore, parse_tree
 
 
 def _index_tree(index: Index, tree: str, changes: dict[bytes, tuple[str, str] | None]) -> str:

@@ -18,10 +18,10 @@ from support.repos import Repo
 
 from patchctl.cache import cache_dir
 from patchctl.errors import ChecksumMismatch, ConfigError, NotFound
-from patchctl.git import Git
+from patchctl.gitlayer.git import Git
 from patchctl.progress import RecordingProgress
-from patchctl.series import Series, Upstream
-from patchctl.upstream import (
+from patchctl.series.model import Series, Upstream
+from patchctl.upstream.sources import (
     fetch_git,
     fetch_sdist,
     find_cached,
@@ -433,7 +433,7 @@ def fold_names(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make the clean room's file system one that ignores case, as macOS and Windows do by
     default (archive.name_folding finds that out with a probe file; tests/test_archive.py
     checks the probe itself)."""
-    from patchctl import upstream
+    from patchctl.upstream import sources as upstream
 
     monkeypatch.setattr(upstream, "name_folding", lambda fd: str.casefold, raising=False)
     monkeypatch.setattr(upstream, "same_name", lambda fd, a, b: a.casefold() == b.casefold())

@@ -1,11 +1,11 @@
-"""values.py: the allow-lists for user values and the printable form of text."""
+"""allowlists.py: the allow-lists for user values and the printable form of text."""
 
 from __future__ import annotations
 
 import pytest
 
-from patchctl import values
-from patchctl.values import (
+from patchctl import allowlists
+from patchctl.allowlists import (
     git_url_problem,
     is_remote_url,
     marker_problem,
@@ -139,8 +139,8 @@ def test_printable_escapes_and_one_line_cleans() -> None:
     ],
 )
 def test_redacted_hides_url_passwords_and_http_tokens(text: str, shown: str) -> None:
-    assert values.redacted(text) == shown
-    assert values.printable(text) == shown
+    assert allowlists.redacted(text) == shown
+    assert allowlists.printable(text) == shown
 
 
 @pytest.mark.parametrize("version", ["0.3.36", "1.0rc1", "2!1.0.post2.dev3", "1.0+local.7"])
@@ -161,7 +161,7 @@ def test_package_names() -> None:
 
 @pytest.mark.parametrize("target", ["llama-cli", "ggml", "o//llama.cpp/main/main", "a.b+c_d"])
 def test_build_targets(target: str) -> None:
-    assert values.build_target_problem(target) is None
+    assert allowlists.build_target_problem(target) is None
 
 
 @pytest.mark.parametrize(
@@ -178,4 +178,4 @@ def test_build_targets(target: str) -> None:
     ],
 )
 def test_not_build_targets(target: str, problem: str) -> None:
-    assert problem in (values.build_target_problem(target) or "")
+    assert problem in (allowlists.build_target_problem(target) or "")

@@ -15,12 +15,12 @@ from support.files import Entry, Exe, Link, write_files
 from support.repos import new_repo
 from support.series import make_project, make_series
 
-from patchctl.capture import capture_trees
-from patchctl.cli import main
+from patchctl.cli.main import main
 from patchctl.errors import NotFound, VerifyFailed
-from patchctl.git import Git
-from patchctl.series import Patch, Series
-from patchctl.verify import first_differing_byte, verify_series
+from patchctl.gitlayer.git import Git
+from patchctl.ops.capture import capture_trees
+from patchctl.ops.verify import first_differing_byte, verify_series
+from patchctl.series.model import Patch, Series
 
 BASE: dict[str, Entry] = {
     "a.txt": b"1\n2\n3\n4\n5\n6\n7\n8\n",

@@ -24,8 +24,8 @@ from rich.progress import (
 )
 from rich.text import Text
 
+from patchctl.allowlists import printable, redacted
 from patchctl.errors import PatchctlError
-from patchctl.values import printable, redacted
 
 
 class PlainConsole(Console):

@@ -23,19 +23,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(quick)
         sys.stdout.flush()
         return 0
-    from patchctl.app import run
+    from patchctl.cli.app import run
 
     return run(args)
 
 
 def _quick_answer(args: list[str]) -> str | None:
     """The output for the cheap cases, or None for everything the app must run."""
-    from patchctl.completion import COMPLETE_VAR
+    from patchctl.cli.completion import COMPLETE_VAR
 
     instruction = os.environ.get(COMPLETE_VAR)
     if instruction:
-        from patchctl.cliindex import COMMANDS
-        from patchctl.completion import respond
+        from patchctl.cli.cliindex import COMMANDS
+        from patchctl.cli.completion import respond
 
         try:
             return respond(instruction, os.environ, COMMANDS)
@@ -44,7 +44,7 @@ def _quick_answer(args: list[str]) -> str | None:
     if args == ["--version"]:
         return f"patchctl {__version__}\n"
     if args == ["--help"]:
-        from patchctl.cliindex import ROOT_HELP
+        from patchctl.cli.cliindex import ROOT_HELP
 
         return ROOT_HELP
     return None

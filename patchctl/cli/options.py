@@ -17,7 +17,7 @@ from typing import Annotated
 import typer
 
 DEFAULT_SERIES = Path("patches/llamafile")
-# How `init UPSTREAM` and `rebase --onto UPSTREAM` name an upstream (patchctl/pinning.py).
+# How `init UPSTREAM` and `rebase --onto UPSTREAM` name an upstream (patchctl/upstream/pinning.py).
 UPSTREAM_HELP = (
     "NAME==VERSION (a PyPI sdist), an archive (.tar.*/.zip path or https URL), or a git "
     "repository (path or URL) with --commit."

@@ -32,9 +32,9 @@ from functools import cache
 from pathlib import Path
 
 from patchctl import killpoint
+from patchctl.allowlists import GIT_SCHEMES
 from patchctl.errors import GitFailed, NotFound, PatchctlError
 from patchctl.fsio import process_alive
-from patchctl.values import GIT_SCHEMES
 
 IDENTITY_NAME = "patchctl"
 IDENTITY_EMAIL = "patchctl@invalid"

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from patchctl.errors import GitFailed
-from patchctl.git import Git, ObjectReader, TreeWriter
+from patchctl.gitlayer.git import Git, ObjectReader, TreeWriter
 
 TREE_MODE = "40000"
 # Directories kept parsed in memory: enough for the paths a long series keeps touching

@@ -16,9 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from patchctl import values
-from patchctl.cleanroom import Cleanroom
-from patchctl.docs import render_docs
+from patchctl import allowlists
 from patchctl.errors import (
     ConfigError,
     DirtyTree,
@@ -27,14 +25,16 @@ from patchctl.errors import (
     PatchctlError,
 )
 from patchctl.fsio import check_writable, refuse_overwrite, write_if_changed
-from patchctl.git import Git, scratch_repo
-from patchctl.ignores import outside_root, worktree_snapshot
-from patchctl.patchapply import RESTORE_HINT, commit_message, patch_sha256
-from patchctl.patchfile import export_patch
-from patchctl.patchparts import split_patch, with_diff
-from patchctl.series import Patch, Series, check_patch_size, check_savable, read_patch_file
-from patchctl.session import series_session
-from patchctl.stack import load_stack
+from patchctl.gitlayer.git import Git, scratch_repo
+from patchctl.room.cleanroom import Cleanroom
+from patchctl.room.snapshot import outside_root, worktree_snapshot
+from patchctl.series.docs import render_docs
+from patchctl.series.gitapply import RESTORE_HINT, commit_message, patch_sha256
+from patchctl.series.model import Patch, Series, check_patch_size, check_savable, read_patch_file
+from patchctl.series.parts import split_patch, with_diff
+from patchctl.series.patchfile import export_patch
+from patchctl.series.stack import load_stack
+from patchctl.txn.session import series_session
 
 
 @dataclass(frozen=True)
@@ -94,16 +94,19 @@ def new_patch(
     """
     if patch_id in load_stack(series).ids():
         raise ConfigError(f"patch {patch_id!r} already exists", path=series.path, key="id")
-    problem = values.patch_id_problem(patch_id)
+    problem = allowlists.patch_id_problem(patch_id)
     if problem is not None:
         raise ConfigError(
-            f"{values.shown(patch_id)} {problem}", path=series.path, key="id", hint="e.g. 0079-fix"
+            f"{allowlists.shown(patch_id)} {problem}",
+            path=series.path,
+            key="id",
+            hint="e.g. 0079-fix",
         )
-    _check_text(series, "title", title.strip(), values.text_problem, required=True)
-    _check_text(series, "upstream_status", upstream_status, values.text_problem)
-    _check_text(series, "origin", origin, values.text_problem)
+    _check_text(series, "title", title.strip(), allowlists.text_problem, required=True)
+    _check_text(series, "upstream_status", upstream_status, allowlists.text_problem)
+    _check_text(series, "origin", origin, allowlists.text_problem)
     for marker in markers:
-        _check_text(series, "markers", marker, values.marker_problem)
+        _check_text(series, "markers", marker, allowlists.marker_problem)
     entry = Patch(
         id=patch_id,
         file=f"{patch_id}.patch",
@@ -131,7 +134,7 @@ def _check_text(
     problem = "is empty" if required and not text else rule(text)
     if problem is not None:
         raise ConfigError(
-            f"{values.shown(text)} {problem}",
+            f"{allowlists.shown(text)} {problem}",
             path=series.path,
             key=key,
             hint="give one line of plain text (no control characters)",

@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchctl.docs import check_docs, doc_paths
-from patchctl.series import load_series
-from patchctl.session import series_session
+from patchctl.series.docs import check_docs, doc_paths
+from patchctl.series.model import load_series
+from patchctl.txn.session import series_session
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchctl.cleanroom import open_cleanroom
 from patchctl.errors import (
     ConfigError,
     DirtyTree,
@@ -27,11 +26,14 @@ from patchctl.errors import (
     VerifyFailed,
 )
 from patchctl.fsio import process_alive, sha256_file
-from patchctl.git import Git, TreeEntry, scratch_repo, temp_index
-from patchctl.patchapply import apply_to_index, conflict, drift_error
+from patchctl.gitlayer.git import Git, TreeEntry, scratch_repo, temp_index
 from patchctl.progress import Progress, or_null
-from patchctl.project import project_root
-from patchctl.sdist import (
+from patchctl.room.cleanroom import open_cleanroom
+from patchctl.series.gitapply import apply_to_index, conflict, drift_error
+from patchctl.series.model import Series, load_series, read_patch_file
+from patchctl.series.project import project_root
+from patchctl.series.stack import Stack, check_base_tree, load_stack
+from patchctl.upstream.sdist import (
     PKG_INFO,
     Layout,
     mark_version,
@@ -43,9 +45,7 @@ from patchctl.sdist import (
     version_sources,
     write_sdist,
 )
-from patchctl.series import Series, load_series, read_patch_file
-from patchctl.stack import Stack, check_base_tree, load_stack
-from patchctl.upstream import fetch_sdist, local_archive
+from patchctl.upstream.sources import fetch_sdist, local_archive
 
 DIST_DIR = "dist"
 SDIST_KINDS = ("pypi-sdist", "archive")

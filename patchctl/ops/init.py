@@ -18,19 +18,26 @@ from contextlib import suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from patchctl.cleanroom import (
+from patchctl.errors import DirtyTree
+from patchctl.fsio import locked_dir
+from patchctl.progress import Progress
+from patchctl.room.cleanroom import (
     Cleanroom,
     create_cleanroom,
     default_workdir,
     discard_cleanroom,
     locked,
 )
-from patchctl.docs import write_docs
-from patchctl.errors import DirtyTree
-from patchctl.fsio import locked_dir
-from patchctl.pinning import Where, parse_upstream, pin
-from patchctl.progress import Progress
-from patchctl.series import SERIES_FILE, Series, Upstream, dump_series, load_series, series_dir
+from patchctl.series.docs import write_docs
+from patchctl.series.model import (
+    SERIES_FILE,
+    Series,
+    Upstream,
+    dump_series,
+    load_series,
+    series_dir,
+)
+from patchctl.upstream.pinning import Where, parse_upstream, pin
 
 HEADER = (
     "# Patch series made by `patchctl init`. Schema: docs/architecture.md (series.yaml).\n"

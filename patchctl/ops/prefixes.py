@@ -19,14 +19,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from patchctl.apply import cleanroom_apply
-from patchctl.build.config import BuildConfig
-from patchctl.build.model import Step
-from patchctl.build.run import BuildOutcome, build_cleanroom, failure_excerpt, run_step
 from patchctl.errors import BuildFailed, NotFound, PatchDoesNotApply, PrefixFailed
+from patchctl.ops.build.config import BuildConfig
+from patchctl.ops.build.model import Step
+from patchctl.ops.build.run import BuildOutcome, build_cleanroom, failure_excerpt, run_step
+from patchctl.ops.cleanroom.apply import cleanroom_apply
 from patchctl.progress import Progress
-from patchctl.series import load_series
-from patchctl.stack import load_stack
+from patchctl.series.model import load_series
+from patchctl.series.stack import load_stack
 
 
 def build_upto(

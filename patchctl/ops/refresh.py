@@ -32,14 +32,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from patchctl.cleanroom import Cleanroom, same_pin
 from patchctl.errors import PatchctlError
-from patchctl.git import scratch_repo
-from patchctl.patchapply import Drift, TreePatcher, is_fuzz, patch_sha256, replay_tree
-from patchctl.patchparts import regenerated, split_patch
+from patchctl.gitlayer.git import scratch_repo
 from patchctl.progress import Progress, or_null
-from patchctl.series import Patch, Series, check_patch_size, read_patch_file
-from patchctl.session import series_session
+from patchctl.room.cleanroom import Cleanroom, same_pin
+from patchctl.series.gitapply import Drift, TreePatcher, is_fuzz, patch_sha256, replay_tree
+from patchctl.series.model import Patch, Series, check_patch_size, read_patch_file
+from patchctl.series.parts import regenerated, split_patch
+from patchctl.txn.session import series_session
 
 
 @dataclass(frozen=True)

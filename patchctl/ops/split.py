@@ -29,18 +29,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
-from patchctl import values
-from patchctl.cleanroom import Cleanroom, default_workdir, load_cleanroom
-from patchctl.docs import render_docs
+from patchctl import allowlists
 from patchctl.errors import PatchctlError, SplitRefused
 from patchctl.fsio import check_writable, refuse_overwrite
-from patchctl.git import Git, scratch_repo, temp_index
+from patchctl.gitlayer.git import Git, scratch_repo, temp_index
 from patchctl.limits import SERIES_BYTES, read_bounded
-from patchctl.patchapply import TreePatcher, patch_sha256, strict_apply
-from patchctl.patchfile import diff_trees, render_patch
-from patchctl.patchparts import split_patch
 from patchctl.progress import notice
-from patchctl.series import (
+from patchctl.room.cleanroom import Cleanroom, default_workdir, load_cleanroom
+from patchctl.series.docs import render_docs
+from patchctl.series.gitapply import TreePatcher, patch_sha256, strict_apply
+from patchctl.series.model import (
     SERIES_FILE,
     Patch,
     Series,
@@ -48,8 +46,10 @@ from patchctl.series import (
     load_series,
     read_patch_file,
 )
-from patchctl.session import SeriesSession, series_session
-from patchctl.stack import load_stack
+from patchctl.series.parts import split_patch
+from patchctl.series.patchfile import diff_trees, render_patch
+from patchctl.series.stack import load_stack
+from patchctl.txn.session import SeriesSession, series_session
 
 HUNK_HEADER = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 HUNK_SELECTOR = re.compile(r"(?P<path>.+):(?P<first>[1-9][0-9]*)(?:-(?P<last>[1-9][0-9]*))?")
@@ -124,7 +124,7 @@ def parse_part(text: str) -> PartSpec:
     pid, sep, rest = text.partition("=")
     patterns = tuple(p.strip() for p in rest.split(",")) if sep else ()
     if sep and (not patterns or any(not p for p in patterns)):
-        raise refused(f"{values.shown(text)}: an empty pattern", hint="NEW_ID=GLOB[,GLOB...]")
+        raise refused(f"{allowlists.shown(text)}: an empty pattern", hint="NEW_ID=GLOB[,GLOB...]")
     return PartSpec(pid.strip(), patterns)
 
 
@@ -147,7 +147,7 @@ def with_titles(specs: Sequence[PartSpec], titles: Sequence[str]) -> list[PartSp
         pid, sep, title = item.partition("=")
         if not sep or pid not in {s.id for s in specs}:
             raise SplitRefused(
-                f"{values.shown(item)} names no part", key="--title", hint="--title NEW_ID=TEXT"
+                f"{allowlists.shown(item)} names no part", key="--title", hint="--title NEW_ID=TEXT"
             )
         given[pid] = title.strip()
     return [replace(s, title=given.get(s.id)) for s in specs]
@@ -160,13 +160,14 @@ def check_specs(series: Series, original: Patch, specs: Sequence[PartSpec]) -> N
     ids = [s.id for s in specs]
     taken = set(load_stack(series).ids()) - {original.id}
     for spec in specs:
-        problem = values.patch_id_problem(spec.id)
+        problem = allowlists.patch_id_problem(spec.id)
         if problem is not None:
-            raise refused(f"{values.shown(spec.id)} {problem}", hint="e.g. 0079-fix")
+            raise refused(f"{allowlists.shown(spec.id)} {problem}", hint="e.g. 0079-fix")
         if spec.id in taken or ids.count(spec.id) > 1:
             raise refused(f"patch id {spec.id!r} is already taken")
-        if spec.title is not None and (spec.title == "" or values.text_problem(spec.title)):
-            raise SplitRefused(f"{values.shown(spec.title)} is not a one-line title", key="--title")
+        if spec.title is not None and (spec.title == "" or allowlists.text_problem(spec.title)):
+            title = allowlists.shown(spec.title)
+            raise SplitRefused(f"{title} is not a one-line title", key="--title")
         target = series.dir / f"{spec.id}.patch"
         if spec.id != original.id and (target.exists() or target.is_symlink()):
             raise refuse_overwrite(target)
@@ -295,7 +296,7 @@ def claim(specs: Sequence[PartSpec], changes: Sequence[Change]) -> Claims:
             found = [c.path for c in changes if matches(pattern, c.path)]
             if not found:
                 raise refused(
-                    f"{spec.id}: pattern {values.shown(pattern)} matches no file of the patch",
+                    f"{spec.id}: pattern {allowlists.shown(pattern)} matches no file of the patch",
                     hint="`patchctl split ID --list` shows its files and hunks",
                 )
             for path in found:
@@ -318,7 +319,8 @@ def _claim_hunks(
         )
     if last < first or last > len(change.hunks):
         raise refused(
-            f"{spec.id}: {values.shown(selector[0])}: {change.path} has hunks 1-{len(change.hunks)}"
+            f"{spec.id}: {allowlists.shown(selector[0])}: {change.path} "
+            f"has hunks 1-{len(change.hunks)}"
         )
     for number in range(first, last + 1):
         _take(claims.hunks, (change.path, number), index, selector[0])

@@ -26,23 +26,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from patchctl.cache import cache_dir
-from patchctl.cleanroom import Cleanroom, open_cleanroom
-from patchctl.docs import stale_docs
 from patchctl.errors import DocsOutOfDate, NotFound, RoundTripFailed
 from patchctl.fsio import write_atomic
-from patchctl.git import Git, scratch_repo
-from patchctl.markers import (
+from patchctl.gitlayer.git import Git, scratch_repo
+from patchctl.progress import Progress, or_null
+from patchctl.room.cleanroom import Cleanroom, open_cleanroom
+from patchctl.series.docs import stale_docs
+from patchctl.series.gitapply import Outcome, TreePatcher, drift_summary, patch_sha256
+from patchctl.series.markers import (
     MarkerCheck,
     added_by,
     check_markers_batch,
     markers_in_tree,
     touched_paths,
 )
-from patchctl.patchapply import Outcome, TreePatcher, drift_summary, patch_sha256
-from patchctl.patchfile import diff_tree_pairs, render_patch
-from patchctl.progress import Progress, or_null
-from patchctl.series import Patch, Series, load_series, read_patch_file
-from patchctl.stack import Stack, compose, load_stack
+from patchctl.series.model import Patch, Series, load_series, read_patch_file
+from patchctl.series.patchfile import diff_tree_pairs, render_patch
+from patchctl.series.stack import Stack, compose, load_stack
 
 STEPS = ("chain", "forward", "reverse", "reexport", "markers")
 

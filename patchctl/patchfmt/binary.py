@@ -18,7 +18,7 @@ import zlib
 from collections.abc import Iterator
 
 from patchctl.limits import BLOB_BYTES, human
-from patchctl.patchparse import display, header_names
+from patchctl.patchfmt.parse import display, header_names
 
 HUNK = re.compile(rb"^(literal|delta) (\d+)\r?$")
 MARK = b"GIT binary patch"

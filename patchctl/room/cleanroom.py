@@ -21,14 +21,14 @@ from typing import Any
 from patchctl import __version__
 from patchctl.errors import DirtyTree, NotFound, PatchctlError
 from patchctl.fsio import locked_dir, write_atomic
-from patchctl.git import Git
-from patchctl.journal import RoomJournal
+from patchctl.gitlayer.git import Git
 from patchctl.limits import JOURNAL_BYTES, read_bounded
-from patchctl.patchapply import ID_TRAILER, SHA_TRAILER
 from patchctl.progress import Progress
-from patchctl.project import check_inside, project_root
-from patchctl.series import Series, series_to_dict
-from patchctl.upstream import Materialized, materialize
+from patchctl.series.gitapply import ID_TRAILER, SHA_TRAILER
+from patchctl.series.model import Series, series_to_dict
+from patchctl.series.project import check_inside, project_root
+from patchctl.txn.journal import RoomJournal
+from patchctl.upstream.sources import Materialized, materialize
 
 REBASE_DIRNAME = "patchctl-rebase"  # a rebase's state, inside the clean room's .git
 MARKER = "patchctl-cleanroom.json"

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import re
 
-from patchctl import values
-from patchctl.git import Git
+from patchctl import allowlists
+from patchctl.gitlayer.git import Git
 from patchctl.progress import notice
 
 GITIGNORE = b".gitignore"
@@ -83,7 +83,7 @@ def worktree_snapshot(git: Git, base_tree: str) -> str:
     own rules (or .git/info/exclude) ignore, build output, stay out."""
     tree, hidden = git.snapshot_trusting(trusted_rules(git, base_tree))
     if hidden:
-        shown = ", ".join(values.shown(name) for name in hidden[:5])
+        shown = ", ".join(allowlists.shown(name) for name in hidden[:5])
         more = f" and {len(hidden) - 5} more" if len(hidden) > 5 else ""
         notice(
             f"note: captured {len(hidden)} new file(s) that a .gitignore the upstream does not "

@@ -23,13 +23,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchctl import binarypatch
 from patchctl.errors import AlreadyApplied, PatchChanged, PatchDoesNotApply, PatchDrift
-from patchctl.git import Git, Index, temp_prefix
-from patchctl.patchparse import ambiguous_names, display, nul_names, parse, zero_context
+from patchctl.gitlayer.git import Git, Index, temp_prefix
+from patchctl.gitlayer.trees import TREE_MODE, Entry, TreeStore
+from patchctl.patchfmt import binary as binarypatch
+from patchctl.patchfmt.parse import ambiguous_names, display, nul_names, parse, zero_context
 from patchctl.progress import notice
-from patchctl.series import Patch
-from patchctl.trees import TREE_MODE, Entry, TreeStore
+from patchctl.series.model import Patch
 
 # (flag, why): every `git apply` patchctl runs has these.
 APPLY_FLAGS: tuple[tuple[str, str], ...] = (

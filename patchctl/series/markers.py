@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from patchctl import patchparse
-from patchctl.git import Git, object_id
+from patchctl.gitlayer.git import Git, object_id
+from patchctl.patchfmt import parse as patchparse
 
 # `git grep` options: fixed strings, each match printed alone (-o; -h drops the file name),
 # text files only (-I), and the grep.* settings that would change that output pinned off.

@@ -7,7 +7,7 @@ order (keys a hand-edited file had keep their position), so it stays readable an
 The file may come from someone else (a shared repository), so loading is bounded: a size
 limit, no YAML aliases or merge keys (an alias bomb fails at its first `*`), a nesting limit,
 duplicate keys refused at any level, and every value checked against the allow-lists of
-`patchctl.values` (URLs, paths, names, ids, one-line text).
+`patchctl.allowlists` (URLs, paths, names, ids, one-line text).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from yaml.composer import ComposerError
 from yaml.constructor import ConstructorError
 from yaml.scanner import ScannerError
 
-from patchctl import values
+from patchctl import allowlists
 from patchctl.errors import ConfigError, NotFound
 from patchctl.fsio import write_if_changed
 from patchctl.limits import PATCH_BYTES, SERIES_BYTES, human, read_bounded
@@ -88,9 +88,9 @@ class Upstream:
         if self.kind == "pypi-sdist":
             what = f"{self.package}=={self.version}"
         elif self.kind == "git":
-            what = f"{values.redacted(self.url or '')}@{(self.commit or '')[:12]}"
+            what = f"{allowlists.redacted(self.url or '')}@{(self.commit or '')[:12]}"
         else:
-            what = values.redacted(str(self.path or self.url))
+            what = allowlists.redacted(str(self.path or self.url))
         sub = f" [{self.subdir}]" if self.subdir else ""
         return f"{self.kind} {what}{sub}"
 
@@ -303,7 +303,7 @@ class _Loader(yaml.SafeLoader):
             except TypeError:
                 raise ConstructorError(None, None, "a mapping key must be a scalar", mark) from None
             if duplicate:
-                raise ConstructorError(None, None, f"duplicate key {values.shown(key)}", mark)
+                raise ConstructorError(None, None, f"duplicate key {allowlists.shown(key)}", mark)
             seen.add(key)
         return super().construct_mapping(node, deep)
 
@@ -330,7 +330,7 @@ def _yaml_error(exc: yaml.YAMLError, path: Path) -> ConfigError:
     if len(problem) > MAX_MESSAGE:
         problem = problem[: MAX_MESSAGE - 3] + "..."
     return ConfigError(
-        f"malformed YAML{where}: {values.printable(problem)}",
+        f"malformed YAML{where}: {allowlists.printable(problem)}",
         path=path,
         hint="fix the YAML (series.yaml allows no aliases, merge keys or duplicate keys)",
     )
@@ -341,7 +341,7 @@ def _series_from(data: dict[str, Any], path: Path) -> Series:
     version = data.get("version")
     if version != SCHEMA_VERSION or isinstance(version, bool):
         raise ConfigError(
-            f"unsupported value {values.shown(version)}",
+            f"unsupported value {allowlists.shown(version)}",
             path=path,
             key="version",
             hint="use version: 1",
@@ -357,34 +357,43 @@ def _reject_unknown(data: Mapping[Any, Any], allowed: Iterable[str], path: Path,
     allowed = tuple(allowed)
     for key in data:
         if key not in allowed:
-            name = key if isinstance(key, str) and len(key) <= 40 else values.shown(key, 40)
+            name = key if isinstance(key, str) and len(key) <= 40 else allowlists.shown(key, 40)
             raise ConfigError(
                 "unknown key",
                 path=path,
-                key=values.printable(f"{at}{name}"),
+                key=allowlists.printable(f"{at}{name}"),
                 hint=f"allowed keys here: {', '.join(allowed)}",
             )
 
 
 # Which rule checks each string key, and the fix its error suggests.
 Rule = Callable[[str], str | None]
-OBJECT_ID = (values.object_id_problem, "use the full 40-hex lowercase object id")
+OBJECT_ID = (allowlists.object_id_problem, "use the full 40-hex lowercase object id")
 RULES: dict[str, tuple[Rule, str]] = {
-    "url": (values.git_url_problem, "use an https/http/ssh/git/file URL, user@host:path or a path"),
+    "url": (
+        allowlists.git_url_problem,
+        "use an https/http/ssh/git/file URL, user@host:path or a path",
+    ),
     "path": (lambda v: _archive_path_problem(v), "use the path of a .tar.* or .zip file"),
-    "package": (values.package_problem, "use the distribution name, e.g. llama-cpp-python"),
-    "version": (values.version_problem, "use a PEP 440 version, e.g. 0.3.36 (quote it)"),
-    "sha256": (values.sha256_problem, "use the 64-hex lowercase sha256 of the file"),
-    "subdir": (values.relpath_problem, "use a relative path without '..', e.g. vendor/llama.cpp"),
+    "package": (allowlists.package_problem, "use the distribution name, e.g. llama-cpp-python"),
+    "version": (allowlists.version_problem, "use a PEP 440 version, e.g. 0.3.36 (quote it)"),
+    "sha256": (allowlists.sha256_problem, "use the 64-hex lowercase sha256 of the file"),
+    "subdir": (
+        allowlists.relpath_problem,
+        "use a relative path without '..', e.g. vendor/llama.cpp",
+    ),
     "tree": OBJECT_ID,
     "commit": OBJECT_ID,
     "pre_tree": OBJECT_ID,
     "post_tree": OBJECT_ID,
-    "id": (values.patch_id_problem, "use NNNN-slug, e.g. 0078-dca"),
-    "file": (values.patch_file_problem, "use a relative NAME.patch inside the series directory"),
-    "title": (values.text_problem, "use one line of plain text"),
-    "upstream_status": (values.text_problem, "use one line, e.g. Pending"),
-    "origin": (values.text_problem, "use one line, e.g. a URL or patchctl"),
+    "id": (allowlists.patch_id_problem, "use NNNN-slug, e.g. 0078-dca"),
+    "file": (
+        allowlists.patch_file_problem,
+        "use a relative NAME.patch inside the series directory",
+    ),
+    "title": (allowlists.text_problem, "use one line of plain text"),
+    "upstream_status": (allowlists.text_problem, "use one line, e.g. Pending"),
+    "origin": (allowlists.text_problem, "use one line, e.g. a URL or patchctl"),
 }
 
 
@@ -399,16 +408,17 @@ def check_typed_upstream(upstream: Upstream) -> None:
         rule, fix = RULES[key]
         problem = rule(value)
         if problem is not None:
-            raise ConfigError(f"{values.shown(value)} {problem}", key=f"upstream {key}", hint=fix)
+            shown = allowlists.shown(value)
+            raise ConfigError(f"{shown} {problem}", key=f"upstream {key}", hint=fix)
 
 
 def _archive_path_problem(value: str) -> str | None:
-    problem = values.text_problem(value, values.MAX_PATH)
+    problem = allowlists.text_problem(value, allowlists.MAX_PATH)
     if problem is not None:
         return problem
     if value.startswith("-"):
         return "must not start with '-'"
-    if not values.is_archive(Path(value)):
+    if not allowlists.is_archive(Path(value)):
         return "is not a .tar.* or .zip file name"
     return None
 
@@ -418,13 +428,14 @@ def _string(value: Any, path: Path, key: str, *, empty: bool = False) -> str:
     if not isinstance(value, str) or (not value and not empty):
         hint = "quote it" if isinstance(value, (int, float)) else "give a non-empty string"
         raise ConfigError(
-            f"expected a string, got {values.shown(value)}", path=path, key=key, hint=hint
+            f"expected a string, got {allowlists.shown(value)}", path=path, key=key, hint=hint
         )
     rule = RULES.get(key.rsplit(".", 1)[-1])
     if rule is not None:
         problem = rule[0](value)
         if problem is not None:
-            raise ConfigError(f"{values.shown(value)} {problem}", path=path, key=key, hint=rule[1])
+            shown = allowlists.shown(value)
+            raise ConfigError(f"{shown} {problem}", path=path, key=key, hint=rule[1])
     return value
 
 
@@ -438,7 +449,7 @@ def _upstream_from(raw: Any, path: Path) -> Upstream:
     kind = raw.get("kind")
     if not isinstance(kind, str) or kind not in UPSTREAM_KINDS:
         raise ConfigError(
-            f"unknown kind {values.shown(kind)}",
+            f"unknown kind {allowlists.shown(kind)}",
             path=path,
             key="upstream.kind",
             hint=f"use one of: {', '.join(UPSTREAM_KINDS)}",
@@ -495,12 +506,12 @@ def _root_from(raw: Any, path: Path, key: str = "root", *, no_slash: bool = Fals
     """A directory of the upstream tree ('.' for all of it); `no_slash`: without a trailing
     '/' (extends.root, compared with tree paths as written)."""
     root = _string(raw, path, key)
-    problem = values.root_problem(root)
+    problem = allowlists.root_problem(root)
     if problem is None and no_slash and root.endswith("/"):
         problem = "ends with '/'"
     if problem is not None:
         raise ConfigError(
-            f"{values.shown(root)} {problem}",
+            f"{allowlists.shown(root)} {problem}",
             path=path,
             key=key,
             hint="use . or a relative path inside the upstream tree, without '..'",
@@ -525,7 +536,7 @@ def _extends_from(raw: Any, path: Path) -> Extends:
     name = _string(raw["series"], path, "extends.series")
     if not SERIES_NAME.fullmatch(name) or name in (".", ".."):
         raise ConfigError(
-            f"{values.shown(name)} is not the name of a series directory",
+            f"{allowlists.shown(name)} is not the name of a series directory",
             path=path,
             key="extends.series",
             hint="name a sibling series directory, e.g. `llamafile` (no path separators)",
@@ -579,7 +590,7 @@ def _patch_from(raw: Any, path: Path, i: int) -> Patch:
 def _patch_file(value: str, path: Path, key: str) -> str:
     if value.lower() in RESERVED_FILES:
         raise ConfigError(
-            f"{values.shown(value)} is a file patchctl generates",
+            f"{allowlists.shown(value)} is a file patchctl generates",
             path=path,
             key=key,
             hint="use NNNN-slug.patch",
@@ -598,11 +609,14 @@ def _description(raw: Any, path: Path, key: str) -> str:
         return ""
     if not isinstance(raw, str):
         raise ConfigError(
-            f"expected text, got {values.shown(raw)}", path=path, key=key, hint="use a `|` block"
+            f"expected text, got {allowlists.shown(raw)}",
+            path=path,
+            key=key,
+            hint="use a `|` block",
         )
-    problem = values.description_problem(raw)
+    problem = allowlists.description_problem(raw)
     if problem is not None:
-        raise ConfigError(problem, path=path, key=key, hint=values.DESCRIPTION_FIX)
+        raise ConfigError(problem, path=path, key=key, hint=allowlists.DESCRIPTION_FIX)
     return raw.strip("\n")
 
 
@@ -614,10 +628,10 @@ def _markers(raw: Any, path: Path, key: str) -> tuple[str, ...]:
             "must be a list of non-empty strings", path=path, key=key, hint='e.g. ["// patchctl"]'
         )
     for n, marker in enumerate(raw):
-        problem = values.marker_problem(marker)
+        problem = allowlists.marker_problem(marker)
         if problem is not None:
             raise ConfigError(
-                f"{values.shown(marker)} {problem}",
+                f"{allowlists.shown(marker)} {problem}",
                 path=path,
                 key=f"{key}[{n}]",
                 hint="a marker is one non-blank line, e.g. // patchctl 0079-fix",
@@ -628,7 +642,7 @@ def _markers(raw: Any, path: Path, key: str) -> tuple[str, ...]:
 def _bool(raw: Any, path: Path, key: str) -> bool:
     if not isinstance(raw, bool):
         raise ConfigError(
-            f"expected true or false, got {values.shown(raw)}",
+            f"expected true or false, got {allowlists.shown(raw)}",
             path=path,
             key=key,
             hint="use true or false",

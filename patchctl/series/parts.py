@@ -20,10 +20,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from patchctl.git import Git
-from patchctl.patchfile import diff_trees, render_patch
-from patchctl.patchparse import parse as parse_names
-from patchctl.series import Patch
+from patchctl.gitlayer.git import Git
+from patchctl.patchfmt.parse import parse as parse_names
+from patchctl.series.model import Patch
+from patchctl.series.patchfile import diff_trees, render_patch
 
 HUNK = re.compile(rb"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
 # Lines that open or belong to a file section's header (outside a hunk).

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from patchctl.git import Git
-from patchctl.series import Patch
+from patchctl.gitlayer.git import Git
+from patchctl.series.model import Patch
 
 ZERO_COMMIT = "0" * 40
 # format-patch's fixed mbox separator date (builtin/log.c), not a clock reading.

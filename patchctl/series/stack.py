@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from patchctl.errors import ChecksumMismatch, ConfigError, NotFound
-from patchctl.git import Git, temp_index
-from patchctl.patchapply import apply_to_index
-from patchctl.series import SERIES_FILE, Patch, Series, folded, load_series, read_patch_file
+from patchctl.gitlayer.git import Git, temp_index
+from patchctl.series.gitapply import apply_to_index
+from patchctl.series.model import SERIES_FILE, Patch, Series, folded, load_series, read_patch_file
 
 
 def join_root(prefix: str, root: str) -> str:

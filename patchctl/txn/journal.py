@@ -47,7 +47,7 @@ from patchctl import killpoint
 from patchctl.cache import cache_dir
 from patchctl.errors import DirtyTree, PatchctlError
 from patchctl.fsio import locked_dir, refuse_overwrite, sync_write, temp_files, write_atomic
-from patchctl.git import Git
+from patchctl.gitlayer.git import Git
 from patchctl.limits import JOURNAL_BYTES, read_bounded
 from patchctl.progress import notice
 
@@ -510,7 +510,7 @@ def room_journal_path(room: Path) -> Path:
 
 @dataclass
 class RoomJournal:
-    """The intent of one command's changes to one clean room (patchctl/recovery.py reads it).
+    """The intent of one command's changes to one clean room (patchctl/txn/recovery.py reads it).
 
     A clean room cannot be staged like the series' files (`git apply` writes the work tree,
     a new clean room is a whole directory), so this journal records what is about to happen,

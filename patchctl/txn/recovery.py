@@ -29,13 +29,13 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from patchctl.cleanroom import Backup, Cleanroom, is_cleanroom, load_cleanroom, partial_path
 from patchctl.errors import PatchctlError
 from patchctl.fsio import temp_files
-from patchctl.git import Git, temp_index
-from patchctl.journal import Recovered, file_sha256, room_journal_path, verified
-from patchctl.patchapply import apply_to_index
-from patchctl.series import read_patch_file
+from patchctl.gitlayer.git import Git, temp_index
+from patchctl.room.cleanroom import Backup, Cleanroom, is_cleanroom, load_cleanroom, partial_path
+from patchctl.series.gitapply import apply_to_index
+from patchctl.series.model import read_patch_file
+from patchctl.txn.journal import Recovered, file_sha256, room_journal_path, verified
 
 
 def recover_room(room: Path) -> Recovered | None:

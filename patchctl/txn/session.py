@@ -16,7 +16,7 @@ So a concurrent patchctl (`new` during a `capture`) is refused at the lock inste
 overwritten with a stale copy, a hand edit of series.yaml between the read and a write is
 reported (SeriesChanged) instead of silently dropped, and a run killed at any point leaves
 every file with its old or its new bytes, all old or all new once the next run has recovered
-(patchctl/journal.py). An error inside the block writes nothing. Read-only commands (verify,
+(patchctl/txn/journal.py). An error inside the block writes nothing. Read-only commands (verify,
 status, build) load without the lock: every write is an atomic rename, so they see a whole file.
 """
 
@@ -27,7 +27,11 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from patchctl.cleanroom import (
+from patchctl.errors import DirtyTree, NotFound, SeriesChanged
+from patchctl.fsio import holds, locked_dir, refuse_overwrite
+from patchctl.gitlayer.git import Git, sweep_temp_dirs
+from patchctl.limits import SERIES_BYTES, read_bounded
+from patchctl.room.cleanroom import (
     Cleanroom,
     default_workdir,
     is_cleanroom,
@@ -35,14 +39,10 @@ from patchctl.cleanroom import (
     locked,
     rebase_in_progress,
 )
-from patchctl.docs import render_docs
-from patchctl.errors import DirtyTree, NotFound, SeriesChanged
-from patchctl.fsio import holds, locked_dir, refuse_overwrite
-from patchctl.git import Git, sweep_temp_dirs
-from patchctl.journal import JOURNAL, Journal, Recovered, RoomJournal, recover, tell
-from patchctl.limits import SERIES_BYTES, read_bounded
-from patchctl.recovery import recover_room
-from patchctl.series import Series, dump_series, load_series, series_file
+from patchctl.series.docs import render_docs
+from patchctl.series.model import Series, dump_series, load_series, series_file
+from patchctl.txn.journal import JOURNAL, Journal, Recovered, RoomJournal, recover, tell
+from patchctl.txn.recovery import recover_room
 
 
 @dataclass

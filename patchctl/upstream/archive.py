@@ -61,10 +61,10 @@ from functools import partial
 from pathlib import Path
 from typing import IO, Protocol, Self, cast
 
+from patchctl.allowlists import ZSTD_SUFFIX
 from patchctl.errors import NotFound, PatchctlError, ToolchainMissing, UnsafeArchive
 from patchctl.limits import ARCHIVE_BYTES, ARCHIVE_MEMBERS, ARCHIVE_RATIO, RATIO_FLOOR, human
 from patchctl.progress import Progress, or_null
-from patchctl.values import ZSTD_SUFFIX
 
 # Components dropped on extraction: a vendored `.git` (a gitlink file in the sdist) would make
 # git treat the tree as a submodule. Compared as git's verify_path does (`is_git_dir_name`):

@@ -25,12 +25,13 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from patchctl.archive import archive_subdir
+from patchctl.allowlists import HEX40, is_archive
 from patchctl.errors import ConfigError, GitFailed, NotFound
 from patchctl.fsio import sha256_file
 from patchctl.progress import Progress, or_null
-from patchctl.series import Upstream, check_typed_upstream
-from patchctl.upstream import (
+from patchctl.series.model import Upstream, check_typed_upstream
+from patchctl.upstream.archive import archive_subdir
+from patchctl.upstream.sources import (
     archive_name,
     download_new,
     find_cached,
@@ -39,7 +40,6 @@ from patchctl.upstream import (
     sdist_releases,
     store,
 )
-from patchctl.values import HEX40, is_archive
 
 # PEP 508 name == PEP 440-ish version (letters, digits and . _ - + !).
 SDIST_SPEC = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9][A-Za-z0-9._+!-]*)")

@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from patchctl.allowlists import package_problem, shown
 from patchctl.errors import SdistError, UnsafeArchive
-from patchctl.git import TreeEntry
+from patchctl.gitlayer.git import TreeEntry
 from patchctl.progress import Progress, or_null
-from patchctl.values import package_problem, shown
 
 PKG_INFO = "PKG-INFO"
 LOCAL_PREFIX = "patchctl"

@@ -25,14 +25,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-from patchctl.archive import (
-    FOLDED,
-    FOLDING_FIX,
-    Spellings,
-    extract_archive,
-    name_folding,
-    same_name,
-)
+from patchctl.allowlists import git_url_problem, is_archive, is_remote_url, shown
 from patchctl.cache import cache_dir
 from patchctl.errors import (
     ChecksumMismatch,
@@ -43,11 +36,18 @@ from patchctl.errors import (
     UnsafeArchive,
 )
 from patchctl.fsio import sha256_file, write_atomic_blocks
-from patchctl.git import Git, IndexFeed, share_objects, unsound_objects
+from patchctl.gitlayer.git import Git, IndexFeed, share_objects, unsound_objects
 from patchctl.limits import ARCHIVE_BYTES, ARCHIVE_MEMBERS, DOWNLOAD_BYTES, INDEX_BYTES, human
 from patchctl.progress import Progress, or_null
-from patchctl.series import Series, Upstream
-from patchctl.values import git_url_problem, is_archive, is_remote_url, shown
+from patchctl.series.model import Series, Upstream
+from patchctl.upstream.archive import (
+    FOLDED,
+    FOLDING_FIX,
+    Spellings,
+    extract_archive,
+    name_folding,
+    same_name,
+)
 
 PYPI_URL = "https://pypi.org"
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"

@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from patchctl.patchapply import Drift
+    from patchctl.series.gitapply import Drift
 
 
 def drift_kind(drift: Drift) -> str:
     """`fuzz`, `offset` or `mode`."""
-    from patchctl.patchapply import is_fuzz
+    from patchctl.series.gitapply import is_fuzz
 
     if is_fuzz(drift):
         return "fuzz"

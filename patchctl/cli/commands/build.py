@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from patchctl.build import DEFAULT_CMAKE_TARGETS, Backend, CpuMode, Launcher, Part
-from patchctl.options import DEFAULT_SERIES, JsonOpt, SeriesOpt, WorkdirOpt
+from patchctl.cli.options import DEFAULT_SERIES, JsonOpt, SeriesOpt, WorkdirOpt
+from patchctl.ops.build import DEFAULT_CMAKE_TARGETS, Backend, CpuMode, Launcher, Part
 
 if TYPE_CHECKING:
-    from patchctl.build.config import BuildConfig
-    from patchctl.build.model import BuildPlan, BuildResult
+    from patchctl.ops.build.config import BuildConfig
+    from patchctl.ops.build.model import BuildPlan, BuildResult
 
 CudaOpt = Annotated[
     str | None,
@@ -123,9 +123,9 @@ def build_command(
     as_json: JsonOpt = False,
 ) -> None:
     """Build the clean room; the build dir is keyed by its git tree id and the config."""
-    from patchctl.build.run import BuildOutcome, build_cleanroom
-    from patchctl.console import RichProgress
+    from patchctl.cli.console import RichProgress
     from patchctl.errors import BuildStepFailed
+    from patchctl.ops.build.run import BuildOutcome, build_cleanroom
 
     if upto is not None and dry_run:
         raise typer.BadParameter("--upto applies the series, --dry-run runs nothing: give one")
@@ -134,7 +134,7 @@ def build_command(
         with RichProgress(enabled=False if as_json else None) as progress:
             outcome: BuildOutcome
             if upto is not None:
-                from patchctl.prefixes import build_upto
+                from patchctl.ops.prefixes import build_upto
 
                 outcome = build_upto(series, workdir, upto, config, build_dir, progress=progress)
             else:
@@ -162,8 +162,8 @@ def build_config(
     cpu: CpuMode,
 ) -> BuildConfig:
     """The build options as a BuildConfig (shared with `check-prefixes`)."""
-    from patchctl.build.config import BuildConfig
-    from patchctl.toolchain import parse_cuda_archs
+    from patchctl.ops.build.config import BuildConfig
+    from patchctl.ops.build.toolchain import parse_cuda_archs
 
     return BuildConfig(
         backend=backend.value,
@@ -180,7 +180,7 @@ def build_config(
 
 def render_plan(plan: BuildPlan, as_json: bool) -> None:
     """`--dry-run`: the exact commands (shell lines), or the plan as JSON."""
-    from patchctl.console import print_json
+    from patchctl.cli.console import print_json
 
     if as_json:
         print_json({"ok": True, "dry_run": True, **plan.to_json(), "shell": plan.commands()})
@@ -191,8 +191,8 @@ def render_plan(plan: BuildPlan, as_json: bool) -> None:
 
 def render_result(result: BuildResult, as_json: bool) -> None:
     """The manifest as JSON, or a short human summary."""
-    from patchctl.build.manifest import read_manifest
-    from patchctl.console import out, print_json
+    from patchctl.cli.console import out, print_json
+    from patchctl.ops.build.manifest import read_manifest
 
     if as_json:
         print_json({"ok": True, **read_manifest(result.build_dir)})

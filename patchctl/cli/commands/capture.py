@@ -6,10 +6,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from patchctl.options import DEFAULT_SERIES, JsonOpt, SeriesOpt, WorkdirOpt
+from patchctl.cli.options import DEFAULT_SERIES, JsonOpt, SeriesOpt, WorkdirOpt
 
 if TYPE_CHECKING:
-    from patchctl.capture import CaptureResult
+    from patchctl.ops.capture import CaptureResult
 
 
 def register(app: typer.Typer) -> None:
@@ -32,7 +32,7 @@ def capture_command(
     as_json: JsonOpt = False,
 ) -> None:
     """Write everything the clean room changed since the commit before ID as patch ID."""
-    from patchctl.capture import capture
+    from patchctl.ops.capture import capture
 
     render_capture(capture(series, patch_id, workdir, accept_changed=accept_changed), as_json)
 
@@ -54,7 +54,7 @@ def capture_json(result: CaptureResult) -> dict[str, Any]:
 
 def render_capture(result: CaptureResult, as_json: bool) -> None:
     """A capture, as JSON or for humans."""
-    from patchctl.console import out, print_json
+    from patchctl.cli.console import out, print_json
 
     if as_json:
         print_json(capture_json(result))

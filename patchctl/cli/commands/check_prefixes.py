@@ -7,8 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from patchctl.build import Backend, CpuMode
-from patchctl.commands.build import (
+from patchctl.cli.commands.build import (
     BackendOpt,
     CosmoccOpt,
     CpuOpt,
@@ -19,10 +18,11 @@ from patchctl.commands.build import (
     TargetOpt,
     build_config,
 )
-from patchctl.options import DEFAULT_SERIES, JsonOpt, SeriesOpt, WorkdirOpt
+from patchctl.cli.options import DEFAULT_SERIES, JsonOpt, SeriesOpt, WorkdirOpt
+from patchctl.ops.build import Backend, CpuMode
 
 if TYPE_CHECKING:
-    from patchctl.prefixes import PrefixReport, PrefixResult
+    from patchctl.ops.prefixes import PrefixReport, PrefixResult
 
 
 def register(app: typer.Typer) -> None:
@@ -60,9 +60,9 @@ def check_prefixes_command(
     as_json: JsonOpt = False,
 ) -> None:
     """Apply and build the series up to each patch in turn; stop at the first that fails."""
-    from patchctl.console import RichProgress
+    from patchctl.cli.console import RichProgress
     from patchctl.errors import PrefixFailed
-    from patchctl.prefixes import PrefixReport, check_prefixes
+    from patchctl.ops.prefixes import PrefixReport, check_prefixes
 
     config = build_config(backend, cuda, target, jobs, launcher, cosmocc, define, None, cpu)
     try:
@@ -86,7 +86,7 @@ def check_prefixes_command(
 
 def render_line(result: PrefixResult) -> None:
     """One prefix as it finishes: ok/FAILED, the times, the failing step."""
-    from patchctl.console import out
+    from patchctl.cli.console import out
 
     times = f"apply {result.apply_s:.1f} s, build {result.build_s:.1f} s"
     times += f", run {result.run_s:.1f} s" if result.run_s else ""
@@ -99,7 +99,7 @@ def render_line(result: PrefixResult) -> None:
 
 def render_summary(report: PrefixReport) -> None:
     """The closing line: how many prefixes passed, failed, were not checked."""
-    from patchctl.console import out
+    from patchctl.cli.console import out
 
     failed = len(report.failed())
     passed = len(report.results) - failed
@@ -112,7 +112,7 @@ def render_summary(report: PrefixReport) -> None:
 
 def render_report(report: PrefixReport, as_json: bool) -> None:
     """All prefixes passed: the report as JSON, or the summary line."""
-    from patchctl.console import print_json
+    from patchctl.cli.console import print_json
 
     if as_json:
         print_json({"ok": True, **report.to_json()})

@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from patchctl.build import Launcher
-from patchctl.options import DEFAULT_SERIES, JsonOpt, check_path
+from patchctl.cli.options import DEFAULT_SERIES, JsonOpt, check_path
+from patchctl.ops.build import Launcher
 
 if TYPE_CHECKING:
-    from patchctl.ci import GateReport
+    from patchctl.ops.ci.gate import GateReport
 
 
 class Format(StrEnum):
@@ -83,9 +83,9 @@ def ci_command(
         raise typer.BadParameter("--fast checks without an upstream: it cannot --build")
     if not build and (launcher or target):
         raise typer.BadParameter("--launcher and --target go with --build")
-    from patchctl.build.config import BuildConfig
-    from patchctl.ci import GateOptions, project_series, run_gate
-    from patchctl.console import RichProgress
+    from patchctl.cli.console import RichProgress
+    from patchctl.ops.build.config import BuildConfig
+    from patchctl.ops.ci.gate import GateOptions, project_series, run_gate
 
     config = None
     if build:
@@ -102,8 +102,8 @@ def ci_command(
 
 def render_ci(report: GateReport, output: Format, as_json: bool) -> None:
     """The summary and the findings in the chosen form; then the first failure's error."""
-    from patchctl import findings
-    from patchctl.console import print_json
+    from patchctl.cli.console import print_json
+    from patchctl.ops.ci import findings
 
     if as_json:
         report.raise_if_failed()
@@ -122,8 +122,8 @@ def render_ci(report: GateReport, output: Format, as_json: bool) -> None:
 
 def summary(report: GateReport) -> str:
     """One screen: each series' checks, the findings as `path:line:`, the verdict."""
-    from patchctl import findings
-    from patchctl.values import printable
+    from patchctl.allowlists import printable
+    from patchctl.ops.ci import findings
 
     lines = []
     for gate in report.series:

@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from patchctl.options import DEFAULT_SERIES, JsonOpt, SeriesOpt, WorkdirOpt
+from patchctl.cli.options import DEFAULT_SERIES, JsonOpt, SeriesOpt, WorkdirOpt
 
 if TYPE_CHECKING:
-    from patchctl.apply import ApplyReport
-    from patchctl.status import CleanroomStatus
+    from patchctl.ops.cleanroom.apply import ApplyReport
+    from patchctl.ops.cleanroom.status import CleanroomStatus
 
 group = typer.Typer(
     help="Create, update and inspect the clean room of a series.", no_args_is_help=True
@@ -34,8 +34,8 @@ def apply_command(
     as_json: JsonOpt = False,
 ) -> None:
     """Materialize the pinned upstream and apply the series strictly (no fuzz, no offsets)."""
-    from patchctl.apply import cleanroom_apply
-    from patchctl.console import RichProgress
+    from patchctl.cli.console import RichProgress
+    from patchctl.ops.cleanroom.apply import cleanroom_apply
 
     with RichProgress(enabled=False if as_json else None) as progress:
         report = cleanroom_apply(series, workdir, upto, force, progress)
@@ -68,7 +68,7 @@ def apply_json(report: ApplyReport) -> dict[str, Any]:
 
 def render_apply(report: ApplyReport, as_json: bool) -> None:
     """An apply report, as JSON or for humans."""
-    from patchctl.console import out, print_json
+    from patchctl.cli.console import out, print_json
 
     if as_json:
         print_json(apply_json(report))
@@ -99,14 +99,14 @@ def status_command(
     as_json: JsonOpt = False,
 ) -> None:
     """Show the upstream, the base, the applied stack and unsaved work of the clean room."""
-    from patchctl.status import cleanroom_status
+    from patchctl.ops.cleanroom.status import cleanroom_status
 
     render_status(cleanroom_status(series, workdir), as_json)
 
 
 def render_status(status: CleanroomStatus, as_json: bool) -> None:
     """A clean-room status, as JSON or for humans."""
-    from patchctl.console import out, print_json
+    from patchctl.cli.console import out, print_json
 
     data = status.to_json()
     if as_json:
@@ -127,7 +127,7 @@ def render_status(status: CleanroomStatus, as_json: bool) -> None:
     dirty = data["dirty"]
     out.print(f"  unsaved  {len(dirty)} path(s)" + (": " + ", ".join(dirty[:10]) if dirty else ""))
     if data["interrupted"]:
-        from patchctl.journal import command
+        from patchctl.txn.journal import command
 
         out.print(
             f"  note     a {command(data['interrupted'])} is running here or was killed; "

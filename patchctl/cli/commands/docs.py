@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from patchctl.options import DEFAULT_SERIES, JsonOpt, SeriesOpt
+from patchctl.cli.options import DEFAULT_SERIES, JsonOpt, SeriesOpt
 
 
 def register(app: typer.Typer) -> None:
@@ -22,7 +22,7 @@ def docs_command(
     as_json: JsonOpt = False,
 ) -> None:
     """Regenerate the series README (## Current series) and docs/UPSTREAM_SYNC.md."""
-    from patchctl.console import out, print_json
+    from patchctl.cli.console import out, print_json
     from patchctl.ops.docs import update_docs
 
     result = update_docs(series, check=check)  # --check: stale docs raise (exit 16)

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from patchctl.options import DEFAULT_SERIES, JsonOpt, SeriesOpt, WorkdirOpt
+from patchctl.cli.options import DEFAULT_SERIES, JsonOpt, SeriesOpt, WorkdirOpt
 
 if TYPE_CHECKING:
-    from patchctl.export import SdistExport
+    from patchctl.ops.export import SdistExport
 
 
 def register(app: typer.Typer) -> None:
@@ -44,8 +44,8 @@ def export_command(
     """Export the verified series: --sdist writes the patched sdist (version marked +patchctl)."""
     if not sdist:
         raise typer.BadParameter("choose what to export: --sdist", param_hint="--sdist")
-    from patchctl.console import RichProgress
-    from patchctl.export import export_sdist
+    from patchctl.cli.console import RichProgress
+    from patchctl.ops.export import export_sdist
 
     with RichProgress(enabled=False if as_json else None) as progress:
         result = export_sdist(
@@ -61,7 +61,7 @@ def export_command(
 
 def render_export(result: SdistExport, as_json: bool) -> None:
     """Where the sdist went, its sha256 and version; or the JSON document."""
-    from patchctl.console import out, print_json
+    from patchctl.cli.console import out, print_json
 
     if as_json:
         print_json(result.to_json())

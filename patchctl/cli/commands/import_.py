@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from patchctl.commands._drift import drift_json, drift_lines
-from patchctl.options import DEFAULT_SERIES, JsonOpt, SeriesOpt, WorkdirOpt
+from patchctl.cli.commands._drift import drift_json, drift_lines
+from patchctl.cli.options import DEFAULT_SERIES, JsonOpt, SeriesOpt, WorkdirOpt
 
 if TYPE_CHECKING:
-    from patchctl.importer import ImportResult
-    from patchctl.series import Patch
+    from patchctl.ops.import_.record import ImportResult
+    from patchctl.series.model import Patch
 
 
 def register(app: typer.Typer) -> None:
@@ -40,8 +40,8 @@ def import_command(
     as_json: JsonOpt = False,
 ) -> None:
     """Import an existing series on top of the stack, keeping every patch's bytes."""
-    from patchctl.console import RichProgress
-    from patchctl.importer import import_series
+    from patchctl.cli.console import RichProgress
+    from patchctl.ops.import_.record import import_series
 
     with RichProgress(enabled=False if as_json else None) as progress:
         result = import_series(series, source, workdir, progress, refresh=refresh)
@@ -61,7 +61,7 @@ def entry_json(patch: Patch) -> dict[str, Any]:
 
 def render_import(result: ImportResult, as_json: bool) -> None:
     """An import, as JSON or for humans."""
-    from patchctl.console import out, print_json
+    from patchctl.cli.console import out, print_json
 
     if as_json:
         added = [

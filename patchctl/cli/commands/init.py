@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from patchctl.options import SUBDIR_HELP, UPSTREAM_HELP, JsonOpt, WorkdirOpt
+from patchctl.cli.options import SUBDIR_HELP, UPSTREAM_HELP, JsonOpt, WorkdirOpt
 
 if TYPE_CHECKING:
-    from patchctl.init import InitResult
+    from patchctl.ops.init import InitResult
 
 
 def register(app: typer.Typer) -> None:
@@ -37,8 +37,8 @@ def init_command(
 ) -> None:
     """Start a series: pin UPSTREAM (sha256 and tree computed), write series.yaml, make its
     clean room."""
-    from patchctl.console import RichProgress
-    from patchctl.init import init_series
+    from patchctl.cli.console import RichProgress
+    from patchctl.ops.init import init_series
 
     with RichProgress(enabled=False if as_json else None) as progress:
         result = init_series(
@@ -55,7 +55,7 @@ def init_command(
 
 def init_json(result: InitResult) -> dict[str, Any]:
     """The --json form of an init."""
-    from patchctl.series import series_to_dict
+    from patchctl.series.model import series_to_dict
 
     return {
         "ok": True,
@@ -69,7 +69,7 @@ def init_json(result: InitResult) -> dict[str, Any]:
 
 def render_init(result: InitResult, as_json: bool) -> None:
     """An init, as JSON or for humans."""
-    from patchctl.console import out, print_json
+    from patchctl.cli.console import out, print_json
 
     if as_json:
         print_json(init_json(result))

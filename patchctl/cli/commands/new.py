@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from patchctl.options import DEFAULT_SERIES, JsonOpt, SeriesOpt
+from patchctl.cli.options import DEFAULT_SERIES, JsonOpt, SeriesOpt
 
 
 def register(app: typer.Typer) -> None:
@@ -29,8 +29,8 @@ def new_command(
     as_json: JsonOpt = False,
 ) -> None:
     """Add patch ID at the top of the stack; edit the clean room, then `patchctl capture ID`."""
-    from patchctl.capture import add_patch
-    from patchctl.console import out, print_json
+    from patchctl.cli.console import out, print_json
+    from patchctl.ops.capture import add_patch
 
     updated, entry = add_patch(
         series,

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from patchctl.options import (
+from patchctl.cli.options import (
     DEFAULT_SERIES,
     SUBDIR_HELP,
     UPSTREAM_HELP,
@@ -17,7 +17,7 @@ from patchctl.options import (
 )
 
 if TYPE_CHECKING:
-    from patchctl.rebase import RebaseReport
+    from patchctl.ops.rebase.rebase import RebaseReport
 
 
 def register(app: typer.Typer) -> None:
@@ -56,8 +56,8 @@ def rebase_command(
         raise typer.BadParameter("give exactly one of --onto, --continue, --skip, --abort")
     if onto is None and (commit is not None or subdir is not None):
         raise typer.BadParameter("--commit and --subdir go with --onto")
-    from patchctl.console import RichProgress
-    from patchctl.rebase import rebase, rebase_abort, rebase_continue, rebase_skip
+    from patchctl.cli.console import RichProgress
+    from patchctl.ops.rebase.rebase import rebase, rebase_abort, rebase_continue, rebase_skip
 
     with RichProgress(enabled=False if as_json else None) as progress:
         if onto is not None:
@@ -76,7 +76,7 @@ def rebase_command(
 def render_rebase(report: RebaseReport, as_json: bool) -> None:
     """The report; a stopped rebase then raises RebaseStopped (exit 3), whose --json form
     carries the whole report."""
-    from patchctl.console import print_json
+    from patchctl.cli.console import print_json
 
     if not as_json:
         for line in report_lines(report):
@@ -89,7 +89,7 @@ def render_rebase(report: RebaseReport, as_json: bool) -> None:
 
 def print_line(line: str) -> None:
     """One line on stdout, no markup."""
-    from patchctl.console import out
+    from patchctl.cli.console import out
 
     out.print(line, markup=False)
 
@@ -97,7 +97,7 @@ def print_line(line: str) -> None:
 def report_lines(report: RebaseReport) -> list[str]:
     """The human form of a rebase report (of the range-diff, only its pairing lines: the whole
     of it is in the file it names)."""
-    from patchctl.rebase import summary_lines
+    from patchctl.ops.rebase.rebase import summary_lines
 
     if report.state == "aborted":
         lines = ["rebase aborted: the series and the clean room are as they were before it"]

@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from patchctl.commands._drift import drift_json, drift_lines
-from patchctl.options import DEFAULT_SERIES, JsonOpt, SeriesOpt, WorkdirOpt
+from patchctl.cli.commands._drift import drift_json, drift_lines
+from patchctl.cli.options import DEFAULT_SERIES, JsonOpt, SeriesOpt, WorkdirOpt
 
 if TYPE_CHECKING:
-    from patchctl.refresh import RefreshedPatch, RefreshResult
+    from patchctl.ops.refresh import RefreshedPatch, RefreshResult
 
 
 def register(app: typer.Typer) -> None:
@@ -41,8 +41,8 @@ def refresh_command(
     """Rewrite drifted patches (offset, fuzz) from the clean room's base, keeping headers."""
     if bool(patch_ids) == all_patches:
         raise typer.BadParameter("give one or more IDs, or --all")
-    from patchctl.console import RichProgress
-    from patchctl.refresh import refresh
+    from patchctl.cli.console import RichProgress
+    from patchctl.ops.refresh import refresh
 
     with RichProgress(enabled=False if as_json else None) as progress:
         result = refresh(
@@ -75,7 +75,7 @@ def patch_json(patch: RefreshedPatch) -> dict[str, Any]:
 
 def render_refresh(result: RefreshResult, as_json: bool) -> None:
     """A refresh, as JSON or for humans: per patch, what drifted and what was rewritten."""
-    from patchctl.console import out, print_json
+    from patchctl.cli.console import out, print_json
 
     if as_json:
         print_json(

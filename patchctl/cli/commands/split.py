@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from patchctl.options import DEFAULT_SERIES, JsonOpt, SeriesOpt, WorkdirOpt
+from patchctl.cli.options import DEFAULT_SERIES, JsonOpt, SeriesOpt, WorkdirOpt
 
 if TYPE_CHECKING:
-    from patchctl.split import Change, Part, SplitResult
+    from patchctl.ops.split import Change, Part, SplitResult
 
 
 def register(app: typer.Typer) -> None:
@@ -58,13 +58,13 @@ def split_command(
 ) -> None:
     """Split patch ID into consecutive patches by files (globs) and hunks."""
     if list_only:
-        from patchctl.split import list_changes
+        from patchctl.ops.split import list_changes
 
         render_changes(list_changes(series, patch_id, workdir), as_json)
         return
     if not part and parts_from is None:
         raise typer.BadParameter("give --part NEW_ID=PATTERN,... twice or more (or --list)")
-    from patchctl.split import parse_part, read_parts, split, with_titles
+    from patchctl.ops.split import parse_part, read_parts, split, with_titles
 
     given = read_parts(parts_from) if parts_from is not None else []
     specs = with_titles([*given, *(parse_part(p) for p in part or [])], title or [])
@@ -90,7 +90,7 @@ def _status(change: Change) -> str:
 
 def render_changes(changes: list[Change], as_json: bool) -> None:
     """`--list`: each file with its status and numbered hunks."""
-    from patchctl.console import out, print_json
+    from patchctl.cli.console import out, print_json
 
     if as_json:
         print_json({"ok": True, "files": [change_json(c) for c in changes]})
@@ -118,7 +118,7 @@ def part_json(part: Part) -> dict[str, Any]:
 
 def render_split(result: SplitResult, as_json: bool) -> None:
     """A split, as JSON or for humans: the parts in order and the files written."""
-    from patchctl.console import out, print_json
+    from patchctl.cli.console import out, print_json
 
     if as_json:
         print_json(

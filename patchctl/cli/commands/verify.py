@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from patchctl.options import DEFAULT_SERIES, JsonOpt, SeriesOpt, WorkdirOpt
+from patchctl.cli.options import DEFAULT_SERIES, JsonOpt, SeriesOpt, WorkdirOpt
 
 if TYPE_CHECKING:
-    from patchctl.verify import VerifyOutcome
+    from patchctl.ops.verify import VerifyOutcome
 
 
 def register(app: typer.Typer) -> None:
@@ -34,8 +34,8 @@ def verify_command(
     """Round-trip check (forward, reverse, re-export, markers) in a scratch repository."""
     if patch_id is not None and all_patches:
         raise typer.BadParameter("give an ID or --all, not both")
-    from patchctl.console import RichProgress
-    from patchctl.verify import verify
+    from patchctl.cli.console import RichProgress
+    from patchctl.ops.verify import verify
 
     ids = None if patch_id is None else [patch_id]
     with RichProgress(enabled=False if as_json else None) as progress:
@@ -46,7 +46,7 @@ def verify_command(
 def render_verify(outcome: VerifyOutcome, as_json: bool) -> None:
     """The report (every check of every patch), then the verdict: a failure or stale docs
     raise, and under --json the error handler prints the report inside the error."""
-    from patchctl.console import out, print_json
+    from patchctl.cli.console import out, print_json
 
     if not as_json:
         for patch in outcome.report.patches:

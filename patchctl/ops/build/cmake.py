@@ -11,11 +11,10 @@ import platform
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchctl import toolchain
-from patchctl.build import DEFAULT_CMAKE_TARGETS, cpucheck
-from patchctl.build.config import BuildConfig
-from patchctl.build.launcher import cache_env, find_launcher
-from patchctl.build.model import BackendOps, BuildPlan, Layout, OutputCheck, Step
+from patchctl.ops.build import DEFAULT_CMAKE_TARGETS, cpucheck, toolchain
+from patchctl.ops.build.config import BuildConfig
+from patchctl.ops.build.launcher import cache_env, find_launcher
+from patchctl.ops.build.model import BackendOps, BuildPlan, Layout, OutputCheck, Step
 
 # (define, value, why): the cmake backend's fixed configuration; part of the config hash.
 CMAKE_DEFINES: tuple[tuple[str, str, str], ...] = (

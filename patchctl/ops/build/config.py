@@ -7,9 +7,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchctl import toolchain, values
-from patchctl.build import BACKENDS, CPU_MODES, LAUNCHERS, PARTS
+from patchctl import allowlists
 from patchctl.errors import PatchctlError
+from patchctl.ops.build import BACKENDS, CPU_MODES, LAUNCHERS, PARTS, toolchain
 
 
 @dataclass(frozen=True)
@@ -47,10 +47,10 @@ class BuildConfig:
                 toolchain.parse_cuda_archs(arch)  # raises with the usual message and hint
                 raise PatchctlError(f"one CUDA architecture per item, not {arch!r}")
         for target in self.targets:
-            problem = values.build_target_problem(target)
+            problem = allowlists.build_target_problem(target)
             if problem is not None:
                 raise PatchctlError(
-                    f"--target {values.shown(target)} {problem}",
+                    f"--target {allowlists.shown(target)} {problem}",
                     hint="name a cmake or make target, e.g. -t llama-cli",
                 )
         for define in self.defines:

@@ -26,7 +26,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from patchctl.build.model import BuildPlan, OutputCheck
+from patchctl.ops.build.model import BuildPlan, OutputCheck
 
 PROBE_SOURCE = Path(__file__).with_name("cpucheck.c")
 TIMEOUT_S = 300

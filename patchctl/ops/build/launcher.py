@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from patchctl import toolchain
-from patchctl.build.config import BuildConfig
+from patchctl.ops.build import toolchain
+from patchctl.ops.build.config import BuildConfig
 
 
 def find_launcher(config: BuildConfig) -> Path | None:

@@ -17,11 +17,11 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchctl import toolchain
-from patchctl.build.config import BuildConfig
-from patchctl.build.launcher import cache_env, find_launcher
-from patchctl.build.model import BackendOps, BuildPlan, Layout, NvccShim, OutputCheck, Step
 from patchctl.errors import NotFound, ToolchainMissing
+from patchctl.ops.build import toolchain
+from patchctl.ops.build.config import BuildConfig
+from patchctl.ops.build.launcher import cache_env, find_launcher
+from patchctl.ops.build.model import BackendOps, BuildPlan, Layout, NvccShim, OutputCheck, Step
 
 SHIM_NVCC = """#!/bin/sh
 # Written by patchctl: build for {archs} only. Replaces every -gencode/-arch/-code option the

@@ -10,10 +10,11 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
-from patchctl import __version__, toolchain
-from patchctl.build.model import Artifact, BuildPlan, StepRun
-from patchctl.build.plan import SCHEMA, backend_ops
+from patchctl import __version__
 from patchctl.errors import NotFound
+from patchctl.ops.build import toolchain
+from patchctl.ops.build.model import Artifact, BuildPlan, StepRun
+from patchctl.ops.build.plan import SCHEMA, backend_ops
 
 MANIFEST = "patchctl-build.json"
 

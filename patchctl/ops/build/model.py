@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from patchctl.build.config import BuildConfig
 from patchctl.errors import NotFound
+from patchctl.ops.build.config import BuildConfig
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,11 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
-from patchctl import toolchain
-from patchctl.build import cmake, llamafile
-from patchctl.build.config import BuildConfig
-from patchctl.build.model import BackendOps, BuildPlan
 from patchctl.errors import NotFound, PatchctlError
-from patchctl.git import Git
+from patchctl.gitlayer.git import Git
+from patchctl.ops.build import cmake, llamafile, toolchain
+from patchctl.ops.build.config import BuildConfig
+from patchctl.ops.build.model import BackendOps, BuildPlan
 
 SCHEMA = 1  # of the settings and the manifest; part of the config hash
 BACKEND_OPS: dict[str, BackendOps] = {"cmake": cmake.BACKEND, "llamafile": llamafile.BACKEND}

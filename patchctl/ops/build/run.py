@@ -16,15 +16,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from patchctl.build.config import BuildConfig
-from patchctl.build.manifest import collect_artifacts, output_dirs, write_manifest
-from patchctl.build.model import BuildPlan, BuildResult, OutputCheck, Step, StepRun
-from patchctl.build.plan import backend_ops, plan_build, worktree_id
-from patchctl.cleanroom import default_workdir
 from patchctl.errors import BuildFailed, BuildStepFailed, NotFound, ToolchainMissing
-from patchctl.git import Git, temp_index
+from patchctl.gitlayer.git import Git, temp_index
+from patchctl.ops.build.config import BuildConfig
+from patchctl.ops.build.manifest import collect_artifacts, output_dirs, write_manifest
+from patchctl.ops.build.model import BuildPlan, BuildResult, OutputCheck, Step, StepRun
+from patchctl.ops.build.plan import backend_ops, plan_build, worktree_id
 from patchctl.progress import Progress, notice, or_null
-from patchctl.series import series_dir
+from patchctl.room.cleanroom import default_workdir
+from patchctl.series.model import series_dir
 
 # A compiler's (gcc, clang, nvcc, ld) or CMake's own error line: the reason shown first.
 COMPILER_ERROR = re.compile(rb"(\berror:|\berror :|fatal error|undefined reference|CMake Error)")

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from patchctl.patchparse import HUNK, strip_prefix, unquote
+from patchctl.patchfmt.parse import HUNK, strip_prefix, unquote
 
 CORRUPT_AT = re.compile(r"corrupt patch at line (\d+)")
 FAILED_AT = re.compile(r"patch failed: (.+):(\d+)")

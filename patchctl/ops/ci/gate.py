@@ -25,10 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchctl import binarypatch
-from patchctl import findings as where
-from patchctl.build.config import BuildConfig
-from patchctl.docs import render_docs
+from patchctl.allowlists import printable
 from patchctl.errors import (
     DocsOutOfDate,
     NotFound,
@@ -37,14 +34,17 @@ from patchctl.errors import (
     StaleDocs,
     VerifyFailed,
 )
-from patchctl.findings import Finding
-from patchctl.git import Git, scratch_repo
-from patchctl.patchapply import patch_sha256
-from patchctl.patchfile import patch_header
+from patchctl.gitlayer.git import Git, scratch_repo
+from patchctl.ops.build.config import BuildConfig
+from patchctl.ops.ci import findings as where
+from patchctl.ops.ci.findings import Finding
+from patchctl.patchfmt import binary as binarypatch
 from patchctl.progress import Progress
-from patchctl.series import Series, load_series, read_patch_file, series_file
-from patchctl.stack import Entry, Stack, load_stack
-from patchctl.values import printable
+from patchctl.series.docs import render_docs
+from patchctl.series.gitapply import patch_sha256
+from patchctl.series.model import Series, load_series, read_patch_file, series_file
+from patchctl.series.patchfile import patch_header
+from patchctl.series.stack import Entry, Stack, load_stack
 
 CHECKS = ("series", "patches", "docs", "apply", "verify", "build")
 FAST_CHECKS = CHECKS[:3]
@@ -366,7 +366,7 @@ def check_docs_current(series: Series, name: str) -> CheckResult:
 
 def check_apply(stack: Stack, name: str, progress: Progress | None) -> CheckResult:
     """`cleanroom apply` of the whole series into its default clean room."""
-    from patchctl.apply import cleanroom_apply
+    from patchctl.ops.cleanroom.apply import cleanroom_apply
 
     try:
         report = cleanroom_apply(stack.series.path, None, None, False, progress)
@@ -400,8 +400,8 @@ def _conflict_line(data: bytes, exc: PatchDoesNotApply, root: str) -> int:
 
 def check_verify(stack: Stack, name: str, progress: Progress | None) -> CheckResult:
     """`verify --all` against the clean room `apply` just made (docs are the docs check's)."""
-    from patchctl.cleanroom import open_cleanroom
-    from patchctl.verify import verify_stack
+    from patchctl.ops.verify import verify_stack
+    from patchctl.room.cleanroom import open_cleanroom
 
     try:
         room = open_cleanroom(stack.series.dir, None)
@@ -447,7 +447,7 @@ def check_build(
     stack: Stack, name: str, config: BuildConfig, progress: Progress | None
 ) -> CheckResult:
     """`patchctl build` of the clean room (a failure names its log)."""
-    from patchctl.build.run import build_cleanroom
+    from patchctl.ops.build.run import build_cleanroom
 
     try:
         outcome = build_cleanroom(stack.series.path, None, config, progress=progress)

@@ -17,7 +17,10 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from patchctl import killpoint
-from patchctl.cleanroom import (
+from patchctl.errors import DirtyTree
+from patchctl.gitlayer.git import Git
+from patchctl.progress import Progress, or_null
+from patchctl.room.cleanroom import (
     BACKUP_REFS,
     Backup,
     Cleanroom,
@@ -28,10 +31,7 @@ from patchctl.cleanroom import (
     not_patchctls,
     same_pin,
 )
-from patchctl.errors import DirtyTree
-from patchctl.git import Git
-from patchctl.journal import RoomJournal
-from patchctl.patchapply import (
+from patchctl.series.gitapply import (
     TreePatcher,
     check_recorded_sha256,
     commit_message,
@@ -39,10 +39,10 @@ from patchctl.patchapply import (
     strict_apply,
     warn_ambiguous_names,
 )
-from patchctl.progress import Progress, or_null
-from patchctl.series import Series, read_patch_file
-from patchctl.session import series_session
-from patchctl.stack import Entry, check_base_tree, load_stack
+from patchctl.series.model import Series, read_patch_file
+from patchctl.series.stack import Entry, check_base_tree, load_stack
+from patchctl.txn.journal import RoomJournal
+from patchctl.txn.session import series_session
 
 
 @dataclass(frozen=True)

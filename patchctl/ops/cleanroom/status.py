@@ -11,12 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from patchctl.cleanroom import Cleanroom, default_workdir, load_cleanroom, same_pin
-from patchctl.journal import JOURNAL, room_journal_path
 from patchctl.limits import JOURNAL_BYTES, read_bounded
-from patchctl.patchapply import patch_sha256
-from patchctl.series import Series, load_series, read_patch_file, series_dir, series_file
-from patchctl.stack import Entry, load_stack
+from patchctl.room.cleanroom import Cleanroom, default_workdir, load_cleanroom, same_pin
+from patchctl.series.gitapply import patch_sha256
+from patchctl.series.model import Series, load_series, read_patch_file, series_dir, series_file
+from patchctl.series.stack import Entry, load_stack
+from patchctl.txn.journal import JOURNAL, room_journal_path
 
 
 @dataclass(frozen=True)

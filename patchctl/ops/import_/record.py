@@ -25,13 +25,15 @@ from email.header import decode_header, make_header
 from itertools import pairwise
 from pathlib import Path
 
-from patchctl import values
-from patchctl.docs import render_docs
+from patchctl import allowlists
+from patchctl.allowlists import PATCH_ID
 from patchctl.errors import ConfigError, NotFound, PatchctlError
 from patchctl.fsio import check_writable, refuse_overwrite, write_new
-from patchctl.git import Git, scratch_repo
+from patchctl.gitlayer.git import Git, scratch_repo
 from patchctl.limits import IMPORT_BYTES, PATCH_BYTES, human, read_bounded
-from patchctl.patchapply import (
+from patchctl.progress import Progress, or_null
+from patchctl.series.docs import render_docs
+from patchctl.series.gitapply import (
     Drift,
     TreePatcher,
     is_fuzz,
@@ -39,12 +41,10 @@ from patchctl.patchapply import (
     replay_tree,
     warn_ambiguous_names,
 )
-from patchctl.patchparts import regenerated
-from patchctl.progress import Progress, or_null
-from patchctl.series import Patch, Series, check_savable, read_patch_file
-from patchctl.session import series_session
-from patchctl.stack import compose, load_stack
-from patchctl.values import PATCH_ID
+from patchctl.series.model import Patch, Series, check_savable, read_patch_file
+from patchctl.series.parts import regenerated
+from patchctl.series.stack import compose, load_stack
+from patchctl.txn.session import series_session
 
 QUILT_SERIES = "series"
 # An mbox separator ("From_ line"): `From <sender> <asctime date>`, e.g. git's
@@ -115,7 +115,7 @@ def check_not_encoded(source: Path, item: Incoming) -> None:
         decoded = part.get_payload(decode=True)
         if isinstance(decoded, bytes) and DIFF_START.search(decoded) and decoded != raw:
             raise ConfigError(
-                f"{values.shown(item.name)}: its diff is {encoding}-encoded (a MIME part), and "
+                f"{allowlists.shown(item.name)}: its diff is {encoding}-encoded (a MIME part), and "
                 "git apply would read the encoded text",
                 path=source,
                 hint="import the patch as git format-patch wrote it, or an mbox that "
@@ -132,7 +132,7 @@ def check_line_ends(source: Path, item: Incoming) -> None:
     if found is not None:
         line = item.data.count(b"\n", 0, found.start()) + 1
         raise ConfigError(
-            f"{values.shown(item.name)}: its line ends were converted to CRLF (line {line} "
+            f"{allowlists.shown(item.name)}: its line ends were converted to CRLF (line {line} "
             "is a diff header ending in CR LF), and git apply would write the CR bytes into "
             "the files",
             path=source,
@@ -193,7 +193,7 @@ def read_quilt(series_file: Path) -> list[Incoming]:
         path = series_file.parent / name
         if not path.resolve().is_relative_to(folder):
             raise ConfigError(
-                f"line {n}: {values.shown(name)} lies outside {folder}",
+                f"line {n}: {allowlists.shown(name)} lies outside {folder}",
                 path=series_file,
                 hint="a quilt series names patches inside its own directory",
             )
@@ -206,7 +206,7 @@ def read_quilt(series_file: Path) -> list[Incoming]:
 
 def _shown(word: bytes) -> str:
     """A series-file word for a message: decoded, unsafe characters made visible, bounded."""
-    return values.printable(word.decode("utf-8", "replace")[:200])
+    return allowlists.printable(word.decode("utf-8", "replace")[:200])
 
 
 def _quilt_name(series_file: Path, n: int, word: bytes) -> str:
@@ -216,9 +216,10 @@ def _quilt_name(series_file: Path, n: int, word: bytes) -> str:
         raise ConfigError(
             f"line {n}: the patch name is not UTF-8", path=series_file, hint="rename the patch"
         ) from None
-    if name.startswith("/") or ".." in name.split("/") or values.unsafe_chars(name):
+    if name.startswith("/") or ".." in name.split("/") or allowlists.unsafe_chars(name):
         raise ConfigError(
-            f"line {n}: {values.shown(name)} is not a relative name inside the series directory",
+            f"line {n}: {allowlists.shown(name)} is not a relative name inside the series "
+            "directory",
             path=series_file,
             hint="name patches relative to the quilt series file, without '..'",
         )
@@ -234,7 +235,7 @@ def read_patch_dir(directory: Path) -> list[Incoming]:
     for path in files:
         if not path.resolve().is_relative_to(folder):
             raise ConfigError(
-                f"{values.shown(path.name)} is a symlink to {path.resolve()}, outside {folder}",
+                f"{allowlists.shown(path.name)} is a symlink to {path.resolve()}, outside {folder}",
                 hint="import only patches that live in the directory",
             )
     return _read_all(directory, [(p.name, p) for p in files])
@@ -311,8 +312,8 @@ def _subject(fields: dict[str, str]) -> str | None:
     raw = fields.get("subject") or fields.get("description:first-line")
     if not raw:
         return None
-    text = values.one_line(_decode_words(raw), limit=1 << 16)
-    return values.one_line(re.sub(r"^\[[^\]]*\]\s*", "", text)) or None
+    text = allowlists.one_line(_decode_words(raw), limit=1 << 16)
+    return allowlists.one_line(re.sub(r"^\[[^\]]*\]\s*", "", text)) or None
 
 
 def _decode_words(raw: str) -> str:
@@ -408,7 +409,7 @@ def make_entry(incoming: Incoming, number: int, origin: str, taken: set[str]) ->
     pid = unique_id(f"{num:04d}-{slug(rest)}", taken)
     if not PATCH_ID.fullmatch(pid):
         raise ConfigError(
-            f"cannot derive a valid id from {values.shown(incoming.name)} (got {pid!r})",
+            f"cannot derive a valid id from {allowlists.shown(incoming.name)} (got {pid!r})",
             hint="the series holds at most 9999 patches; renumber the patches to import",
         )
     fields = header_fields(incoming.data)
@@ -416,8 +417,8 @@ def make_entry(incoming: Incoming, number: int, origin: str, taken: set[str]) ->
         id=pid,
         file=f"{pid}.patch",
         title=_subject(fields) or slug(rest),
-        upstream_status=values.one_line(_status(fields) or "") or None,
-        origin=values.one_line(fields.get("origin") or f"{origin}/{incoming.name}"),
+        upstream_status=allowlists.one_line(_status(fields) or "") or None,
+        origin=allowlists.one_line(fields.get("origin") or f"{origin}/{incoming.name}"),
         imported=True,
         sha256=patch_sha256(incoming.data),
     )

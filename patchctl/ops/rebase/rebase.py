@@ -37,8 +37,19 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from patchctl import rebasestate
-from patchctl.cleanroom import (
+from patchctl.errors import (
+    DirtyTree,
+    NotFound,
+    NothingToCapture,
+    PatchctlError,
+    PatchDoesNotApply,
+    SeriesChanged,
+)
+from patchctl.gitlayer.git import Git, Index, Merged, scratch_repo, temp_index
+from patchctl.ops.rebase import state as rebasestate
+from patchctl.ops.rebase.state import Done, Journal, Stop
+from patchctl.progress import Progress, or_null
+from patchctl.room.cleanroom import (
     BASE_REF,
     BRANCH,
     Backup,
@@ -50,17 +61,8 @@ from patchctl.cleanroom import (
     repin_marker,
     same_pin,
 )
-from patchctl.errors import (
-    DirtyTree,
-    NotFound,
-    NothingToCapture,
-    PatchctlError,
-    PatchDoesNotApply,
-    SeriesChanged,
-)
-from patchctl.git import Git, Index, Merged, scratch_repo, temp_index
-from patchctl.ignores import outside_root, worktree_snapshot
-from patchctl.patchapply import (
+from patchctl.room.snapshot import outside_root, worktree_snapshot
+from patchctl.series.gitapply import (
     TreePatcher,
     apply_to_index,
     commit_message,
@@ -68,11 +70,7 @@ from patchctl.patchapply import (
     patch_sha256,
     replay_tree,
 )
-from patchctl.patchparts import regenerated
-from patchctl.pinning import Where, parse_upstream, pin
-from patchctl.progress import Progress, or_null
-from patchctl.rebasestate import Done, Journal, Stop
-from patchctl.series import (
+from patchctl.series.model import (
     Patch,
     Series,
     Upstream,
@@ -80,8 +78,10 @@ from patchctl.series import (
     read_patch_file,
     series_to_dict,
 )
-from patchctl.session import SeriesSession, series_session
-from patchctl.upstream import materialize, tree_from_cache
+from patchctl.series.parts import regenerated
+from patchctl.txn.session import SeriesSession, series_session
+from patchctl.upstream.pinning import Where, parse_upstream, pin
+from patchctl.upstream.sources import materialize, tree_from_cache
 
 REFS = "refs/patchctl/rebase/"
 MARKER_COPY = ".cleanroom-marker.json"  # the marker's copy under old/

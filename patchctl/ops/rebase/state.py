@@ -29,11 +29,11 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from patchctl.cleanroom import rebase_dir, rebase_in_progress
 from patchctl.errors import NotFound, PatchctlError
 from patchctl.fsio import write_atomic
-from patchctl.journal import read_journal_bytes
 from patchctl.limits import JOURNAL_BYTES, read_bounded
+from patchctl.room.cleanroom import rebase_dir, rebase_in_progress
+from patchctl.txn.journal import read_journal_bytes
 
 VERSION = 1
 STATES = ("running", "stopping", "stopped", "finishing", "aborting")
