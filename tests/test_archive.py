@@ -18,8 +18,8 @@ from support.files import Entry, Exe, Link
 
 from patchctl.errors import NotFound, ToolchainMissing, UnsafeArchive
 from patchctl.progress import RecordingProgress
-from patchctl.upstream.archive import extract_archive, is_git_dir_name, name_folding, same_name
 from patchctl.upstream import archive as archive_module
+from patchctl.upstream.archive import extract_archive, is_git_dir_name, name_folding, same_name
 
 SAFE: dict[str, Entry | Special] = {
     "README": b"hello\n",

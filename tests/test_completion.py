@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
+from patchctl.cli import cliindex
 from patchctl.cli.app import cli_index, root_help
 from patchctl.cli.completion import SOURCES, Item, complete, respond
-from patchctl.cli import cliindex
 from patchctl.ops.build import BACKENDS
 
 

@@ -15,9 +15,10 @@ from patchctl.errors import ConfigError, DirtyTree, PatchctlError
 from patchctl.gitlayer.git import Git
 from patchctl.ops.capture import add_patch, capture
 from patchctl.ops.cleanroom.apply import cleanroom_apply
+from patchctl.room.journal import RoomJournal, sha256, signed, verified
 from patchctl.series.model import load_series
 from patchctl.txn import journal as journal_module
-from patchctl.txn.journal import JOURNAL, Journal, RoomJournal, read_journal, recover, verified
+from patchctl.txn.journal import JOURNAL, Journal, read_journal, recover
 from patchctl.txn.session import series_session
 
 FILES = {"main.c": b"int main(void) { return 0; }\n"}
@@ -201,7 +202,7 @@ def test_a_journal_not_written_here_is_never_acted_on(tmp_path: Path) -> None:
     forged(
         series / JOURNAL,
         [{"kind": "file", "target": str(victim), "staged": str(evil),
-          "old": journal_module.sha256(b"mine\n"), "new": journal_module.sha256(b"pwned\n"),
+          "old": sha256(b"mine\n"), "new": sha256(b"pwned\n"),
           "create": False}],
     )
     with pytest.raises(DirtyTree, match="not written by patchctl for this user") as caught:
@@ -224,7 +225,7 @@ def test_a_signed_journal_still_names_only_staged_siblings(tmp_path: Path) -> No
                      "staged": str(victim), "old": None, "new": "0" * 64, "create": True}],
     }
     (tmp_path / "s").mkdir()
-    (tmp_path / "s" / JOURNAL).write_bytes(journal_module.signed(data))
+    (tmp_path / "s" / JOURNAL).write_bytes(signed(data))
     with pytest.raises(PatchctlError, match="is not a staged copy"):
         recover(tmp_path / "s")
     assert victim.read_bytes() == b"mine\n"

@@ -15,6 +15,7 @@ from support.repos import Repo
 from patchctl.errors import PatchDoesNotApply, PatchDrift
 from patchctl.gitlayer.git import temp_index
 from patchctl.patchfmt.parse import zero_context
+from patchctl.series import gitapply as patchapply
 from patchctl.series.gitapply import (
     APPLY_FLAGS,
     ID_TRAILER,
@@ -32,7 +33,6 @@ from patchctl.series.gitapply import (
     strict_apply,
 )
 from patchctl.series.model import Patch
-from patchctl.series import gitapply as patchapply
 
 
 def test_every_flag_has_a_reason_and_every_apply_has_them() -> None:

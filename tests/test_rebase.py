@@ -41,10 +41,11 @@ from patchctl.ops.rebase.rebase import rebase, rebase_abort, rebase_continue, re
 from patchctl.ops.refresh import refresh
 from patchctl.ops.verify import verify_series
 from patchctl.room.cleanroom import load_cleanroom, repin_marker, same_pin
+from patchctl.room.journal import command
 from patchctl.series.gitapply import FUZZ_CONTEXT, apply_flags
 from patchctl.series.model import load_series
 from patchctl.series.parts import split_patch
-from patchctl.txn.journal import Journal, command
+from patchctl.txn.journal import Journal
 
 HEADERS = {
     "0001-readme.patch": (GBP_HEADER, SIGNATURE),

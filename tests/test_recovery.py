@@ -18,7 +18,7 @@ from patchctl.gitlayer.git import Git
 from patchctl.ops.capture import add_patch, capture
 from patchctl.ops.cleanroom.apply import aside_path, cleanroom_apply
 from patchctl.room.cleanroom import BACKUP_REFS, load_cleanroom, partial_path
-from patchctl.txn.journal import RoomJournal, room_journal_path
+from patchctl.room.journal import RoomJournal, room_journal_path
 from patchctl.txn.recovery import recover_room
 from patchctl.txn.session import series_session
 
@@ -236,7 +236,7 @@ def test_a_room_journal_naming_other_directories_is_refused(
     """Signed or not, recovery moves or deletes only the clean room's own siblings with
     patchctl's names: a journal naming any other directory is refused, nothing removed."""
     from patchctl.errors import DirtyTree, PatchctlError
-    from patchctl.txn.journal import signed
+    from patchctl.room.journal import signed
 
     room = room_of(series_dir)
     precious = tmp_path / "precious"

@@ -24,10 +24,10 @@ from patchctl.fsio import locked_dir, write_atomic
 from patchctl.gitlayer.git import Git
 from patchctl.limits import JOURNAL_BYTES, read_bounded
 from patchctl.progress import Progress
+from patchctl.room.journal import RoomJournal
 from patchctl.series.gitapply import ID_TRAILER, SHA_TRAILER
 from patchctl.series.model import Series, series_to_dict
 from patchctl.series.project import check_inside, project_root
-from patchctl.txn.journal import RoomJournal
 from patchctl.upstream.sources import Materialized, materialize
 
 REBASE_DIRNAME = "patchctl-rebase"  # a rebase's state, inside the clean room's .git

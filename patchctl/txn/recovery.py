@@ -1,6 +1,6 @@
 """Recovery of a clean room after a killed `cleanroom apply` (creation, pin change, apply).
 
-The command writes its intent to the clean room's journal (journal.RoomJournal,
+The command writes its intent to the clean room's journal (room/journal.py, RoomJournal,
 `<parent>/.<name>.patchctl-journal.json`, in the lock area) before each change:
 
 - `stage`, `partial`, `aside`, `discard`: a new clean room is being built in `partial`
@@ -33,9 +33,9 @@ from patchctl.errors import PatchctlError
 from patchctl.fsio import temp_files
 from patchctl.gitlayer.git import Git, temp_index
 from patchctl.room.cleanroom import Backup, Cleanroom, is_cleanroom, load_cleanroom, partial_path
+from patchctl.room.journal import Recovered, file_sha256, room_journal_path, verified
 from patchctl.series.gitapply import apply_to_index
 from patchctl.series.model import read_patch_file
-from patchctl.txn.journal import Recovered, file_sha256, room_journal_path, verified
 
 
 def recover_room(room: Path) -> Recovered | None:
@@ -76,7 +76,7 @@ def _remove_partials(room: Path) -> list[str]:
 
 
 def _read(room: Path, path: Path) -> dict[str, Any]:
-    """The verified journal (journal.verified), whose paths are the clean room's own
+    """The verified journal (room/journal.py: verified), whose paths are the clean room's own
     siblings with patchctl's names: the only directories recovery may move or delete."""
     data = verified(path)
     partial, aside = data.get("partial"), data.get("aside")

@@ -127,7 +127,7 @@ def render_status(status: CleanroomStatus, as_json: bool) -> None:
     dirty = data["dirty"]
     out.print(f"  unsaved  {len(dirty)} path(s)" + (": " + ", ".join(dirty[:10]) if dirty else ""))
     if data["interrupted"]:
-        from patchctl.txn.journal import command
+        from patchctl.room.journal import command
 
         out.print(
             f"  note     a {command(data['interrupted'])} is running here or was killed; "

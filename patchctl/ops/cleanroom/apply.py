@@ -31,6 +31,7 @@ from patchctl.room.cleanroom import (
     not_patchctls,
     same_pin,
 )
+from patchctl.room.journal import RoomJournal
 from patchctl.series.gitapply import (
     TreePatcher,
     check_recorded_sha256,
@@ -41,7 +42,6 @@ from patchctl.series.gitapply import (
 )
 from patchctl.series.model import Series, read_patch_file
 from patchctl.series.stack import Entry, check_base_tree, load_stack
-from patchctl.txn.journal import RoomJournal
 from patchctl.txn.session import series_session
 
 

@@ -13,10 +13,11 @@ from typing import Any
 
 from patchctl.limits import JOURNAL_BYTES, read_bounded
 from patchctl.room.cleanroom import Cleanroom, default_workdir, load_cleanroom, same_pin
+from patchctl.room.journal import room_journal_path
 from patchctl.series.gitapply import patch_sha256
 from patchctl.series.model import Series, load_series, read_patch_file, series_dir, series_file
 from patchctl.series.stack import Entry, load_stack
-from patchctl.txn.journal import JOURNAL, room_journal_path
+from patchctl.txn.journal import JOURNAL
 
 
 @dataclass(frozen=True)

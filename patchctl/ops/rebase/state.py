@@ -33,7 +33,7 @@ from patchctl.errors import NotFound, PatchctlError
 from patchctl.fsio import write_atomic
 from patchctl.limits import JOURNAL_BYTES, read_bounded
 from patchctl.room.cleanroom import rebase_dir, rebase_in_progress
-from patchctl.txn.journal import read_journal_bytes
+from patchctl.room.journal import read_journal_bytes
 
 VERSION = 1
 STATES = ("running", "stopping", "stopped", "finishing", "aborting")
