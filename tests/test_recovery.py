@@ -19,7 +19,7 @@ from patchctl.ops.capture import add_patch, capture
 from patchctl.ops.cleanroom.apply import aside_path, cleanroom_apply
 from patchctl.room.cleanroom import BACKUP_REFS, load_cleanroom, partial_path
 from patchctl.room.journal import RoomJournal, room_journal_path
-from patchctl.txn.recovery import recover_room
+from patchctl.room.recovery import recover_room
 from patchctl.txn.session import series_session
 
 FILES = {"main.c": b"int main(void) { return 0; }\n", "util.c": b"int util;\n"}

@@ -20,10 +20,10 @@ from patchctl.ops.import_.record import import_series
 from patchctl.ops.verify import verify
 from patchctl.room.cleanroom import BACKUP_REFS, open_cleanroom
 from patchctl.room.journal import RoomJournal
+from patchctl.room.recovery import recover_room
 from patchctl.series.docs import doc_paths
 from patchctl.series.model import Extends, Series, Upstream, load_series, save_series
 from patchctl.series.stack import join_root, load_stack
-from patchctl.txn.recovery import recover_room
 
 FILES = {
     "pyproject.toml": b"[project]\nname = 'pkg'\n",

@@ -9,7 +9,7 @@ an interrupted one and how the user hears of it.
 
 `RoomJournal` is the clean room's journal: what `cleanroom apply` is about to do to a clean
 room (a new clean room is a whole directory and `git apply` writes the work tree, so it cannot
-be staged like the series' files), which txn/recovery.py finishes or undoes.
+be staged like the series' files), which room/recovery.py finishes or undoes.
 """
 
 from __future__ import annotations
@@ -161,7 +161,7 @@ def room_journal_path(room: Path) -> Path:
 
 @dataclass
 class RoomJournal:
-    """The intent of one command's changes to one clean room (patchctl/txn/recovery.py reads it).
+    """The intent of one command's changes to one clean room (patchctl/room/recovery.py reads it).
 
     A clean room cannot be staged like the series' files (`git apply` writes the work tree,
     a new clean room is a whole directory), so this journal records what is about to happen,

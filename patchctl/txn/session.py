@@ -40,10 +40,10 @@ from patchctl.room.cleanroom import (
     rebase_in_progress,
 )
 from patchctl.room.journal import Recovered, RoomJournal, tell
+from patchctl.room.recovery import recover_room
 from patchctl.series.docs import render_docs
 from patchctl.series.model import Series, dump_series, load_series, series_file
 from patchctl.txn.journal import JOURNAL, Journal, recover
-from patchctl.txn.recovery import recover_room
 
 
 @dataclass
