@@ -43,7 +43,8 @@ from pathlib import Path
 
 from benchmarks.verify_vs_am import _git_version as git_version
 from benchmarks.verify_vs_am import timed
-from patchctl.gitlayer.git import Git, hermetic_env
+from patchctl.gitlayer.git import Git
+from patchctl.gitlayer.runner import hermetic_env
 from patchctl.ops.capture import capture_patch, new_patch
 from patchctl.ops.cleanroom.apply import cleanroom_apply
 from patchctl.room.cleanroom import BASE_REF, discard_cleanroom, open_cleanroom

@@ -34,7 +34,8 @@ import sys
 import time
 from pathlib import Path
 
-from patchctl.gitlayer.git import Git, hermetic_env
+from patchctl.gitlayer.git import Git
+from patchctl.gitlayer.runner import hermetic_env
 from patchctl.ops.capture import capture_patch, new_patch
 from patchctl.ops.cleanroom.apply import cleanroom_apply
 from patchctl.room.cleanroom import open_cleanroom

@@ -14,16 +14,10 @@ from support.repos import Repo
 from support.series import write_series
 
 from patchctl.errors import ConfigError, GitFailed, PatchctlError
-from patchctl.gitlayer.git import (
-    PINNED_CONFIG,
-    Git,
-    Index,
-    hermetic_env,
-    scratch_repo,
-    share_objects,
-    temp_index,
-    unsound_objects,
-)
+from patchctl.gitlayer.git import Git
+from patchctl.gitlayer.index import Index, temp_index
+from patchctl.gitlayer.objects import scratch_repo, share_objects, unsound_objects
+from patchctl.gitlayer.runner import PINNED_CONFIG, hermetic_env
 from patchctl.series.markers import markers_in_tree
 from patchctl.series.model import Upstream, load_series
 from patchctl.upstream.sources import fetch_git
@@ -119,7 +113,9 @@ ValueCall = Callable[[Git, str], object]
 # emptying the index) to one method of the git layer; the layer must pass it as a value.
 HOSTILE_CALLS: dict[str, ValueCall] = {
     "fetch url": lambda git, s: git.fetch(f"--upload-pack=touch {s};://x", "0" * 40),
-    "push target": lambda git, s: git.push(f"--receive-pack=touch {s};://x", "HEAD:refs/x"),
+    "canonical diff trees": lambda git, s: git.canonical_diff(f"--output={s}", "HEAD^{tree}"),
+    "backup diff commit": lambda git, s: git.backup_diff(f"--output={s}"),
+    "object type": lambda git, s: git.object_type(f"--output={s}"),
     "log revisions": lambda git, s: git.log_records("%H", f"--output={s}"),
     "diff-tree trees": lambda git, s: git.changed_paths(f"--output={s}", "HEAD^{tree}"),
     "update-ref name": lambda git, s: git.update_ref("-d", "refs/heads/main"),
@@ -254,24 +250,43 @@ def _value_before_separator(call: ast.Call) -> str | None:
     return None
 
 
-def test_no_git_call_outside_git_py_passes_a_value_before_the_separator() -> None:
-    # The vocabulary in git.py separates options from values; this keeps raw calls elsewhere
-    # honest too (a new call with a value must go after --end-of-options or through git.py).
+def _raw_git_calls(path: Path) -> list[ast.Call]:
+    """The calls of `<something git>.run/run_full/text/text_in(...)` in the module at `path`."""
+    return [
+        node
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("run", "run_full", "text", "text_in")
+        and "git" in ast.unparse(node.func.value)
+    ]
+
+
+def test_git_runs_only_through_named_methods_of_the_git_layer() -> None:
+    # Every git call outside patchctl/gitlayer/ goes through a named method (Git.fetch,
+    # Git.canonical_diff, ...), so the pins, the separator and the value checks live in one place.
     root = Path(__file__).parent.parent / "patchctl"
+    found = [
+        f"{path.relative_to(root)}:{node.lineno}: {ast.unparse(node)[:80]}"
+        for path in sorted(root.rglob("*.py"))
+        if "gitlayer" not in path.relative_to(root).parts
+        for node in _raw_git_calls(path)
+    ]
+    assert found == []
+
+
+def test_no_git_call_in_the_git_layer_passes_a_value_before_the_separator() -> None:
+    # The vocabularies (Git in git.py, Index in index.py) separate options from values by
+    # construction; this keeps the raw calls of the layer's other modules honest too.
+    root = Path(__file__).parent.parent / "patchctl" / "gitlayer"
     found = []
-    for path in sorted(root.rglob("*.py")):
-        if path.name == "git.py":
+    for path in sorted(root.glob("*.py")):
+        if path.name in ("git.py", "index.py"):
             continue
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Attribute)
-                and node.func.attr in ("run", "run_full", "text")
-                and "git" in ast.unparse(node.func.value)
-            ):
-                bad = _value_before_separator(node)
-                if bad is not None:
-                    found.append(f"{path.relative_to(root)}:{node.lineno}: {bad}")
+        for node in _raw_git_calls(path):
+            bad = _value_before_separator(node)
+            if bad is not None:
+                found.append(f"{path.name}:{node.lineno}: {bad}")
     assert found == []
 
 

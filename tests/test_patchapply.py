@@ -13,7 +13,7 @@ from support.files import CONTENT_MATRIX, CONTENT_MATRIX_AFTER, Exe, Files, Link
 from support.repos import Repo
 
 from patchctl.errors import PatchDoesNotApply, PatchDrift
-from patchctl.gitlayer.git import temp_index
+from patchctl.gitlayer.index import temp_index
 from patchctl.patchfmt.parse import zero_context
 from patchctl.series import gitapply as patchapply
 from patchctl.series.gitapply import (

@@ -32,7 +32,7 @@ from patchctl.errors import (
     PatchDoesNotApply,
     SeriesChanged,
 )
-from patchctl.gitlayer.git import temp_index
+from patchctl.gitlayer.index import temp_index
 from patchctl.ops.capture import capture
 from patchctl.ops.cleanroom.apply import cleanroom_apply
 from patchctl.ops.rebase import rebase as rebase_module

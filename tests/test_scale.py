@@ -24,7 +24,7 @@ from support.repos import MakeRepo, Repo
 from support.series import git_upstream, write_series
 
 from patchctl.errors import PatchDrift
-from patchctl.gitlayer import git as gitmod
+from patchctl.gitlayer import pipes as gitmod
 from patchctl.gitlayer.git import Git
 from patchctl.ops.cleanroom.apply import cleanroom_apply
 from patchctl.ops.import_.record import import_series

@@ -8,7 +8,7 @@ import pytest
 from support.files import CONTENT_MATRIX, Exe, Files, Link
 from support.repos import MakeRepo
 
-from patchctl.gitlayer.git import Index, temp_index
+from patchctl.gitlayer.index import Index, temp_index
 from patchctl.gitlayer.trees import CACHE_TREES, TREE_MODE, TreeStore, parse_tree
 
 

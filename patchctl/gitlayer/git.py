@@ -1,9 +1,10 @@
-"""The only module that runs git: bytes in, bytes out, pinned flags, hermetic environment.
+"""The `Git` facade: one repository driven through the pinned runner (runner.py), bytes in,
+bytes out.
 
-Every call is `git -C <repo> -c <pins...> <args>` with an environment that ignores the user's
-and the system's git configuration, so user settings such as `diff.noprefix`,
-`apply.whitespace=fix` or `core.autocrlf=true` can never change the bytes patchctl reads or
-writes (docs/architecture.md, "The git layer").
+Every call is `git -C <repo> -c <pins...> <args>` in the hermetic environment of runner.py
+(docs/architecture.md, "The git layer"). The rest of the git layer: index.py (`Index`,
+`temp_index`), objects.py (object sharing, scratch repositories), pipes.py (long-lived
+cat-file / mktree / update-index processes), batch.py (the `cat-file --batch` format), trees.py.
 
 The vocabulary the features use lives here too: `Index` (an index file patchctl owns:
 read-tree, add-all, apply, write-tree, checkout), `temp_index`, `Git.snapshot_worktree` (the
@@ -18,179 +19,62 @@ series file or the command line can ever be read by git as an option.
 
 from __future__ import annotations
 
-import atexit
-import hashlib
 import os
 import re
-import shutil
 import subprocess
-import tempfile
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 
 from patchctl import killpoint
-from patchctl.allowlists import GIT_SCHEMES
-from patchctl.errors import GitFailed, NotFound, PatchctlError
-from patchctl.fsio import process_alive
-
-IDENTITY_NAME = "patchctl"
-IDENTITY_EMAIL = "patchctl@invalid"
-# Fixed dates make commit ids a function of tree, parents and message only: reproducible.
-FIXED_DATE = "1970-01-01T00:00:00Z"
-# A full object id (sha1 or sha256): the only values passed where git has no --end-of-options.
-OBJECT_ID = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
-
-# (key, value, why). Applied with `-c` on every call, so even a clean room's own
-# .git/config cannot override them.
-PINNED_CONFIG: tuple[tuple[str, str, str], ...] = (
-    ("core.autocrlf", "false", "worktree bytes must equal blob bytes"),
-    ("core.safecrlf", "false", "no CRLF warnings or refusals: CRLF content is data"),
-    ("core.eol", "lf", "no platform-dependent eol conversion"),
-    ("core.filemode", "true", "mode changes are part of a patch"),
-    ("core.symlinks", "true", "symlinks are stored and checked out as links"),
-    ("core.quotepath", "false", "non-ASCII paths appear verbatim in plumbing output"),
-    ("core.ignorecase", "false", "paths are case-sensitive bytes"),
-    ("core.precomposeunicode", "false", "never rewrite path bytes (macOS)"),
-    ("core.protectNTFS", "true", "paths NTFS reads as .git (`git~1`) refused on any platform"),
-    ("core.protectHFS", "true", "paths HFS+ reads as .git (`.g\u200cit`) refused on any platform"),
-    ("core.hooksPath", "/dev/null", "no hooks run inside patchctl's repos"),
-    ("core.fsmonitor", "false", "no daemon answers for the worktree"),
-    ("core.untrackedCache", "false", "status is computed, not cached"),
-    ("core.attributesFile", "/dev/null", "no user-level attributes (eol, filters)"),
-    ("core.pager", "cat", "never page"),
-    ("core.editor", "false", "never open an editor"),
-    ("diff.noprefix", "false", "patches always have a/ and b/ prefixes"),
-    ("diff.mnemonicPrefix", "false", "no i/ w/ c/ prefixes"),
-    ("diff.relative", "false", "paths are relative to the tree root"),
-    ("diff.context", "3", "the context size is part of the patch bytes"),
-    ("diff.interHunkContext", "0", "hunk merging is part of the patch bytes"),
-    ("diff.algorithm", "myers", "one fixed diff algorithm: stable re-export"),
-    ("diff.suppressBlankEmpty", "false", "blank context lines keep their leading space"),
-    ("diff.indentHeuristic", "true", "git's default, pinned so it cannot be turned off"),
-    ("diff.ignoreSubmodules", "none", "gitlinks are compared like any entry"),
-    ("color.ui", "never", "no escape codes in output we parse or store"),
-    ("apply.whitespace", "nowarn", "apply never rewrites whitespace (fix would change bytes)"),
-    ("apply.ignoreWhitespace", "no", "whitespace differences are conflicts"),
-    ("gc.auto", "0", "no background gc while patchctl holds the repo"),
-    ("fetch.unpackLimit", "1", "a fetch keeps its pack, which appears whole: a killed fetch"),
-    ("transfer.unpackLimit", "1", "never leaves some loose objects of a commit and not others"),
-    ("maintenance.auto", "false", "no background maintenance either"),
-    ("commit.gpgSign", "false", "commits are reproducible and need no key"),
-    ("tag.gpgSign", "false", "as above, for tags"),
-    ("i18n.commitEncoding", "UTF-8", "commit messages are UTF-8"),
-    ("init.defaultBranch", "main", "a stable branch name without advice"),
-    ("advice.detachedHead", "false", "no advice chatter on stderr"),
-    ("status.showUntrackedFiles", "all", "dirty checks see every untracked file"),
-    ("protocol.allow", "never", "transports not named below (ext::, fd::, helpers) never run"),
-    ("protocol.file.allow", "always", "local paths are valid upstream urls"),
-    ("protocol.https.allow", "always", "the upstream url forms values.GIT_SCHEMES allows"),
-    ("protocol.http.allow", "always", "as above"),
-    ("protocol.ssh.allow", "always", "as above"),
-    ("protocol.git.allow", "always", "as above"),
-    ("merge.conflictStyle", "diff3", "rebase conflict markers show the old base's lines too"),
-    ("merge.renames", "true", "a rebase follows files upstream renamed"),
-    ("merge.directoryRenames", "conflict", "a new file in a renamed directory is asked about"),
-    ("merge.renormalize", "false", "merges compare bytes, never re-normalized line ends"),
-    ("user.useConfigOnly", "false", "identity comes from the environment below"),
+from patchctl.errors import GitFailed
+from patchctl.gitlayer.batch import records
+from patchctl.gitlayer.index import temp_index
+from patchctl.gitlayer.runner import (
+    PINNED_ATTRIBUTES,
+    empty_home,
+    hermetic_env,
+    object_id,
+    pinned_flags,
 )
-# The `info/attributes` of every repository patchctl makes (the highest-priority attributes
-# file, above any `.gitattributes` an upstream or a patch ships): worktree bytes equal blob
-# bytes (no eol conversion, filter, ident or re-encoding), and diffs and merges use git's
-# built-in text rules, never a driver, `binary` or a marker size an upstream picks (`merge=union`
-# would merge a conflict silently; `conflict-marker-size=3` would hide it from the report).
-PINNED_ATTRIBUTES = (
-    b"* -text -eol -filter -ident -working-tree-encoding !merge !conflict-marker-size !diff\n"
+
+# Each flag pins one thing that would otherwise change the patch bytes.
+DIFF_TREE_FLAGS: tuple[str, ...] = (
+    "diff-tree",
+    "-r",  # recurse: one entry per file, never per directory
+    "-p",  # a patch, not a raw listing
+    "--binary",  # binary files as `GIT binary patch` hunks (git apply can apply them)
+    "--full-index",  # full 40-hex blob ids: stable across repos, enables am -3
+    "--no-color",  # no escape codes in stored bytes
+    "--no-ext-diff",  # diff.external / GIT_EXTERNAL_DIFF never run
+    "--no-textconv",  # textconv filters never rewrite content
+    "--no-renames",  # rename policy: a rename is a delete plus an add (exact, config-free)
+    "--diff-algorithm=myers",  # one fixed algorithm (gbp #1030044)
+    "--indent-heuristic",  # git's default, explicit so diff.indentHeuristic cannot flip it
+    "-U3",  # context lines are part of the bytes
+    "--inter-hunk-context=0",  # hunk merging too (zulip-mobile #5407)
+    "-O/dev/null",  # no diff.orderFile: paths in git's own order
+    "--ignore-submodules=none",  # gitlinks compared like any entry
+    "--src-prefix=a/",  # prefixes fixed whatever diff.noprefix / mnemonicPrefix say
+    "--dst-prefix=b/",
 )
-# diff.external is deliberately NOT pinned: `-c diff.external=` makes git try to run "".
-# Callers pass --no-ext-diff / --no-textconv to diff commands instead, and the
-# environment scrub removes GIT_EXTERNAL_DIFF.
+# The same bytes-exact, config-free diff, for the backup patch of a clean room's unsaved work.
+BACKUP_DIFF_FLAGS = ("--binary", "--full-index", "--no-color", "--no-ext-diff", "--no-textconv")
 
-
-def pinned_flags() -> tuple[str, ...]:
-    """The `-c key=value` arguments that precede every git subcommand."""
-    flags: list[str] = []
-    for key, value, _why in PINNED_CONFIG:
-        flags += ["-c", f"{key}={value}"]
-    return tuple(flags)
-
-
-TEMP_KINDS = ("home", "index", "scratch", "apply")
-"""The kinds of temporary directory patchctl makes (`temp_prefix`); the sweep knows each."""
-TEMP_NAME = re.compile(rf"patchctl-(?:{'|'.join(TEMP_KINDS)})-(\d+)-[^/]*")
-
-
-def temp_prefix(kind: str) -> str:
-    """The name prefix of this process's temporary directories: `patchctl-<kind>-<pid>-`
-    (`kind` one of TEMP_KINDS, so that `sweep_temp_dirs` removes them after a kill)."""
-    if kind not in TEMP_KINDS:
-        raise ValueError(f"temporary directory kind {kind!r} is not in TEMP_KINDS")
-    return f"patchctl-{kind}-{os.getpid()}-"
-
-
-def sweep_temp_dirs() -> list[Path]:
-    """Remove the temporary directories of patchctl processes that are gone (a SIGKILL
-    skips their clean-up); a directory whose process still runs is left alone."""
-    root = Path(tempfile.gettempdir())
-    removed = []
-    for path in root.glob("patchctl-*-*-*"):
-        found = TEMP_NAME.fullmatch(path.name)
-        if found and path.is_dir() and not path.is_symlink() and not process_alive(int(found[1])):
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
-    return removed
-
-
-@cache
-def empty_home() -> Path:
-    """An empty directory used as HOME/XDG_CONFIG_HOME for git (removed at exit)."""
-    home = Path(tempfile.mkdtemp(prefix=temp_prefix("home")))
-    atexit.register(shutil.rmtree, home, True)
-    return home
-
-
-def hermetic_env(repo: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment for a git call: inherited GIT_* removed, user config unreachable."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    home = str(empty_home())
-    env.update(
-        {
-            "LC_ALL": "C",
-            "LANGUAGE": "C",
-            "HOME": home,
-            "XDG_CONFIG_HOME": home,
-            "GIT_CONFIG_GLOBAL": "/dev/null",
-            "GIT_CONFIG_NOSYSTEM": "1",
-            "GIT_ATTR_NOSYSTEM": "1",
-            "GIT_CEILING_DIRECTORIES": str(repo.resolve().parent),
-            "GIT_TERMINAL_PROMPT": "0",
-            # Only these transports, whatever a url, a redirect or a submodule asks for.
-            "GIT_ALLOW_PROTOCOL": ":".join(GIT_SCHEMES),
-            "GIT_AUTHOR_NAME": IDENTITY_NAME,
-            "GIT_AUTHOR_EMAIL": IDENTITY_EMAIL,
-            "GIT_COMMITTER_NAME": IDENTITY_NAME,
-            "GIT_COMMITTER_EMAIL": IDENTITY_EMAIL,
-            "GIT_AUTHOR_DATE": FIXED_DATE,
-            "GIT_COMMITTER_DATE": FIXED_DATE,
-            "GIT_EDITOR": "false",
-            "GIT_PAGER": "cat",
-        }
-    )
-    env.update(extra or {})
-    return env
-
-
-def object_id(value: str) -> str:
-    """`value` itself when it is a full object id; ValueError otherwise (a bug in the caller).
-
-    For the few subcommands without `--end-of-options` (reset, grep): there, only ids that
-    git itself printed are passed, and this check keeps it so.
-    """
-    if not OBJECT_ID.fullmatch(value):
-        raise ValueError(f"not a full object id: {value!r}")
-    return value
+# `git grep` options: fixed strings, each match printed alone (-o; -h drops the file name),
+# text files only (-I), and the grep.* settings that would change that output pinned off.
+GREP_PINS = (
+    "-c",
+    "grep.lineNumber=false",
+    "-c",
+    "grep.column=false",
+    "-c",
+    "grep.fullName=false",
+    "-c",
+    "grep.patternType=fixed",
+)
+GREP_FLAGS = ("grep", "--no-color", "--no-textconv", "-I", "-F", "-o")
 
 
 @dataclass(frozen=True)
@@ -391,20 +275,20 @@ class Git:
             raise GitFailed(["git", "ls-tree", "-r", tree], child.returncode, error)
         return files, size
 
+    def cat_batch(self, names: Sequence[str]) -> list[tuple[bytes, bytes] | None]:
+        """(type, bytes) of each object `names` names (ids or `<tree>:<path>`; no newline),
+        in order, from one `cat-file --batch` (None: missing). The stored bytes, never
+        filtered or converted (no attributes are involved)."""
+        query = "".join(f"{name}\n" for name in names).encode("utf-8", "surrogateescape")
+        return records(self.run("cat-file", "--batch", stdin=query), len(names))
+
     def cat_blobs(self, oids: Sequence[str]) -> list[bytes]:
-        """The bytes of blobs `oids` (full ids), in order, from one `cat-file --batch`: the
-        stored bytes, never filtered or converted (no attributes are involved)."""
-        query = "".join(f"{object_id(oid)}\n" for oid in oids).encode("ascii")
-        out = self.run("cat-file", "--batch", stdin=query)
-        blobs, pos = [], 0
-        for _oid in oids:
-            end = out.index(b"\n", pos)
-            header = out[pos:end].split(b" ")
-            if len(header) != 3 or header[1] != b"blob":
-                raise GitFailed(["git", "cat-file", "--batch"], 0, b"not a blob: " + out[pos:end])
-            size = int(header[2])
-            blobs.append(out[end + 1 : end + 1 + size])
-            pos = end + 1 + size + 1
+        """The bytes of blobs `oids` (full ids), in order, from one `cat-file --batch`."""
+        blobs = []
+        for oid, found in zip(oids, self.cat_batch([object_id(o) for o in oids]), strict=True):
+            if found is None or found[0] != b"blob":
+                raise GitFailed(["git", "cat-file", "--batch"], 0, b"not a blob: " + oid.encode())
+            blobs.append(found[1])
         return blobs
 
     def cat_file(self, kind: str, oid: str) -> bytes:
@@ -519,13 +403,53 @@ class Git:
         out = self.run("diff-tree", *flags, "--end-of-options", pre, post, "--")
         return [os.fsdecode(name) for name in out.split(b"\0") if name]
 
+    def canonical_diff(
+        self, pre: str, post: str, root: str = ".", paths: Sequence[str] = ()
+    ) -> bytes:
+        """The canonical diff bytes (DIFF_TREE_FLAGS) from tree `pre` to tree `post`, under
+        `root` when it is not ".", and only of the tree paths `paths`, taken literally."""
+        env = {"GIT_LITERAL_PATHSPECS": "1"} if paths else None
+        args = (*DIFF_TREE_FLAGS, *_relative(root), "--end-of-options", pre, post, "--", *paths)
+        return self.run(*args, env=env)
+
+    def canonical_diffs(self, pairs: Sequence[tuple[str, str]], root: str = ".") -> bytes:
+        """The output of one `diff-tree --stdin` over (pre, post) tree id pairs: each pair's
+        input line echoed, then its canonical diff (patchfile.diff_tree_pairs splits it)."""
+        query = "".join(f"{a} {b}\n" for a, b in pairs).encode("ascii")
+        return self.run(*DIFF_TREE_FLAGS, *_relative(root), "--stdin", stdin=query)
+
+    def backup_diff(self, commit: str) -> bytes:
+        """The diff from HEAD to `commit` (a backup of unsaved work), bytes-exact."""
+        return self.run("diff", *BACKUP_DIFF_FLAGS, "--end-of-options", "HEAD", commit, "--")
+
+    def grep_fixed(
+        self, tree: str, strings: Sequence[str], paths: Sequence[str] | None = None
+    ) -> list[bytes]:
+        """Every match of the fixed `strings` in the text files of `tree` (or of the literal
+        `paths` in it), one per line as `git grep -o -h` prints it."""
+        patterns: list[str] = []
+        for string in strings:
+            patterns += ["-e", string]
+        # :(literal) so that paths with glob characters mean themselves.
+        specs = [] if paths is None else [f":(literal){p}" for p in paths]
+        # grep has no --end-of-options: the tree must be an object id (patterns follow -e).
+        args = (*GREP_PINS, *GREP_FLAGS, "-h", *patterns, object_id(tree), "--", *specs)
+        return self.run(*args, ok=(0, 1)).splitlines()
+
+    def object_type(self, oid: str) -> str:
+        """The type of the object `oid` names (blob, tree, commit, tag)."""
+        return self.text("cat-file", "-t", "--end-of-options", oid)
+
+    def all_trees(self, revs: Sequence[str]) -> bool:
+        """True when every one of `revs` names a tree (or a commit of one) this repository
+        can read, in one `cat-file --batch-check`."""
+        query = "".join(f"{rev}^{{tree}}\n" for rev in revs).encode("utf-8", "surrogateescape")
+        out = self.run("cat-file", "--batch-check", stdin=query)
+        return b" missing" not in out and out.count(b" tree ") == len(revs)
+
     def fetch(self, source: str, *refspecs: str) -> None:
         """Fetch `refspecs` (object ids or `+src:dst`) from the repository or URL `source`."""
         self.run("fetch", "--quiet", "--no-tags", "--end-of-options", source, *refspecs)
-
-    def push(self, target: str, *refspecs: str) -> None:
-        """Push `refspecs` to the repository `target` (no hooks run)."""
-        self.run("push", "--quiet", "--no-verify", "--end-of-options", target, *refspecs)
 
     def is_repo(self) -> bool:
         """True when `repo` is the top of a git work tree or a git dir."""
@@ -668,416 +592,6 @@ def parse_status(raw: bytes) -> list[str]:
     return paths
 
 
-# ----------------------------------------------------------------------------- index files
-
-
-class Index:
-    """An index file patchctl owns (never a repository's own): the staging area of one job."""
-
-    def __init__(self, git: Git, path: Path) -> None:
-        self.git = git
-        self.path = path
-        self.env = {"GIT_INDEX_FILE": str(path)}
-
-    def run(self, *args: str, stdin: bytes | None = None, ok: tuple[int, ...] = (0,)) -> bytes:
-        """Run git with this index selected."""
-        return self.git.run(*args, stdin=stdin, ok=ok, env=self.env)
-
-    def read_tree(self, tree: str) -> None:
-        """Replace the index's content with `tree`."""
-        self.run("read-tree", "--end-of-options", tree)
-
-    def add_all(self) -> None:
-        """Stage the whole work tree: modified, new, deleted files (ignored files stay out)."""
-        self.run("add", "-A", "--", ".")
-
-    def untracked_beyond(self, rules: bytes) -> list[str]:
-        """The untracked files (not in this index) that exclude lines `rules` alone do not
-        ignore: the work tree's .gitignore files and info/exclude are not read."""
-        with tempfile.TemporaryDirectory(prefix=temp_prefix("index")) as tmp:
-            exclude = Path(tmp) / "exclude"
-            exclude.write_bytes(rules)
-            out = self.run("ls-files", "-z", "--others", f"--exclude-from={exclude}")
-        return [os.fsdecode(p) for p in out.split(b"\0") if p]
-
-    def add_forced(self, paths: Sequence[str]) -> None:
-        """Stage `paths` (literal, not patterns), whatever ignore rules say (`add -f`)."""
-        names = b"".join(os.fsencode(p) + b"\0" for p in paths)
-        env = {**self.env, "GIT_LITERAL_PATHSPECS": "1"}
-        args = ("add", "-f", "--pathspec-from-file=-", "--pathspec-file-nul")
-        self.git.run(*args, stdin=names, env=env)
-
-    def apply(self, data: bytes, flags: Sequence[str]) -> tuple[int, bytes]:
-        """`git apply --cached <flags>` of patch bytes on stdin: (exit status, stderr).
-
-        The status is negative when git died of a signal (git 2.39 aborts on some corrupt
-        patches, apply.c assertion): the index lock it leaves is removed, so the index stays
-        usable, and the crash is reported in the returned stderr. The caller refuses an
-        oversized binary hunk first (patchapply.apply_bytes): git would inflate it.
-        """
-        code, _out, err = self.git.run_full("apply", "--cached", *flags, stdin=data, env=self.env)
-        if code < 0:
-            self.path.with_name(self.path.name + ".lock").unlink(missing_ok=True)
-            err += f"error: git apply crashed (signal {-code})\n".encode()
-        return code, err
-
-    def write_tree(self) -> str:
-        """Write the index as a tree object and return its id."""
-        return self.run("write-tree").decode("ascii").strip()
-
-    def remove_entries(self, paths: Sequence[bytes], hexlen: int = 40) -> None:
-        """Remove the entries `paths` (raw bytes) from the index without touching any file
-        (`--index-info` with mode 0 and a null id drops a path; `hexlen`: the object id
-        length of the repository, 40 for sha1, 64 for sha256)."""
-        zero = "0" * hexlen
-        lines = b"".join(f"0 {zero}\t".encode("ascii") + path + b"\0" for path in paths)
-        self.run("update-index", "-z", "--index-info", stdin=lines)
-
-    def add_entries(self, entries: Mapping[bytes, tuple[str, str]]) -> None:
-        """Add (or replace) entries `path -> (mode, object id)` without touching any file.
-
-        Paths are raw bytes, fed NUL-terminated on stdin (`update-index -z --index-info`), so
-        no path is ever read as an option or unquoted.
-        """
-        lines = b"".join(
-            f"{mode} {oid}\t".encode("ascii") + path + b"\0"
-            for path, (mode, oid) in entries.items()
-        )
-        self.run("update-index", "-z", "--index-info", stdin=lines)
-
-    def entries(self) -> dict[bytes, tuple[str, str]]:
-        """The index's entries as `path -> (mode, object id)` (stage 0 only; raw path bytes)."""
-        found: dict[bytes, tuple[str, str]] = {}
-        for record in self.run("ls-files", "-s", "-z").split(b"\0"):
-            if not record:
-                continue
-            info, _tab, path = record.partition(b"\t")
-            mode, oid, stage = info.decode("ascii").split(" ")
-            if stage == "0":
-                found[path] = (mode, oid)
-        return found
-
-    def checkout(self, prefix: Path) -> None:
-        """Write every entry of the index as files under directory `prefix`."""
-        self.run("checkout-index", "-a", "-f", f"--prefix={prefix}/")
-
-
-@contextmanager
-def temp_index(git: Git, seed: Path | None = None) -> Iterator[Index]:
-    """A throwaway index for `git` (a `copy2` of `seed` when given), removed afterwards."""
-    with tempfile.TemporaryDirectory(prefix=temp_prefix("index")) as tmp:
-        path = Path(tmp) / "index"
-        if seed is not None:
-            shutil.copy2(seed, path)  # stat data AND mtime kept: racy-git checks stay valid
-        yield Index(git, path)
-
-
-# ----------------------------------------------------------------------------- scratch repositories
-
-
-def objects_dir(source: Path) -> Path:
-    """The object directory of a repository given as work tree, git dir or objects dir."""
-    for candidate in (source / ".git" / "objects", source / "objects", source):
-        if (candidate / "info").is_dir() or (candidate / "pack").is_dir():
-            return candidate.resolve()
-    raise NotFound(f"{source} is not a git repository", hint="run patchctl cleanroom apply first")
-
-
-def share_objects(
-    source: Git, target: Git, oids: Iterable[str] | None = None, *, replace: bool = False
-) -> set[str]:
-    """Give `target` the loose objects of `source` (`oids`, or all of them) as hard links.
-
-    A loose object is an immutable file named by its id: git writes a new object to a
-    temporary file and renames it into place, and never writes to an existing one, so two
-    repositories can share the file (removing it from one, as gc does, unlinks only that
-    name). Where a link cannot be made (another file system) the file is copied to a
-    temporary name and renamed, so a concurrent reader never sees half an object. Objects
-    `target` already has as loose files are skipped, unless `replace` (the caller trusts
-    `source`'s copies over `target`'s: a damaged object in `target` is mended). Returns the
-    ids asked for that `source` does not hold as loose files (packed ones: the caller
-    fetches those instead).
-    """
-    src, dst = objects_dir(source.git_dir()), objects_dir(target.git_dir())
-    wanted = _loose_ids(src) if oids is None else {object_id(o) for o in oids}
-    missing: set[str] = set()
-    fans: set[str] = set()
-    for oid in sorted(wanted):
-        fan, rest = oid[:2], oid[2:]
-        if fan not in fans:
-            os.makedirs(dst / fan, exist_ok=True)
-            fans.add(fan)
-        source_name, target_name = f"{src}/{fan}/{rest}", f"{dst}/{fan}/{rest}"
-        try:
-            os.link(source_name, target_name)  # the common case: one system call
-            continue
-        except FileNotFoundError:
-            if replace or not os.path.isfile(target_name):
-                missing.add(oid)  # not a loose object of `source`
-            continue
-        except FileExistsError:
-            if not replace:
-                continue
-        except OSError:
-            pass  # another file system: copied below
-        if os.path.isfile(source_name):
-            _link_or_copy(Path(source_name), Path(target_name))
-        else:
-            missing.add(oid)
-    return missing
-
-
-def _loose_ids(objects: Path) -> set[str]:
-    found: set[str] = set()
-    for fan in os.listdir(objects):
-        if len(fan) == 2 and (objects / fan).is_dir():
-            found.update(fan + name for name in os.listdir(objects / fan))
-    return {oid for oid in found if OBJECT_ID.fullmatch(oid)}
-
-
-def _link_or_copy(source: Path, target: Path) -> None:
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    tmp.unlink(missing_ok=True)
-    try:
-        os.link(source, tmp)
-    except OSError:
-        shutil.copyfile(source, tmp)
-    os.replace(tmp, target)
-
-
-@contextmanager
-def scratch_repo(sources: Sequence[Path]) -> Iterator[Git]:
-    """A temporary bare repository that reads objects from `sources` (via alternates).
-
-    Bare and empty, it reads no .gitattributes: diffs made here (capture and verify's
-    re-export alike) never depend on a work tree's `diff=`/`-diff`/`binary` attributes.
-    Its own index files (`Index(git, git.repo / "<name>.index")`) die with it.
-    """
-    with tempfile.TemporaryDirectory(prefix=temp_prefix("scratch")) as tmp:
-        git = Git.init(Path(tmp) / "scratch.git", bare=True)
-        # A throwaway repository: nothing in it needs to survive a crash, so no fsync.
-        with (git.repo / "config").open("a", encoding="utf-8") as config:
-            # index v4 (prefix-compressed paths) makes each apply/write-tree read less.
-            config.write("[core]\n\tfsync = none\n[index]\n\tversion = 4\n")
-        found = [objects_dir(s) for s in sources]
-        if any("\n" in str(f) or "\r" in str(f) for f in found):
-            raise PatchctlError("an object directory path contains a line break; not using it")
-        alternates = "".join(f"{f}\n" for f in found)
-        (git.repo / "objects" / "info").mkdir(parents=True, exist_ok=True)
-        (git.repo / "objects" / "info" / "alternates").write_text(alternates)
-        yield git
-
-
-# ----------------------------------------------------------------------------- long-lived processes
-
-
-class Pipe:
-    """One long-lived git process spoken to over stdin/stdout, for work that touches many
-    objects (one process instead of one per object). stderr goes to a temporary file, so a
-    chatty process can never block on a full pipe; it is quoted when the process fails."""
-
-    def __init__(self, git: Git, *args: str, env: Mapping[str, str] | None = None) -> None:
-        self.args = ("git", *args)
-        self._errors = tempfile.TemporaryFile()  # noqa: SIM115 (closed in close())
-        self._proc = subprocess.Popen(
-            git.command(*args),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._errors,
-            env=hermetic_env(git.repo, env),
-        )
-
-    def ask(self, request: bytes) -> None:
-        """Send `request` (complete records) and flush it."""
-        assert self._proc.stdin is not None
-        try:
-            self._proc.stdin.write(request)
-            self._proc.stdin.flush()
-        except BrokenPipeError:
-            raise self._failure() from None
-
-    def line(self) -> bytes:
-        """One line of the answer, without its newline."""
-        assert self._proc.stdout is not None
-        raw = self._proc.stdout.readline()
-        if not raw.endswith(b"\n"):
-            raise self._failure()
-        return raw[:-1]
-
-    def exactly(self, size: int) -> bytes:
-        """`size` bytes of the answer."""
-        assert self._proc.stdout is not None
-        data = self._proc.stdout.read(size)
-        if len(data) != size:
-            raise self._failure()
-        return data
-
-    def _failure(self) -> GitFailed:
-        code = self._proc.poll()
-        self._errors.seek(0)
-        return GitFailed(self.args, -1 if code is None else code, self._errors.read())
-
-    def finish(self) -> None:
-        """Close stdin and wait for the process to exit, however long its work takes;
-        GitFailed unless it exits 0."""
-        if self._proc.stdin is not None:
-            with suppress(BrokenPipeError):
-                self._proc.stdin.close()
-        if self._proc.wait() != 0:
-            raise self._failure()
-
-    def close(self) -> None:
-        """End the process (its stdin closed; killed if it does not exit)."""
-        if self._proc.stdin is not None:
-            with suppress(BrokenPipeError):
-                self._proc.stdin.close()
-        try:
-            self._proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
-        if self._proc.stdout is not None:
-            self._proc.stdout.close()
-        self._errors.close()
-
-
-# update-index frees the buffers of each object it writes (zlib's among them) at the top of
-# its heap, and glibc gives that memory back to the kernel and asks for it again at the next
-# file: two brk calls and fresh zeroed pages per file. A trim threshold above those buffers
-# keeps them (measured on a kernel tree: git add makes 19 brk calls for 3,000 files,
-# update-index 12,585, and half its system time went there). Other allocators ignore it.
-FEED_MALLOC = {"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=67108864"}
-
-
-class IndexFeed:
-    """Stages files into `git`'s index while they are being written: one `git update-index
-    --add -z --stdin` reads their paths (relative to the work tree named at `start`, which may
-    be a staging directory the files move out of later) and hashes each as it comes, so
-    staging a large tree overlaps writing it. The archive.Sink of a clean room's extraction.
-
-    `ok` tells whether every path told was staged; when it is False (git stopped, or ignored
-    a path it refuses), the index is the caller's to throw away and re-make.
-    """
-
-    def __init__(self, git: Git) -> None:
-        self.git = git
-        self.told = 0
-        self._pipe: Pipe | None = None
-        self._failed = False
-
-    def start(self, root: Path) -> None:
-        """Start git with `root` as the work tree the paths given to `add` are relative to."""
-        args = (f"--work-tree={root}", "update-index", "--add", "-z", "--stdin")
-        self._pipe = Pipe(self.git, *args, env=FEED_MALLOC)
-
-    def add(self, path: str) -> None:
-        """Stage `path` (a file or symlink under the work tree, complete on disk)."""
-        if self._pipe is None or self._failed:
-            return
-        try:
-            self._pipe.ask(os.fsencode(path) + b"\0")
-            self.told += 1
-        except GitFailed:
-            self._failed = True
-
-    def flush(self) -> None:
-        """Wait until git has staged every path told and written the index."""
-        if self._pipe is None or self._failed:
-            return
-        try:
-            self._pipe.finish()
-        except GitFailed:
-            self._failed = True
-
-    @property
-    def ok(self) -> bool:
-        """True when git staged every path told, and the index holds those paths only."""
-        return (
-            self._pipe is not None
-            and not self._failed
-            and self.told == len(self.git.tracked_paths())
-        )
-
-    def close(self) -> None:
-        """End git (waited for, or killed if it lingers)."""
-        if self._pipe is not None:
-            self._pipe.close()
-
-
-def unsound_objects(git: Git, oids: Sequence[str], chunk: int = 256) -> list[str]:
-    """The ids among `oids` that `git` lacks, or whose bytes do not hash to the id.
-
-    Every object is read (`cat-file --batch`, `chunk` ids at a time, so neither pipe can
-    fill while the other waits) and hashed as git names it: `<type> <size>\\0<bytes>`.
-    """
-    pipe = Pipe(git, "cat-file", "--batch")
-    bad = []
-    try:
-        for start in range(0, len(oids), chunk):
-            batch = [object_id(o) for o in oids[start : start + chunk]]
-            pipe.ask("".join(f"{o}\n" for o in batch).encode("ascii"))
-            for oid in batch:
-                header = pipe.line().split(b" ")
-                if len(header) != 3:
-                    bad.append(oid)  # "<oid> missing"
-                    continue
-                data = pipe.exactly(int(header[2]) + 1)[:-1]
-                digest = hashlib.sha1 if len(oid) == 40 else hashlib.sha256
-                named = digest(header[1] + b" %d\0" % len(data) + data).hexdigest()
-                if named != oid:
-                    bad.append(oid)
-    finally:
-        pipe.close()
-    return bad
-
-
-class ObjectReader:
-    """Reads objects by id through one `git cat-file --batch-command` process."""
-
-    def __init__(self, git: Git) -> None:
-        self._pipe = Pipe(git, "cat-file", "--batch-command")
-
-    def read(self, oid: str) -> tuple[str, bytes] | None:
-        """(type, raw bytes) of object `oid`, or None when it is missing."""
-        self._pipe.ask(f"contents {object_id(oid)}\n".encode("ascii"))
-        header = self._pipe.line().split(b" ")
-        if len(header) != 3:
-            return None  # "<oid> missing"
-        data = self._pipe.exactly(int(header[2]) + 1)[:-1]
-        return header[1].decode("ascii"), data
-
-    def close(self) -> None:
-        """End the process."""
-        self._pipe.close()
-
-
-# The object type a tree entry's mode stands for (any other mode is a blob).
-TREE_TYPES = {"40000": "tree", "160000": "commit"}
-
-
-class TreeWriter:
-    """Writes tree objects through one `git mktree -z --batch` process.
-
-    Entries come from trees and indexes git itself wrote, so their objects exist; `--missing`
-    skips mktree's per-entry lookup of each object, which for a directory of a thousand
-    files would otherwise cost a thousand object reads per tree written.
-    """
-
-    def __init__(self, git: Git) -> None:
-        self._pipe = Pipe(git, "mktree", "-z", "--batch", "--missing")
-
-    def write(self, entries: Mapping[bytes, tuple[str, str]]) -> str:
-        """The id of the tree holding `entries` (`name -> (mode, object id)`; names without
-        a slash). mktree sorts the entries as git orders them in a tree."""
-        records = b"".join(
-            f"{mode} {TREE_TYPES.get(mode, 'blob')} {object_id(oid)}\t".encode("ascii")
-            + name
-            + b"\0"
-            for name, (mode, oid) in entries.items()
-        )
-        self._pipe.ask(records + b"\0")
-        return object_id(self._pipe.line().decode("ascii"))
-
-    def close(self) -> None:
-        """End the process."""
-        self._pipe.close()
+def _relative(root: str) -> tuple[str, ...]:
+    """`--relative=<root>/` for a series root other than the tree's top."""
+    return () if root in (".", "") else (f"--relative={root.rstrip('/')}/",)

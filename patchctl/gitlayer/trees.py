@@ -17,7 +17,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from patchctl.errors import GitFailed
-from patchctl.gitlayer.git import Git, ObjectReader, TreeWriter
+from patchctl.gitlayer.git import Git
+from patchctl.gitlayer.pipes import ObjectReader, TreeWriter
 
 TREE_MODE = "40000"
 # Directories kept parsed in memory: enough for the paths a long series keeps touching

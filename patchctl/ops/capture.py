@@ -25,7 +25,8 @@ from patchctl.errors import (
     PatchctlError,
 )
 from patchctl.fsio import check_writable, refuse_overwrite, write_if_changed
-from patchctl.gitlayer.git import Git, scratch_repo
+from patchctl.gitlayer.git import Git
+from patchctl.gitlayer.objects import scratch_repo
 from patchctl.room.cleanroom import Cleanroom
 from patchctl.room.snapshot import outside_root, worktree_snapshot
 from patchctl.series.docs import render_docs

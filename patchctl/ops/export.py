@@ -26,7 +26,9 @@ from patchctl.errors import (
     VerifyFailed,
 )
 from patchctl.fsio import process_alive, sha256_file
-from patchctl.gitlayer.git import Git, TreeEntry, scratch_repo, temp_index
+from patchctl.gitlayer.git import Git, TreeEntry
+from patchctl.gitlayer.index import temp_index
+from patchctl.gitlayer.objects import scratch_repo
 from patchctl.progress import Progress, or_null
 from patchctl.room.cleanroom import open_cleanroom
 from patchctl.series.gitapply import apply_to_index, conflict, drift_error

@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from patchctl.errors import PatchctlError
-from patchctl.gitlayer.git import scratch_repo
+from patchctl.gitlayer.objects import scratch_repo
 from patchctl.progress import Progress, or_null
 from patchctl.room.cleanroom import Cleanroom, same_pin
 from patchctl.series.gitapply import Drift, TreePatcher, is_fuzz, patch_sha256, replay_tree

@@ -32,7 +32,9 @@ from typing import TypeVar
 from patchctl import allowlists
 from patchctl.errors import PatchctlError, SplitRefused
 from patchctl.fsio import check_writable, refuse_overwrite
-from patchctl.gitlayer.git import Git, scratch_repo, temp_index
+from patchctl.gitlayer.git import Git
+from patchctl.gitlayer.index import temp_index
+from patchctl.gitlayer.objects import scratch_repo
 from patchctl.limits import SERIES_BYTES, read_bounded
 from patchctl.progress import notice
 from patchctl.room.cleanroom import Cleanroom, default_workdir, load_cleanroom

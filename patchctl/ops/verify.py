@@ -28,7 +28,8 @@ from pathlib import Path
 from patchctl.cache import cache_dir
 from patchctl.errors import DocsOutOfDate, NotFound, RoundTripFailed
 from patchctl.fsio import write_atomic
-from patchctl.gitlayer.git import Git, scratch_repo
+from patchctl.gitlayer.git import Git
+from patchctl.gitlayer.objects import scratch_repo
 from patchctl.progress import Progress, or_null
 from patchctl.room.cleanroom import Cleanroom, open_cleanroom
 from patchctl.series.docs import stale_docs
@@ -368,9 +369,7 @@ def _all_readable(git: Git, oids: Sequence[str | None]) -> bool:
     """True when every oid is set and names a tree the scratch repository can read."""
     if not oids or any(o is None for o in oids):
         return False
-    query = "".join(f"{o}^{{tree}}\n" for o in oids).encode("ascii")
-    out = git.run("cat-file", "--batch-check", stdin=query)
-    return b" missing" not in out and out.count(b" tree ") == len(oids)
+    return git.all_trees([o for o in oids if o is not None])
 
 
 def _from_record(

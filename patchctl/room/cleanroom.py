@@ -35,8 +35,6 @@ MARKER = "patchctl-cleanroom.json"
 BRANCH = "refs/heads/main"
 BASE_REF = "refs/patchctl/base"
 BACKUP_REFS = "refs/patchctl/backups/"
-# Capture/diff flags for backup patch files: bytes-exact, config-free.
-DIFF_FLAGS = ("--binary", "--full-index", "--no-color", "--no-ext-diff", "--no-textconv")
 
 
 @dataclass(frozen=True)
@@ -128,7 +126,7 @@ class Cleanroom:
         commit = self.git.commit_tree(tree, message, (self.head(),))
         ref = f"{BACKUP_REFS}{number}"
         self.git.update_ref(ref, commit, "patchctl backup")
-        patch = self.git.run("diff", *DIFF_FLAGS, "--end-of-options", "HEAD", commit, "--")
+        patch = self.git.backup_diff(commit)
         target = self.backups_dir() / f"{number}.patch"
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(patch)

@@ -31,7 +31,8 @@ from typing import Any
 
 from patchctl.errors import PatchctlError
 from patchctl.fsio import temp_files
-from patchctl.gitlayer.git import Git, temp_index
+from patchctl.gitlayer.git import Git
+from patchctl.gitlayer.index import temp_index
 from patchctl.room.cleanroom import Backup, Cleanroom, is_cleanroom, load_cleanroom, partial_path
 from patchctl.room.journal import Recovered, file_sha256, room_journal_path, verified
 from patchctl.series.gitapply import apply_to_index

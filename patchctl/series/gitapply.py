@@ -24,7 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from patchctl.errors import AlreadyApplied, PatchChanged, PatchDoesNotApply, PatchDrift
-from patchctl.gitlayer.git import Git, Index, temp_prefix
+from patchctl.gitlayer.git import Git
+from patchctl.gitlayer.index import Index
+from patchctl.gitlayer.runner import temp_prefix
 from patchctl.gitlayer.trees import TREE_MODE, Entry, TreeStore
 from patchctl.patchfmt import binary as binarypatch
 from patchctl.patchfmt.parse import ambiguous_names, display, nul_names, parse, zero_context

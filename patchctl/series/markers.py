@@ -11,22 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from patchctl.gitlayer.git import Git, object_id
+from patchctl.gitlayer.git import Git
 from patchctl.patchfmt import parse as patchparse
-
-# `git grep` options: fixed strings, each match printed alone (-o; -h drops the file name),
-# text files only (-I), and the grep.* settings that would change that output pinned off.
-GREP_PINS = (
-    "-c",
-    "grep.lineNumber=false",
-    "-c",
-    "grep.column=false",
-    "-c",
-    "grep.fullName=false",
-    "-c",
-    "grep.patternType=fixed",
-)
-GREP_FLAGS = ("grep", "--no-color", "--no-textconv", "-I", "-F", "-o")
 
 
 def markers_in_tree(
@@ -35,16 +21,8 @@ def markers_in_tree(
     """The subset of `markers` in at least one text file of `tree` (or of `paths` in it)."""
     if not markers or (paths is not None and not paths):
         return frozenset()
-    patterns: list[str] = []
-    for marker in markers:
-        patterns += ["-e", marker]
-    # :(literal) so that paths with glob characters mean themselves.
-    specs = [] if paths is None else [f":(literal){p}" for p in paths]
-    # grep has no --end-of-options: the tree must be an object id (patterns follow -e).
-    out = git.run(
-        *GREP_PINS, *GREP_FLAGS, "-h", *patterns, object_id(tree), "--", *specs, ok=(0, 1)
-    )
-    found = {line.decode("utf-8", "surrogateescape") for line in out.splitlines()}
+    matches = git.grep_fixed(tree, markers, paths)
+    found = {line.decode("utf-8", "surrogateescape") for line in matches}
     return frozenset(m for m in markers if m in found or any(m in f for f in found))
 
 
@@ -71,20 +49,9 @@ def read_blobs(git: Git, names: Sequence[str]) -> dict[str, bytes | None]:
     usable = [n for n in dict.fromkeys(names) if "\n" not in n]
     if not usable:
         return {}
-    query = "".join(f"{n}\n" for n in usable).encode("utf-8", "surrogateescape")
-    out = git.run("cat-file", "--batch", stdin=query)
     blobs: dict[str, bytes | None] = {}
-    pos = 0
-    for name in usable:
-        end = out.index(b"\n", pos)
-        header = out[pos:end].split(b" ")
-        pos = end + 1
-        if len(header) == 3 and header[1] in (b"blob", b"tree", b"commit", b"tag"):
-            size = int(header[2])
-            blobs[name] = out[pos : pos + size] if header[1] == b"blob" else None
-            pos += size + 1
-        else:
-            blobs[name] = None  # "<name> missing" (absent from that tree)
+    for name, found in zip(usable, git.cat_batch(usable), strict=True):
+        blobs[name] = found[1] if found is not None and found[0] == b"blob" else None
     return blobs
 
 

@@ -176,7 +176,7 @@ def regenerated(
 
 # ----------------------------------------------------------------------------- dialects
 #
-# A regenerated diff comes from `git diff-tree` (patchfile.DIFF_TREE_FLAGS): `diff --git`
+# A regenerated diff comes from `git diff-tree` (gitlayer/git.py, DIFF_TREE_FLAGS): `diff --git`
 # sections with full 40-hex `index` lines. An imported patch written another way keeps its
 # way: a plain `diff -u` or quilt patch gets plain sections whose `---`/`+++` lines (and
 # `Index:` preamble) are its own, for each file it already named; a git patch with

@@ -19,36 +19,10 @@ MBOX_FROM = f"From {ZERO_COMMIT} Mon Sep 17 00:00:00 2001"
 HEADER_FROM = "From: patchctl <patchctl@invalid>"
 HEADER_DATE = "Date: Thu, 1 Jan 1970 00:00:00 +0000"
 
-# Each flag pins one thing that would otherwise change the patch bytes.
-DIFF_TREE_FLAGS: tuple[str, ...] = (
-    "diff-tree",
-    "-r",  # recurse: one entry per file, never per directory
-    "-p",  # a patch, not a raw listing
-    "--binary",  # binary files as `GIT binary patch` hunks (git apply can apply them)
-    "--full-index",  # full 40-hex blob ids: stable across repos, enables am -3
-    "--no-color",  # no escape codes in stored bytes
-    "--no-ext-diff",  # diff.external / GIT_EXTERNAL_DIFF never run
-    "--no-textconv",  # textconv filters never rewrite content
-    "--no-renames",  # rename policy: a rename is a delete plus an add (exact, config-free)
-    "--diff-algorithm=myers",  # one fixed algorithm (gbp #1030044)
-    "--indent-heuristic",  # git's default, explicit so diff.indentHeuristic cannot flip it
-    "-U3",  # context lines are part of the bytes
-    "--inter-hunk-context=0",  # hunk merging too (zulip-mobile #5407)
-    "-O/dev/null",  # no diff.orderFile: paths in git's own order
-    "--ignore-submodules=none",  # gitlinks compared like any entry
-    "--src-prefix=a/",  # prefixes fixed whatever diff.noprefix / mnemonicPrefix say
-    "--dst-prefix=b/",
-)
-
-
 def diff_trees(git: Git, pre: str, post: str, root: str = ".", paths: Sequence[str] = ()) -> bytes:
     """The canonical diff bytes from tree `pre` to tree `post` (optionally under `root`, and
     only of the tree paths `paths`, taken literally, when given)."""
-    relative = () if root in (".", "") else (f"--relative={root.rstrip('/')}/",)
-    env = {"GIT_LITERAL_PATHSPECS": "1"} if paths else None
-    return git.run(
-        *DIFF_TREE_FLAGS, *relative, "--end-of-options", pre, post, "--", *paths, env=env
-    )
+    return git.canonical_diff(pre, post, root, paths)
 
 
 def diff_tree_pairs(git: Git, pairs: Sequence[tuple[str, str]], root: str = ".") -> list[bytes]:
@@ -59,9 +33,7 @@ def diff_tree_pairs(git: Git, pairs: Sequence[tuple[str, str]], root: str = ".")
     """
     if not pairs:
         return []
-    relative = () if root in (".", "") else (f"--relative={root.rstrip('/')}/",)
-    query = "".join(f"{a} {b}\n" for a, b in pairs).encode("ascii")
-    out = git.run(*DIFF_TREE_FLAGS, *relative, "--stdin", stdin=query)
+    out = git.canonical_diffs(pairs, root)
     heads = []
     pos = 0
     for a, b in pairs:

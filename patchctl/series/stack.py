@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from patchctl.errors import ChecksumMismatch, ConfigError, NotFound
-from patchctl.gitlayer.git import Git, temp_index
+from patchctl.gitlayer.git import Git
+from patchctl.gitlayer.index import temp_index
 from patchctl.series.gitapply import apply_to_index
 from patchctl.series.model import SERIES_FILE, Patch, Series, folded, load_series, read_patch_file
 

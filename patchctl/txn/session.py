@@ -29,7 +29,8 @@ from pathlib import Path
 
 from patchctl.errors import DirtyTree, NotFound, SeriesChanged
 from patchctl.fsio import holds, locked_dir, refuse_overwrite
-from patchctl.gitlayer.git import Git, sweep_temp_dirs
+from patchctl.gitlayer.git import Git
+from patchctl.gitlayer.runner import sweep_temp_dirs
 from patchctl.limits import SERIES_BYTES, read_bounded
 from patchctl.room.cleanroom import (
     Cleanroom,

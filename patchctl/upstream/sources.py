@@ -36,7 +36,9 @@ from patchctl.errors import (
     UnsafeArchive,
 )
 from patchctl.fsio import sha256_file, write_atomic_blocks
-from patchctl.gitlayer.git import Git, IndexFeed, share_objects, unsound_objects
+from patchctl.gitlayer.git import Git
+from patchctl.gitlayer.objects import share_objects, unsound_objects
+from patchctl.gitlayer.pipes import IndexFeed
 from patchctl.limits import ARCHIVE_BYTES, ARCHIVE_MEMBERS, DOWNLOAD_BYTES, INDEX_BYTES, human
 from patchctl.progress import Progress, or_null
 from patchctl.series.model import Series, Upstream
@@ -620,7 +622,7 @@ def _check_commit(series: Series, cache: Git, commit: str) -> None:
     """The pinned id names a commit (or an annotated tag of one), not a tree or a blob."""
     if cache.maybe_rev(f"{commit}^{{commit}}") is not None:
         return
-    kind = cache.text("cat-file", "-t", "--end-of-options", commit)
+    kind = cache.object_type(commit)
     raise ConfigError(
         f"{commit} is a {shown(kind)[1:-1]}, not a commit",
         path=series.path,

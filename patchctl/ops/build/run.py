@@ -17,7 +17,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from patchctl.errors import BuildFailed, BuildStepFailed, NotFound, ToolchainMissing
-from patchctl.gitlayer.git import Git, temp_index
+from patchctl.gitlayer.git import Git
+from patchctl.gitlayer.index import temp_index
 from patchctl.ops.build.config import BuildConfig
 from patchctl.ops.build.manifest import collect_artifacts, output_dirs, write_manifest
 from patchctl.ops.build.model import BuildPlan, BuildResult, OutputCheck, Step, StepRun

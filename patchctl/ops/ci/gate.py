@@ -34,7 +34,8 @@ from patchctl.errors import (
     StaleDocs,
     VerifyFailed,
 )
-from patchctl.gitlayer.git import Git, scratch_repo
+from patchctl.gitlayer.git import Git
+from patchctl.gitlayer.objects import scratch_repo
 from patchctl.ops.build.config import BuildConfig
 from patchctl.ops.ci import findings as where
 from patchctl.ops.ci.findings import Finding

@@ -29,7 +29,8 @@ from patchctl import allowlists
 from patchctl.allowlists import PATCH_ID
 from patchctl.errors import ConfigError, NotFound, PatchctlError
 from patchctl.fsio import check_writable, refuse_overwrite, write_new
-from patchctl.gitlayer.git import Git, scratch_repo
+from patchctl.gitlayer.git import Git
+from patchctl.gitlayer.objects import scratch_repo
 from patchctl.limits import IMPORT_BYTES, PATCH_BYTES, human, read_bounded
 from patchctl.progress import Progress, or_null
 from patchctl.series.docs import render_docs

@@ -45,7 +45,9 @@ from patchctl.errors import (
     PatchDoesNotApply,
     SeriesChanged,
 )
-from patchctl.gitlayer.git import Git, Index, Merged, scratch_repo, temp_index
+from patchctl.gitlayer.git import Git, Merged
+from patchctl.gitlayer.index import Index, temp_index
+from patchctl.gitlayer.objects import scratch_repo
 from patchctl.ops.rebase import state as rebasestate
 from patchctl.ops.rebase.state import Done, Journal, Stop
 from patchctl.progress import Progress, or_null
