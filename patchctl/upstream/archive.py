@@ -31,7 +31,8 @@ late in the archive, a checksum error in the last member, a full disk) removes e
 written; nothing is ever written outside the destination.
 
 A `.tar.zst` is decoded by the `zstd` command first (bounded by the same limits as it is
-decoded); the same pass then runs on the decoded tar.
+decoded; started by gitlayer/runner.py's `streamed`, the one runner of a tool other than
+git); the same pass then runs on the decoded tar.
 
 Members are written with git's view of modes: regular files 0644 or 0755, symlinks as
 symlinks, hard links as copies, directories 0755. A `Sink` (git's index, in upstream.py) can
@@ -47,7 +48,6 @@ import os
 import re
 import shutil
 import stat
-import subprocess
 import tarfile
 import tempfile
 import unicodedata
@@ -63,6 +63,7 @@ from typing import IO, Protocol, Self, cast
 
 from patchctl.allowlists import ZSTD_SUFFIX
 from patchctl.errors import NotFound, PatchctlError, ToolchainMissing, UnsafeArchive
+from patchctl.gitlayer.runner import streamed
 from patchctl.limits import ARCHIVE_BYTES, ARCHIVE_MEMBERS, ARCHIVE_RATIO, RATIO_FLOOR, human
 from patchctl.progress import Progress, or_null
 
@@ -452,17 +453,12 @@ def _zstd_decoded(archive: Path) -> Iterator[IO[bytes]]:
     budget = _Budget(archive)
     with tempfile.TemporaryFile() as plain:
         command = [zstd, "-d", "-c", "-q", "--no-progress", "--", str(archive)]
-        with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as child:
-            assert child.stdout is not None and child.stderr is not None
-            try:
-                while block := child.stdout.read(CHUNK):
-                    budget.add(len(block), members=0)
-                    plain.write(block)
-            except BaseException:
-                child.kill()
-                raise
-            message = child.stderr.read(4096).decode("utf-8", "replace")
+        with streamed(command) as child:  # killed when a limit stops the reading
+            while block := child.stdout.read(CHUNK):
+                budget.add(len(block), members=0)
+                plain.write(block)
         if child.returncode != 0:
+            message = child.stderr.decode("utf-8", "replace")
             raise _corrupt(archive, _ZstdError(message or f"zstd exited {child.returncode}"))
         plain.seek(0)
         yield plain
