@@ -104,7 +104,8 @@ def test_an_archive_already_in_the_tree_cache_is_not_listed_again(
 ) -> None:
     from patchctl.gitlayer.git import Git
     from patchctl.series.model import Series
-    from patchctl.upstream.sources import materialize, pinning
+    from patchctl.upstream import pinning
+    from patchctl.upstream.materialize import materialize
 
     archive(tmp_path / "demo-1.1.tar.gz", "demo-1.1", {"vendor/lib/a.c": b"a\n"})
     at = where(tmp_path)

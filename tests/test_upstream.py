@@ -21,15 +21,8 @@ from patchctl.errors import ChecksumMismatch, ConfigError, NotFound
 from patchctl.gitlayer.git import Git
 from patchctl.progress import RecordingProgress
 from patchctl.series.model import Series, Upstream
-from patchctl.upstream.sources import (
-    fetch_git,
-    fetch_sdist,
-    find_cached,
-    in_tree_cache,
-    materialize,
-    store,
-    tree_from_cache,
-)
+from patchctl.upstream.materialize import in_tree_cache, materialize, tree_from_cache
+from patchctl.upstream.sources import fetch_git, fetch_sdist, find_cached, store
 
 
 def sha(path: Path) -> str:
@@ -433,10 +426,10 @@ def fold_names(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make the clean room's file system one that ignores case, as macOS and Windows do by
     default (archive.name_folding finds that out with a probe file; tests/test_archive.py
     checks the probe itself)."""
-    from patchctl.upstream import sources as upstream
+    from patchctl.upstream import materialize
 
-    monkeypatch.setattr(upstream, "name_folding", lambda fd: str.casefold, raising=False)
-    monkeypatch.setattr(upstream, "same_name", lambda fd, a, b: a.casefold() == b.casefold())
+    monkeypatch.setattr(materialize, "name_folding", lambda fd: str.casefold, raising=False)
+    monkeypatch.setattr(materialize, "same_name", lambda fd, a, b: a.casefold() == b.casefold())
 
 
 def test_a_git_tree_with_names_one_file_here_is_refused_before_checkout(

@@ -28,7 +28,7 @@ from patchctl.room.journal import RoomJournal
 from patchctl.series.gitapply import ID_TRAILER, SHA_TRAILER
 from patchctl.series.model import Series, series_to_dict
 from patchctl.series.project import check_inside, project_root
-from patchctl.upstream.sources import Materialized, materialize
+from patchctl.upstream.materialize import Materialized, materialize
 
 REBASE_DIRNAME = "patchctl-rebase"  # a rebase's state, inside the clean room's .git
 MARKER = "patchctl-cleanroom.json"

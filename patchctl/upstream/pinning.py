@@ -31,15 +31,9 @@ from patchctl.fsio import sha256_file
 from patchctl.progress import Progress, or_null
 from patchctl.series.model import Upstream, check_typed_upstream
 from patchctl.upstream.archive import archive_subdir
-from patchctl.upstream.sources import (
-    archive_name,
-    download_new,
-    find_cached,
-    git_cache,
-    in_tree_cache,
-    sdist_releases,
-    store,
-)
+from patchctl.upstream.materialize import in_tree_cache
+from patchctl.upstream.pypi import sdist_releases
+from patchctl.upstream.sources import archive_name, download_new, find_cached, git_cache, store
 
 # PEP 508 name == PEP 440-ish version (letters, digits and . _ - + !).
 SDIST_SPEC = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9][A-Za-z0-9._+!-]*)")

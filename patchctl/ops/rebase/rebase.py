@@ -82,8 +82,8 @@ from patchctl.series.model import (
 )
 from patchctl.series.parts import regenerated
 from patchctl.txn.session import SeriesSession, series_session
+from patchctl.upstream.materialize import materialize, tree_from_cache
 from patchctl.upstream.pinning import Where, parse_upstream, pin
-from patchctl.upstream.sources import materialize, tree_from_cache
 
 REFS = "refs/patchctl/rebase/"
 MARKER_COPY = ".cleanroom-marker.json"  # the marker's copy under old/
