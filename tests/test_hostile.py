@@ -1477,7 +1477,7 @@ def test_an_import_over_the_total_limit_stops_before_reading_the_rest(
 
 def test_id_generation_is_bounded() -> None:
     from patchctl.errors import ConfigError
-    from patchctl.ops.import_.record import MAX_SUFFIX, unique_id
+    from patchctl.ops.import_.sources import MAX_SUFFIX, unique_id
 
     taken = {"0001-x", *(f"0001-x-{n}" for n in range(2, MAX_SUFFIX + 1))}
     with pytest.raises(ConfigError, match="no free id"):

@@ -14,10 +14,10 @@ from support.series import make_series
 from patchctl import progress
 from patchctl.errors import ConfigError, NotFound, PatchctlError, PatchDoesNotApply
 from patchctl.gitlayer.git import Git
-from patchctl.ops.import_.record import (
+from patchctl.ops.import_.record import import_patches
+from patchctl.ops.import_.sources import (
     Incoming,
     header_fields,
-    import_patches,
     make_entry,
     read_source,
     slug,
@@ -399,7 +399,7 @@ def diff_text(tmp_path: Path, name: str, before: bytes, after: bytes) -> bytes:
     ],
 )
 def test_upstream_status_from_dep3(header: bytes, status: str | None) -> None:
-    from patchctl.ops.import_.record import Incoming, make_entry
+    from patchctl.ops.import_.sources import Incoming, make_entry
 
     entry = make_entry(
         Incoming("x.patch", header + b"\n" + DEP3[DEP3.index(b"--- a") :]), 1, "t", set()
