@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Write patchctl/cli/cliindex.py (the command index cli.py answers --help and completion from)
-from the typer app. Run it after adding or changing a command; tests/test_cli.py checks it."""
+from the typer app. Run it after adding or changing a command; tests/patchctl/cli/test_cli.py checks it."""
 
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from support.paths import REPO
 
 import patchctl
 from patchctl import errors
@@ -55,7 +56,7 @@ def test_exit_codes_are_distinct_and_avoid_reserved_ones() -> None:
 
 
 def test_architecture_doc_lists_every_class() -> None:
-    doc = (Path(__file__).parent.parent / "docs" / "architecture.md").read_text()
+    doc = (REPO / "docs" / "architecture.md").read_text()
     for name, code in ARCHITECTURE_CODES.items():
         assert f"| {code} | `{name}` |" in doc
 
@@ -152,5 +153,5 @@ def test_every_error_class_is_in_errors_py_with_its_documented_code(
     exc = SAMPLES[cls.__name__]() if cls.__name__ in SAMPLES else cls("message", hint="h")
     data = exc.to_json()
     assert data["error"] == cls.__name__ and data["exit_code"] == cls.exit_code
-    doc = (Path(__file__).parent.parent / "docs" / "architecture.md").read_text()
+    doc = (REPO / "docs" / "architecture.md").read_text()
     assert f"`{cls.__name__}`" in doc

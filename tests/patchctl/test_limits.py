@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from support.drift import rebase_ready
+from support.paths import REPO
 
 from patchctl.errors import ConfigError, PatchctlError
 from patchctl.limits import (
@@ -40,7 +41,7 @@ def test_bad_values_are_config_errors_naming_the_variable(
 
 
 def test_every_limit_is_documented() -> None:
-    doc = (Path(__file__).parent.parent / "docs" / "reliability.md").read_text()
+    doc = (REPO / "docs" / "reliability.md").read_text()
     for limit in ALL_LIMITS:
         assert f"| `{limit.env}` |" in doc
 

@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from support.paths import REPO
 from support.repos import Repo
 from support.series import write_series
 
@@ -265,7 +266,7 @@ def _raw_git_calls(path: Path) -> list[ast.Call]:
 def test_git_runs_only_through_named_methods_of_the_git_layer() -> None:
     # Every git call outside patchctl/gitlayer/ goes through a named method (Git.fetch,
     # Git.canonical_diff, ...), so the pins, the separator and the value checks live in one place.
-    root = Path(__file__).parent.parent / "patchctl"
+    root = REPO / "patchctl"
     found = [
         f"{path.relative_to(root)}:{node.lineno}: {ast.unparse(node)[:80]}"
         for path in sorted(root.rglob("*.py"))
@@ -278,7 +279,7 @@ def test_git_runs_only_through_named_methods_of_the_git_layer() -> None:
 def test_no_git_call_in_the_git_layer_passes_a_value_before_the_separator() -> None:
     # The vocabularies (Git in git.py, Index in index.py) separate options from values by
     # construction; this keeps the raw calls of the layer's other modules honest too.
-    root = Path(__file__).parent.parent / "patchctl" / "gitlayer"
+    root = REPO / "patchctl" / "gitlayer"
     found = []
     for path in sorted(root.glob("*.py")):
         if path.name in ("git.py", "index.py"):

@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from support import paths
 from support.drift import rebase_ready
 from support.files import CONTENT_MATRIX, CONTENT_MATRIX_AFTER, Entry, Exe, Link, write_files
 from support.gitconfig import hostile
@@ -23,7 +24,7 @@ from patchctl.room.cleanroom import open_cleanroom
 from patchctl.series.model import Patch, load_series
 from patchctl.series.patchfile import diff_trees, patch_header
 
-GOLDEN = Path(__file__).parent / "golden" / "capture"
+GOLDEN = paths.GOLDEN / "capture"
 UPDATE = os.environ.get("PATCHCTL_UPDATE_GOLDEN") == "1"
 
 BASE: dict[str, Entry] = {

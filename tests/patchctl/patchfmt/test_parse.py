@@ -5,12 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support import paths
+from support.paths import REPO
 from unidiff import PatchSet
 
 from patchctl.patchfmt.parse import ambiguous_names, display, header_names, parse, unquote
 
-GOLDEN = Path(__file__).parent / "golden" / "capture"
-SHIPPED = sorted((Path(__file__).parent.parent / "patches" / "llamafile").glob("*.patch"))
+GOLDEN = paths.GOLDEN / "capture"
+SHIPPED = sorted((REPO / "patches" / "llamafile").glob("*.patch"))
 
 
 def test_a_new_empty_file_whose_path_contains_b_slash() -> None:

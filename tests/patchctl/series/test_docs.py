@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from support.drift import rebase_ready
+from support.paths import REPO
 from support.series import make_project
 
 from patchctl.cli.main import main
@@ -201,7 +202,7 @@ def test_a_registry_written_whole_by_an_earlier_patchctl_is_replaced(project: Pa
     assert fresh == marker_registry(series, None) and b"something old" not in fresh
 
 
-SYNC_DOC = Path(__file__).resolve().parents[1] / "docs" / "UPSTREAM_SYNC.md"
+SYNC_DOC = REPO / "docs" / "UPSTREAM_SYNC.md"
 
 
 def _documented_sync() -> list[str]:

@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import paths
 
 from patchctl.errors import ConfigError, NotFound, PatchctlError
 from patchctl.series.model import Patch, dump_series, load_series, read_patch_file, save_series
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = paths.REPO
 SHA = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
 TREE = "b2da53584951ec8aa40680229509a6646a637560"
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from support import paths
 from support.files import Files
 from support.repos import Repo
 
@@ -23,7 +24,7 @@ from patchctl.ops.build.plan import BACKEND_OPS
 from patchctl.ops.build.run import build_tree
 
 needs_cmake = pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake not installed")
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = paths.REPO
 
 CRASHED = """cpu avx2=1 avx512=1 avx512_vnni=1 avx512_bf16=1 amx_int8=1
 buft AMX
