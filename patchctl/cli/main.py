@@ -1,7 +1,7 @@
 """The entry point (`patchctl`, `python -m patchctl`): start-up costs only what is needed.
 
 `--version`, the top-level `--help` and shell completion are answered here from the command
-index (cliindex.py, written from the app by scripts/cli_index.py), without importing typer,
+index (cliindex.json, written from the app by scripts/cli_index.py), without importing typer,
 rich or any command; everything else goes to the typer app in app.py, whose commands import
 the core only when they run. docs/benchmarks/startup.json has the measured times.
 """

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from patchctl.cli import cliindex
-from patchctl.cli.app import cli_index, root_help
+from patchctl.cli.app import cli_index, render_cli_index, root_help
 from patchctl.cli.completion import SOURCES, Item, complete, respond
 from patchctl.ops.build import BACKENDS
 
@@ -30,6 +32,21 @@ def test_the_index_is_the_app() -> None:
     # Fails after a command changed without `python scripts/cli_index.py`.
     assert cli_index() == cliindex.COMMANDS
     assert root_help() == cliindex.ROOT_HELP
+
+
+def test_the_index_file_is_what_the_script_writes() -> None:
+    # The generated data, byte for byte: a hand edit or a stale file fails here.
+    assert cliindex.INDEX_FILE.read_text(encoding="utf-8") == render_cli_index()
+
+
+def test_the_index_reads_back_what_was_written(tmp_path: Path) -> None:
+    index = tmp_path / "cliindex.json"
+    index.write_text(render_cli_index(), encoding="utf-8")
+    assert cliindex.load(index) == (root_help(), cli_index())
+    broken = json.loads(index.read_text(encoding="utf-8"))
+    broken["commands"]["build"]["help"] = "changed"
+    index.write_text(json.dumps(broken), encoding="utf-8")
+    assert cliindex.load(index)[1] != cli_index()
 
 
 def test_commands_groups_and_subcommands() -> None:
