@@ -11,7 +11,8 @@ archive have passed:
    become copies; devices and fifos are refused); its place in the tree so far (a path named
    twice with differing copies, a member under a file or a symlink, a member that changes
    type, and on a file system that ignores case or Unicode normalization in names, as macOS
-   and Windows do, two names it takes for one: `src/A.c` and `src/a.c`). A path named twice
+   and Windows do, two names it takes for one: `src/A.c` and `src/a.c`, asked of the file
+   system by casefold.py's probes). A path named twice
    is taken once when both copies are the same (type, mode, link target, bytes: the second
    is compared with the first as it is read) and refused otherwise. A regular file is then
    written, its size bounded by its header; symlinks and hard links are only recorded;
@@ -35,8 +36,9 @@ decoded; started by gitlayer/runner.py's `streamed`, the one runner of a tool ot
 git); the same pass then runs on the decoded tar.
 
 Members are written with git's view of modes: regular files 0644 or 0755, symlinks as
-symlinks, hard links as copies, directories 0755. A `Sink` (git's index, in upstream.py) can
-be told of each file as it is written, so that hashing the tree overlaps reading the archive.
+symlinks, hard links as copies, directories 0755. A `Sink` (git's index: materialize.py
+passes a `gitlayer.pipes.IndexFeed`) can be told of each file as it is written, so that
+hashing the tree overlaps reading the archive.
 """
 
 from __future__ import annotations
@@ -50,7 +52,6 @@ import shutil
 import stat
 import tarfile
 import tempfile
-import unicodedata
 import zipfile
 import zlib
 from collections import OrderedDict, deque
@@ -66,6 +67,15 @@ from patchctl.errors import NotFound, PatchctlError, ToolchainMissing, UnsafeArc
 from patchctl.gitlayer.runner import streamed
 from patchctl.limits import ARCHIVE_BYTES, ARCHIVE_MEMBERS, ARCHIVE_RATIO, RATIO_FLOOR, human
 from patchctl.progress import Progress, or_null
+from patchctl.upstream.casefold import (
+    FOLDED,
+    FOLDING_FIX,
+    Fold,
+    Same,
+    Spellings,
+    name_folding,
+    same_name,
+)
 
 # Components dropped on extraction: a vendored `.git` (a gitlink file in the sdist) would make
 # git treat the tree as a submodule. Compared as git's verify_path does (`is_git_dir_name`):
@@ -496,8 +506,6 @@ def _check_zip_directory(archive: Path) -> None:
 # ----------------------------------------------------------------------------- checking
 
 
-Fold = Callable[[str], str]
-Same = Callable[[str, str], bool]  # whether the file system takes two names for one
 
 
 class _TreeCheck:
@@ -558,121 +566,7 @@ class _TreeCheck:
 
 
 TWICE = "appears twice in the archive, the copies differing (in type, mode, target or bytes)"
-FOLDED = "name one file on this file system, which ignores case (or Unicode normalization)"
-FOLDING_FIX = (
-    "put the clean room on a case-sensitive file system (`--workdir`: on macOS a "
-    "case-sensitive APFS volume, on Windows a directory after "
-    "`fsutil file setCaseSensitiveInfo DIR enable`)"
-)
 
-
-class Spellings:
-    """Paths as a file system that folds names (`name_folding`) sees them.
-
-    `fold` finds the candidates: two spellings of one folded path. `same`, when given, asks the
-    file system itself about each candidate's last names (`same_name`), since `fold` can only
-    approximate its rules (`str.casefold` takes "Straße" for "Strasse"; APFS and NTFS do not).
-    """
-
-    def __init__(self, fold: Fold, same: Same | None = None) -> None:
-        self.fold = fold
-        self.same = same
-        self.spelled: dict[str, list[str]] = {}  # folded path -> its spellings, distinct here
-
-    def add(self, name: str) -> tuple[str, str] | None:
-        """(earlier spelling, this one) of the first of `name` and the directories above it
-        that this file system takes for a path seen under another spelling; None when there
-        is none."""
-        parts = name.split("/")
-        for i in range(1, len(parts) + 1):
-            path = "/".join(parts[:i])
-            spellings = self.spelled.setdefault(self.fold(path), [])
-            if path in spellings:
-                continue
-            for seen in spellings:
-                if self._one_file(seen, path):
-                    return seen, path
-            spellings.append(path)
-        return None
-
-    def _one_file(self, seen: str, path: str) -> bool:
-        """Whether `seen` and `path` (folded alike) name one file: in one directory (the
-        directories above were checked first, so differing ones are distinct there) and with
-        last names the file system takes for one."""
-        head, _, last = path.rpartition("/")
-        seen_head, _, seen_last = seen.rpartition("/")
-        if head != seen_head:
-            return False
-        return self.same is None or self.same(seen_last, last)
-
-
-PROBE = "patchctl-probe-\u00e9A"  # an uppercase letter and a precomposed e-acute (NFC)
-ASCII_PROBE = "patchctl-probe-A"  # where a file system refuses that name: case only
-
-
-def name_folding(dir_fd: int) -> Fold | None:
-    """How the file system of directory `dir_fd` compares names: None when it compares bytes
-    (Linux file systems), else the folding it applies (case, as on macOS and Windows;
-    Unicode normalization, as on macOS). Found by creating a probe file there and looking it
-    up under other spellings; the probe is removed before this returns."""
-    try:
-        case, form = _looked_up(dir_fd, PROBE, PROBE.lower(), unicodedata.normalize("NFD", PROBE))
-    except _NameRefused:  # the file system refuses that name: case only
-        (case,), form = _looked_up(dir_fd, ASCII_PROBE, ASCII_PROBE.lower()), False
-    if case and form:
-        return lambda name: unicodedata.normalize("NFC", name).casefold()
-    if case:
-        return str.casefold
-    if form:
-        return lambda name: unicodedata.normalize("NFC", name)
-    return None
-
-
-def same_name(dir_fd: int, first: str, second: str) -> bool:
-    """Whether the file system of directory `dir_fd` takes the names `first` and `second` for
-    one: a file named `first` is made in a fresh probe directory there and looked up as
-    `second`; the probe is removed before this returns. A name the file system refuses, or a
-    probe that cannot be made, counts as one file (the refusal then stands)."""
-    probe = f"patchctl-probe-{os.getpid()}-{os.urandom(4).hex()}"
-    try:
-        os.mkdir(probe, 0o700, dir_fd=dir_fd)
-    except OSError:
-        return True
-    try:
-        fd = os.open(probe, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
-        try:
-            return _looked_up(fd, first, second)[0]
-        except _NameRefused:
-            return True
-        finally:
-            os.close(fd)
-    finally:
-        os.rmdir(probe, dir_fd=dir_fd)
-
-
-class _NameRefused(OSError):
-    """The file system would not make a probe file of that name (its OSError)."""
-
-
-def _looked_up(dir_fd: int, made: str, *others: str) -> list[bool]:
-    """Make an empty file `made` in directory `dir_fd` (_NameRefused when that fails), then
-    whether each of `others` finds it there; the file is removed before this returns."""
-    try:
-        os.close(os.open(made, _NEW_FILE, 0o600, dir_fd=dir_fd))
-    except OSError as exc:
-        raise _NameRefused(exc.errno, exc.strerror, made) from exc
-    try:
-        return [_exists(name, dir_fd) for name in others]
-    finally:
-        os.unlink(made, dir_fd=dir_fd)
-
-
-def _exists(name: str, dir_fd: int) -> bool:
-    try:
-        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return False
-    return True
 
 
 def _check_hardlinks(archive: Path, members: list[Member]) -> dict[str, Member]:

@@ -27,14 +27,8 @@ from patchctl.gitlayer.pipes import IndexFeed
 from patchctl.limits import ARCHIVE_BYTES, ARCHIVE_MEMBERS, human
 from patchctl.progress import Progress, or_null
 from patchctl.series.model import Series, Upstream
-from patchctl.upstream.archive import (
-    FOLDED,
-    FOLDING_FIX,
-    Spellings,
-    extract_archive,
-    name_folding,
-    same_name,
-)
+from patchctl.upstream.archive import extract_archive
+from patchctl.upstream.casefold import FOLDED, FOLDING_FIX, Spellings, name_folding, same_name
 from patchctl.upstream.sources import fetch_git, fetch_sdist, git_url, local_archive
 
 
@@ -210,7 +204,7 @@ def _materialize_git(series: Series, repo: Git, progress: Progress | None) -> Ma
 
 def check_names_fit(series: Series, repo: Git, tree: str) -> None:
     """Before `tree` is checked out into `repo`'s work tree: on a file system that folds
-    names (macOS, Windows: archive.name_folding), two paths it takes for one (`src/A.c`,
+    names (macOS, Windows: casefold.name_folding), two paths it takes for one (`src/A.c`,
     `src/a.c`) would be written one over the other; ConfigError (exit 5) naming both."""
     fd = os.open(repo.repo, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:

@@ -19,7 +19,9 @@ from support.files import Entry, Exe, Link
 from patchctl.errors import NotFound, ToolchainMissing, UnsafeArchive
 from patchctl.progress import RecordingProgress
 from patchctl.upstream import archive as archive_module
-from patchctl.upstream.archive import extract_archive, is_git_dir_name, name_folding, same_name
+from patchctl.upstream import casefold
+from patchctl.upstream.archive import extract_archive, is_git_dir_name
+from patchctl.upstream.casefold import name_folding, same_name
 
 SAFE: dict[str, Entry | Special] = {
     "README": b"hello\n",
@@ -401,10 +403,17 @@ def test_is_git_dir_name_follows_gits_ntfs_and_hfs_rules(part: str, git: bool) -
     assert is_git_dir_name(part) is git
 
 
+def fold_os(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Put archive.py and its case-folding probes (casefold.py) on a FoldingOs."""
+    folding = FoldingOs()
+    monkeypatch.setattr(archive_module, "os", folding)
+    monkeypatch.setattr(casefold, "os", folding)
+
+
 class FoldingOs:
-    """The os module as archive.py sees it, on a simulated case-insensitive file system (as
-    macOS and Windows have by default): a name relative to a directory descriptor is stored
-    and looked up in lower case, so `A.c` and `a.c` are one file."""
+    """The os module as archive.py and casefold.py see it, on a simulated case-insensitive
+    file system (as macOS and Windows have by default): a name relative to a directory
+    descriptor is stored and looked up in lower case, so `A.c` and `a.c` are one file."""
 
     def __getattr__(self, name: str) -> object:
         return getattr(os, name)
@@ -456,7 +465,7 @@ def test_names_one_file_on_a_case_insensitive_file_system_are_refused_before_wri
     naming the archive, both members and the fix, and nothing is left."""
     files, first, second = COLLIDING[case]
     archive = make_tar(tmp_path / "pkg-1.0.tar.gz", files)
-    monkeypatch.setattr(archive_module, "os", FoldingOs())
+    fold_os(monkeypatch)
     dest = tmp_path / "out"
     with pytest.raises(UnsafeArchive) as info:
         extract_archive(archive, dest)
@@ -523,7 +532,7 @@ def test_name_folding_probes_the_file_system_and_leaves_nothing(
         else:
             assert found is None or found("A") != found("a")
         assert list(tmp_path.iterdir()) == []
-        monkeypatch.setattr(archive_module, "os", FoldingOs())
+        fold_os(monkeypatch)
         fold = name_folding(fd)
         assert fold is not None and fold("src/A.c") == fold("SRC/a.c") != fold("src/b.c")
         assert list(tmp_path.iterdir()) == []
@@ -535,7 +544,7 @@ def test_names_that_only_casefold_alike_are_asked_of_the_file_system(
     """`str.casefold` takes "Straße" for "Strasse"; a file system that ignores case keeps
     them apart (here: one that compares lower case). Such a pair, and names alike only in
     directories that differ there, extract; a pair it does take for one is still refused."""
-    monkeypatch.setattr(archive_module, "os", FoldingOs())
+    fold_os(monkeypatch)
     files: dict[str, Entry | Special] = {
         "Straße.txt": b"sz\n",
         "Strasse.txt": b"ss\n",
@@ -559,7 +568,7 @@ def test_same_name_probes_and_leaves_nothing(
     with dir_fd(tmp_path) as fd:
         assert same_name(fd, "A", "a") == folds_case
         assert same_name(fd, "A", "A") and not same_name(fd, "A", "B")
-        monkeypatch.setattr(archive_module, "os", FoldingOs())
+        fold_os(monkeypatch)
         assert same_name(fd, "A", "a") and not same_name(fd, "Straße", "Strasse")
     assert list(tmp_path.iterdir()) == []
 

@@ -424,7 +424,7 @@ CASE_PAIR: dict[str, Entry] = {"src/A.c": b"int A;\n", "src/a.c": b"int a;\n", "
 
 def fold_names(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make the clean room's file system one that ignores case, as macOS and Windows do by
-    default (archive.name_folding finds that out with a probe file;
+    default (casefold.name_folding finds that out with a probe file;
     tests/patchctl/upstream/test_archive.py checks the probe itself)."""
     from patchctl.upstream import materialize
 
