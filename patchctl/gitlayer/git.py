@@ -171,7 +171,7 @@ class Git:
         """`git apply --numstat` of patch bytes on stdin: (exit status, stderr). git reads the
         patch as `apply` would (a corrupt one is refused, naming its line) and changes
         nothing: no index, no tree, no file. The caller refuses an oversized binary hunk
-        first (binarypatch.oversized): git would inflate it."""
+        first (patchfmt.binary.oversized): git would inflate it."""
         code, _out, err = self.run_full("apply", "--numstat", "-p1", stdin=data)
         return code, err
 
@@ -522,7 +522,7 @@ class Git:
 
     def snapshot_trusting(self, rules: bytes | None) -> tuple[str, list[str]]:
         """`snapshot_worktree`, and with `rules` (exclude lines relative to the root: the only
-        ignore rules trusted, ignores.py) also every untracked file that the tree's own ignore
+        ignore rules trusted, room/snapshot.py) also every untracked file that the tree's own ignore
         files hide but `rules` do not: (tree id, those files)."""
         seed = self.index_path()
         with temp_index(self, seed if seed.is_file() else None) as index:

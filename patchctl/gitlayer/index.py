@@ -61,7 +61,7 @@ class Index:
         The status is negative when git died of a signal (git 2.39 aborts on some corrupt
         patches, apply.c assertion): the index lock it leaves is removed, so the index stays
         usable, and the crash is reported in the returned stderr. The caller refuses an
-        oversized binary hunk first (patchapply.apply_bytes): git would inflate it.
+        oversized binary hunk first (series.gitapply.apply_bytes): git would inflate it.
         """
         code, _out, err = self.git.run_full("apply", "--cached", *flags, stdin=data, env=self.env)
         if code < 0:

@@ -3,10 +3,10 @@
 The work tree is read with `Git.snapshot_trusting` (a copy of the index, so the clean room's
 own index is never touched); `add -A` picks up modified, new, deleted, mode-changed and
 symlinked files, and new files that only a `.gitignore` the upstream does not have hides
-are added too (`worktree_snapshot`, ignores.py): such a rule never leaves work out. The
+are added too (`worktree_snapshot`, room/snapshot.py): such a rule never leaves work out. The
 bytes come from patchfile.py (the canonical diff and header), so the same trees and metadata
 always give the same bytes, which `verify`'s re-export relies on.
-An imported patch keeps its own header and trailer (patchparts.py): only its diff is
+An imported patch keeps its own header and trailer (series/parts.py): only its diff is
 replaced, and its recorded sha256 follows the new bytes.
 """
 
@@ -214,7 +214,7 @@ def capture_patch(
     pre = room.git.tree_of(parent)
     post = worktree_snapshot(room.git, room.base_tree())
     data = capture_trees(room.git, patch, pre, post, series.root)
-    if patch.imported and path.is_file():  # its own header and trailer stay (patchparts.py)
+    if patch.imported and path.is_file():  # its own header and trailer stay (series/parts.py)
         data = with_diff(read_patch_file(path), split_patch(data).diff)
     check_patch_size(patch, data)
     sha = patch_sha256(data) if patch.imported else patch.sha256

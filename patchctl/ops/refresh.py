@@ -8,11 +8,11 @@ byte for byte, whatever its format.
 
 How: the patches are replayed as tree objects of the clean room's repository (never its index
 or work tree; a TreePatcher, so each patch costs the paths it touches), each exactly, else at
-an offset, else with fuzz (patchapply.replay_tree); a
+an offset, else with fuzz (series.gitapply.replay_tree); a
 drifted patch's diff is regenerated from the trees around it with the pinned diff flags
-(patchparts.regenerated), so the refreshed patch turns the same pre-tree into the same
+(series.parts.regenerated), so the refreshed patch turns the same pre-tree into the same
 post-tree, exactly, and written in the patch's own dialect (a plain `diff -u`, quilt's
-`Index:` sections, a git diff with abbreviated ids: patchparts.in_dialect) unless
+`Index:` sections, a git diff with abbreviated ids: series.parts.in_dialect) unless
 `--git-style` asks for git diffs. Like `quilt refresh`, the header (DEP-3, gbp-pq, mail headers,
 everything before the diff) and the trailer after the last hunk are kept byte for byte; only
 the diff part changes. A patch that does not apply even with fuzz is a conflict (exit 3,

@@ -79,7 +79,7 @@ def relocated(directory: bytes, text: bytes) -> bytes:
 def worktree_snapshot(git: Git, base_tree: str) -> str:
     """The tree a capture takes from a clean room's work tree: what `git add -A` stages, plus
     the untracked files that only a `.gitignore` the upstream (tree `base_tree`) does not have
-    hides (one a patch or an edit added: ignores.py), named in a notice. Files the upstream's
+    hides (one a patch or an edit added: the rules above), named in a notice. Files the upstream's
     own rules (or .git/info/exclude) ignore, build output, stay out."""
     tree, hidden = git.snapshot_trusting(trusted_rules(git, base_tree))
     if hidden:

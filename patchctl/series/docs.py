@@ -2,7 +2,7 @@
 
 Both are functions of series.yaml and the patch files, so `verify` can regenerate them in
 memory and call them stale (StaleDocs, exit 16) when the committed files differ.
-patchparse.py reads patch metadata (files, +/- counts); patch bytes are never rewritten.
+patchfmt/parse.py reads patch metadata (files, +/- counts); patch bytes are never rewritten.
 Layout: <series dir>/README.md and <project root>/docs/UPSTREAM_SYNC.md (patchctl.series.project).
 The registry is shared by the series of one project: it holds one section per series, keyed
 by the series directory relative to the root, and a series only ever rewrites its own section

@@ -40,7 +40,7 @@ APPLY_FLAGS: tuple[tuple[str, str], ...] = (
     ("-v", "git reports offsets and reduced context, which find_drift turns into drift"),
 )
 # Every apply is `--cached` on an index patchctl owns (Index.apply); the clean room's own
-# index and work tree follow the resulting commit in one `reset --keep` (apply.py).
+# index and work tree follow the resulting commit in one `reset --keep` (ops/cleanroom/apply.py).
 
 ID_TRAILER = "Patchctl-Id"
 SHA_TRAILER = "Patchctl-Patch-Sha256"
@@ -188,7 +188,7 @@ class Outcome:
 def apply_bytes(index: Index, data: bytes, flags: Sequence[str]) -> tuple[int, bytes]:
     """`git apply --cached` of patch bytes on `index`: (exit status, stderr). A binary hunk
     declaring a file over PATCHCTL_MAX_BLOB_BYTES is status 1 without running git: git would
-    inflate it whole (binarypatch.py)."""
+    inflate it whole (patchfmt/binary.py)."""
     refused = binarypatch.oversized(data)
     if refused is not None:
         return 1, refused.encode() + b"\n"

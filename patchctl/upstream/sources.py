@@ -185,7 +185,7 @@ def local_archive(series: Series, progress: Progress | None = None) -> Path:
 def git_url(series: Series) -> str:
     """The upstream url; a relative local path is taken relative to the series directory.
 
-    The url passed values.git_url_problem on load; checked again here because it is about to
+    The url passed allowlists.git_url_problem on load; checked again here because it is about to
     reach a command line (a Series can also be built in code).
     """
     url = series.upstream.url or ""

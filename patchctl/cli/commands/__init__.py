@@ -1,6 +1,6 @@
 """Command modules: each defines `register(app: typer.Typer) -> None`.
 
-`cli.py` imports every module in this package (pkgutil) and calls its `register`, so a new
+`cli/app.py` imports every module in this package (pkgutil) and calls its `register`, so a new
 command group is added by dropping a module here.
 """
 

@@ -1,9 +1,9 @@
 """`patchctl cleanroom apply`: a series applied strictly onto its clean room.
 
 No fuzz, no offsets, whitespace untouched: each patch is applied to the tree of the commit
-before it (patchapply.strict_apply: conflict, drift and already-applied are told apart there)
+before it (series.gitapply.strict_apply: conflict, drift and already-applied are told apart there)
 and becomes one commit with the `Patchctl-Id:` and `Patchctl-Patch-Sha256:` trailers
-(patchapply.commit_message). Trees and commits are made in the object store, a patch costing
+(series.gitapply.commit_message). Trees and commits are made in the object store, a patch costing
 only the paths it touches; the clean room's index and files follow once, at the end (or at
 the last good patch when one fails), with `reset --keep`, which touches only files that differ.
 """

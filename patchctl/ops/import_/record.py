@@ -74,9 +74,9 @@ def apply_chain(
     sources: Mapping[str, str] | None = None,
 ) -> list[Applied]:
     """Apply each patch in order onto tree `base` in `git`, as quilt would (exactly, else at an
-    offset, else with fuzz: patchapply.replay_tree); its trees and drifted hunks. A patch that does
-    not apply even with fuzz is a conflict (exit 3) naming the patch (and its source file, from
-    `sources`: id -> where it was read), file and hunk."""
+    offset, else with fuzz: series.gitapply.replay_tree); its trees and drifted hunks. A patch
+    that does not apply even with fuzz is a conflict (exit 3) naming the patch (and its source
+    file, from `sources`: id -> where it was read), file and hunk."""
     results = []
     named = sources or {}
     with TreePatcher(git) as patcher:
@@ -190,7 +190,7 @@ def _refreshed(
     git: Git, entries: list[tuple[Patch, bytes]], applied: list[Applied], root: str
 ) -> list[tuple[Patch, bytes]]:
     """`import --refresh`: each drifted patch with its diff regenerated from the trees it
-    produced (header and trailer kept, patchparts.regenerated) and the sha256 of those bytes."""
+    produced (header and trailer kept, series.parts.regenerated) and the sha256 of those bytes."""
     out = []
     with scratch_repo([git.repo]) as scratch:
         for (entry, data), result in zip(entries, applied, strict=True):

@@ -3,12 +3,12 @@
 How (in the series' clean room, under the series and clean-room locks for every run):
 1. The new upstream is pinned (pinning.py: sha256, full commit) and materialized; its tree
    becomes a new base commit in the clean room's repository. The old series is replayed on
-   the old base (patchapply.replay_tree) into one commit per patch, so every patch has an old
+   the old base (series.gitapply.replay_tree) into one commit per patch, so every patch has an old
    "before" and "after" tree whatever its format.
 2. Each patch, in order, onto the new base plus the patches rebased before it: if its bytes
    apply exactly, that is its result; otherwise the three-way merge of its old commit onto
    the new tip (git's ort merge, as a cherry-pick does it: `Git.merge_trees`). Its new bytes
-   are regenerated from the trees around it (patchparts.regenerated: an imported patch keeps
+   are regenerated from the trees around it (series.parts.regenerated: an imported patch keeps
    its header and trailer; an imported patch that applies exactly keeps every byte).
 3. At the first conflict, or a patch whose changes the new upstream already has, it stops:
    the clean room's work tree gets the merged files with conflict markers (`diff3` style:
@@ -25,7 +25,7 @@ How (in the series' clean room, under the series and clean-room locks for every 
    printed. The clean room ends on the new base with the rebased patches applied.
 
 Until step 4 nothing in the series directory is written: new bytes are staged under the
-clean room's .git (rebasestate.py), whose journal records each step atomically, so a rebase
+clean room's .git (ops/rebase/state.py), whose journal records each step atomically, so a rebase
 killed at any point is resumed by `--continue` or undone by `--abort`.
 """
 

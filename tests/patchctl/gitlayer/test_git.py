@@ -169,7 +169,7 @@ def test_an_upstream_url_that_looks_like_an_option_runs_nothing(tmp_path: Path) 
 def test_a_transport_outside_the_allow_list_never_runs(
     make_repo: Callable[..., Repo], tmp_path: Path, url: str
 ) -> None:
-    """values.py refuses these urls at load; git itself refuses them too (GIT_ALLOW_PROTOCOL
+    """allowlists.py refuses these urls at load; git itself refuses them too (GIT_ALLOW_PROTOCOL
     and protocol.allow=never), so no caller that skipped the check could run a transport."""
     git = make_repo({"f.txt": b"x\n"}).git
     sentinel = tmp_path / "sentinel"

@@ -1,4 +1,4 @@
-"""patchparse.py: files and line counts of patch bytes, with git's path rules."""
+"""patchfmt/parse.py: files and line counts of patch bytes, with git's path rules."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""ignores.py: the upstream's .gitignore files as one root-relative exclude file that ignores
+"""room/snapshot.py: the upstream's .gitignore files as one root-relative exclude file that ignores
 exactly what git's own per-directory reading ignores."""
 
 from __future__ import annotations

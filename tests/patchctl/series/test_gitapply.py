@@ -1,4 +1,4 @@
-"""patchapply.py: the one home of `git apply` flags, root rule, diagnostics and identity."""
+"""series/gitapply.py: the one home of `git apply` flags, root rule, diagnostics and identity."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""apply.py: strict apply of hostile content; conflicts, drift, already-applied, unsaved work."""
+"""ops/cleanroom/apply.py: strict apply of hostile content; conflicts, drift, already-applied,
+unsaved work."""
 
 from __future__ import annotations
 

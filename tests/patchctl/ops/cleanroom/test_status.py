@@ -1,4 +1,5 @@
-"""status.py: `cleanroom status` measures a clean room against its series, read-only."""
+"""ops/cleanroom/status.py: `cleanroom status` measures a clean room against its series,
+read-only."""
 
 from __future__ import annotations
 

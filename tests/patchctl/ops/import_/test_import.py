@@ -201,7 +201,7 @@ def test_conflicting_import_is_patch_does_not_apply(
     with pytest.raises(PatchDoesNotApply, match="does not apply") as info:
         import_patches(series, source, git, base)
     assert not any(series.dir.glob("*.patch"))  # nothing written on failure
-    # The same diagnosis as `cleanroom apply`: file, hunk and reason (patchapply.conflict).
+    # The same diagnosis as `cleanroom apply`: file, hunk and reason (series.gitapply.conflict).
     assert (info.value.file, info.value.hunk) == ("main.c", 1)
     assert info.value.why == "context does not match"
 
