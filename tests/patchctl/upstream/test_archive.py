@@ -285,7 +285,7 @@ def test_the_archive_is_read_once(
     size = archive.stat().st_size
     counts = {"bytes": 0, "rewinds_from": 0}
     monkeypatch.setattr(
-        "patchctl.upstream.archive._open_archive", lambda path: _Counting(path, counts)
+        "patchctl.upstream.archive_formats.open_archive", lambda path: _Counting(path, counts)
     )
     result = extract_archive(archive, tmp_path / "out")
     assert result.files == 41
