@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+KINDS = (b"blob", b"tree", b"commit", b"tag")
+
 
 def read_record(
     line: Callable[[], bytes], exactly: Callable[[int], bytes]
@@ -15,9 +17,9 @@ def read_record(
     """One record: (type, bytes) of the object, or None when git names it missing.
 
     `line` gives the next line without its newline, `exactly(n)` the next n bytes."""
-    header = line().split(b" ")
-    if len(header) != 3:
-        return None  # "<name> missing" / "<name> ambiguous"
+    header = line().rsplit(b" ", 2)
+    if len(header) != 3 or header[1] not in KINDS or not header[2].isdigit():
+        return None  # "<name> missing" / "<name> ambiguous" (a name may hold spaces)
     data = exactly(int(header[2]) + 1)[:-1]
     return header[1], data
 
