@@ -46,15 +46,14 @@ hashing the tree overlaps reading the archive.
 
 from __future__ import annotations
 
-import errno
 import os
 import re
 import shutil
 import tarfile
 import tempfile
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -81,6 +80,14 @@ from patchctl.upstream.casefold import (
     Spellings,
     name_folding,
     same_name,
+)
+from patchctl.upstream.fdwrite import (
+    NEW_FILE,
+    NOFOLLOW_DIR,
+    OLD_FILE,
+    Dirs,
+    split_name,
+    write_fully,
 )
 
 # Components dropped on extraction: a vendored `.git` (a gitlink file in the sdist) would make
@@ -400,67 +407,12 @@ def _unwritten(name: str) -> bool:
 # ----------------------------------------------------------------------------- writing
 
 
-_NOFOLLOW_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-_OLD_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-class _Dirs:
-    """Descriptors of the directories under a root, each opened relative to its parent's with
-    O_NOFOLLOW (and made when missing), so nothing is reached through a symlink on disk. The
-    most recent ones stay open: archive members come grouped by directory."""
-
-    KEEP = 64
-
-    def __init__(self, archive: Path, root_fd: int) -> None:
-        self.archive = archive
-        self.root_fd = root_fd
-        self.open: OrderedDict[str, int] = OrderedDict()
-
-    def fd(self, path: str, member: str) -> int:
-        """The descriptor of directory `path` ('' is the root), made as needed for `member`."""
-        if not path:
-            return self.root_fd
-        found = self.open.get(path)
-        if found is not None:
-            self.open.move_to_end(path)
-            return found
-        parent, _sep, leaf = path.rpartition("/")
-        parent_fd = self.fd(parent, member)
-        with suppress(FileExistsError):
-            os.mkdir(leaf, 0o755, dir_fd=parent_fd)
-        try:
-            fd = os.open(leaf, _NOFOLLOW_DIR, dir_fd=parent_fd)
-        except OSError as exc:
-            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                raise unsafe(
-                    self.archive,
-                    member,
-                    f"would be written through {leaf!r}, a symlink or file on disk",
-                ) from None
-            raise
-        self.open[path] = fd
-        if len(self.open) > self.KEEP:
-            os.close(self.open.popitem(last=False)[1])
-        return fd
-
-    def close(self) -> None:
-        for fd in self.open.values():
-            os.close(fd)
-        self.open.clear()
-
-
-def _split(name: str) -> tuple[str, str]:
-    parent, _sep, leaf = name.rpartition("/")
-    return parent, leaf
-
-
 class _Extraction:
     """One pass over the members into the staging directory `dirs.root_fd`, then the checks
     that need the whole archive, the links, and the move of the tree into `dest`."""
 
     def __init__(
-        self, archive: Path, root: Path, dirs: _Dirs, report: Progress, sink: Sink | None
+        self, archive: Path, root: Path, dirs: Dirs, report: Progress, sink: Sink | None
     ) -> None:
         self.archive = archive
         self.root = root  # the staging directory (dirs.root_fd)
@@ -508,8 +460,8 @@ class _Extraction:
             return
         if first.name in self.unwritten:
             raise unsafe(self.archive, first.name, "appears twice in the archive")
-        parent, leaf = _split(first.name)
-        fd = os.open(leaf, _OLD_FILE, dir_fd=self.dirs.fd(parent, first.name))
+        parent, leaf = split_name(first.name)
+        fd = os.open(leaf, OLD_FILE, dir_fd=self.dirs.fd(parent, first.name))
         with os.fdopen(fd, "rb") as written, _reading(self.archive), raw.open() as stream:
             while block := stream.read(CHUNK):
                 if written.read(len(block)) != block:
@@ -542,8 +494,8 @@ class _Extraction:
             self.sink.add(path)
 
     def _write_file(self, name: str, source: Member, opener: Opener) -> None:
-        parent, leaf = _split(name)
-        out = os.open(leaf, _NEW_FILE, 0o600, dir_fd=self.dirs.fd(parent, name))
+        parent, leaf = split_name(name)
+        out = os.open(leaf, NEW_FILE, 0o600, dir_fd=self.dirs.fd(parent, name))
         try:
             written = 0
             with _reading(self.archive), opener() as stream:
@@ -551,7 +503,7 @@ class _Extraction:
                     written += len(block)
                     if written > source.size:
                         raise unsafe(self.archive, source.name, "holds more bytes than declared")
-                    _write_fully(out, block)
+                    write_fully(out, block)
             os.fchmod(out, 0o755 if source.executable else 0o644)
         finally:
             os.close(out)
@@ -579,7 +531,7 @@ class _Extraction:
 
     def _write_link(self, member: Member, files: dict[str, Member]) -> None:
         if member.kind == "symlink":
-            parent, leaf = _split(member.name)
+            parent, leaf = split_name(member.name)
             os.symlink(member.target, leaf, dir_fd=self.dirs.fd(parent, member.name))
         elif member.kind == "hardlink":
             source = files[member.target]
@@ -590,10 +542,10 @@ class _Extraction:
         staging directory, or (a file that was not written) from the archive."""
         if name in self.unwritten:
             return self.unwritten[name]
-        parent, leaf = _split(name)
+        parent, leaf = split_name(name)
 
         def opener() -> IO[bytes]:
-            return os.fdopen(os.open(leaf, _OLD_FILE, dir_fd=self.dirs.fd(parent, name)), "rb")
+            return os.fdopen(os.open(leaf, OLD_FILE, dir_fd=self.dirs.fd(parent, name)), "rb")
 
         return opener
 
@@ -607,12 +559,6 @@ class _Extraction:
             if entry == staging:
                 raise unsafe(self.archive, entry, "has the name of patchctl's staging directory")
             os.rename(entry, entry, src_dir_fd=source, dst_dir_fd=dest_fd)
-
-
-def _write_fully(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
 
 
 @contextmanager
@@ -689,9 +635,9 @@ def _extract(
     archive: Path, dest: Path, subdir: str | None, report: Progress, sink: Sink | None
 ) -> ExtractResult:
     staging = Path(tempfile.mkdtemp(prefix=".patchctl-extract-", dir=dest))
-    dest_fd = os.open(dest, _NOFOLLOW_DIR)
+    dest_fd = os.open(dest, NOFOLLOW_DIR)
     try:
-        dirs = _Dirs(archive, os.open(staging, _NOFOLLOW_DIR))
+        dirs = Dirs(archive, os.open(staging, NOFOLLOW_DIR))
         try:
             extraction = _Extraction(archive, staging, dirs, report, sink)
             report.start("extract", None)

@@ -19,7 +19,7 @@ from support.files import Entry, Exe, Link
 from patchctl.errors import NotFound, ToolchainMissing, UnsafeArchive
 from patchctl.progress import RecordingProgress
 from patchctl.upstream import archive as archive_module
-from patchctl.upstream import casefold
+from patchctl.upstream import casefold, fdwrite
 from patchctl.upstream.archive import extract_archive, is_git_dir_name
 from patchctl.upstream.casefold import name_folding, same_name
 
@@ -404,10 +404,12 @@ def test_is_git_dir_name_follows_gits_ntfs_and_hfs_rules(part: str, git: bool) -
 
 
 def fold_os(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Put archive.py and its case-folding probes (casefold.py) on a FoldingOs."""
+    """Put archive.py, its case-folding probes (casefold.py) and its descriptor-relative
+    writing (fdwrite.py) on a FoldingOs."""
     folding = FoldingOs()
     monkeypatch.setattr(archive_module, "os", folding)
     monkeypatch.setattr(casefold, "os", folding)
+    monkeypatch.setattr(fdwrite, "os", folding)
 
 
 class FoldingOs:
