@@ -49,8 +49,9 @@ from pathlib import Path
 from typing import Any
 
 from patchctl.fsio import sha256_file
-from patchctl.git import Git, hermetic_env
-from patchctl.series import load_series
+from patchctl.gitlayer.git import Git
+from patchctl.gitlayer.runner import hermetic_env
+from patchctl.series.model import load_series
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 

@@ -43,13 +43,14 @@ from pathlib import Path
 
 from benchmarks.verify_vs_am import _git_version as git_version
 from benchmarks.verify_vs_am import timed
-from patchctl.apply import cleanroom_apply
-from patchctl.capture import capture_patch, new_patch
-from patchctl.cleanroom import BASE_REF, discard_cleanroom, open_cleanroom
-from patchctl.docs import write_docs
-from patchctl.git import Git, hermetic_env
-from patchctl.pinning import Where, parse_upstream, pin
-from patchctl.series import Series, load_series, save_series
+from patchctl.gitlayer.git import Git
+from patchctl.gitlayer.runner import hermetic_env
+from patchctl.ops.capture import capture_patch, new_patch
+from patchctl.ops.cleanroom.apply import cleanroom_apply
+from patchctl.room.cleanroom import BASE_REF, discard_cleanroom, open_cleanroom
+from patchctl.series.docs import write_docs
+from patchctl.series.model import Series, load_series, save_series
+from patchctl.upstream.pinning import Where, parse_upstream, pin
 
 OLD = ("0.3.36", "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e")
 NEW = "0.3.35"

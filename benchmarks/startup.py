@@ -42,7 +42,7 @@ CASES: tuple[tuple[str, tuple[str, ...], dict[str, str]], ...] = (
 
 def entry(tree: Path) -> list[str]:
     """argv running the patchctl CLI of `tree` (what the `patchctl` console script does)."""
-    code = f"import sys; sys.path.insert(0, {str(tree)!r}); from patchctl.cli import main; "
+    code = f"import sys; sys.path.insert(0, {str(tree)!r}); from patchctl.cli.main import main; "
     return [sys.executable, "-c", code + "sys.exit(main())"]
 
 

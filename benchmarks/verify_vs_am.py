@@ -34,12 +34,13 @@ import sys
 import time
 from pathlib import Path
 
-from patchctl.apply import cleanroom_apply
-from patchctl.capture import capture_patch, new_patch
-from patchctl.cleanroom import open_cleanroom
-from patchctl.docs import write_docs
-from patchctl.git import Git, hermetic_env
-from patchctl.series import Series, load_series, save_series
+from patchctl.gitlayer.git import Git
+from patchctl.gitlayer.runner import hermetic_env
+from patchctl.ops.capture import capture_patch, new_patch
+from patchctl.ops.cleanroom.apply import cleanroom_apply
+from patchctl.room.cleanroom import open_cleanroom
+from patchctl.series.docs import write_docs
+from patchctl.series.model import Series, load_series, save_series
 
 PATCHES = 78
 SEED = 78

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from patchctl.cli import main
+from patchctl.cli.main import main
 
 raise SystemExit(main())

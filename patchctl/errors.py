@@ -1,6 +1,6 @@
 """The one error hierarchy of patchctl: each class carries the process exit code.
 
-The core raises these and never prints or exits; `cli.py` is the only place that turns
+The core raises these and never prints or exits; `cli/app.py` is the only place that turns
 them into a one-line message on stderr and an exit status (see docs/architecture.md).
 """
 

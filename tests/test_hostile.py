@@ -1,6 +1,6 @@
 """The hostile-input matrix (docs/reliability.md): every input written by an attacker.
 
-Each case drives the real CLI (`patchctl.cli.main`, the console script's entry point) against
+Each case drives the real CLI (`patchctl.cli.main.main`, the console script's entry point) against
 real temporary repositories inside a sandbox that holds the project, the cache, the upstream
 and victim files around them. Each asserts the exit code, the message, and that nothing
 outside the allowed directories changed (a before/after snapshot of types, modes, bytes and
@@ -37,8 +37,8 @@ from support.hostile.archives import (
 from support.hostile.sandbox import Sandbox, serve
 from support.repos import new_repo
 
-from patchctl import cli
-from patchctl.git import Git
+from patchctl.cli import main as cli
+from patchctl.gitlayer.git import Git
 
 REPO = Path(__file__).resolve().parent.parent
 SHA = "0" * 64
@@ -458,7 +458,7 @@ def test_a_path_git_refuses_to_stage_is_exit_7_naming_the_member(
 ) -> None:
     """Extraction mirrors git's verify_path rules for `.git` (test above); a rule it does not
     mirror (here: the mirror switched off) still ends as an archive error, never exit 9."""
-    from patchctl import archive
+    from patchctl.upstream import archive
 
     monkeypatch.setattr(archive, "is_git_dir_name", lambda part: part == ".git")
     members = (M(T + "README", data=b"hi\n"), M(T + "GIT~1/config", data=b"[core]\n"))
@@ -1269,7 +1269,7 @@ def _import(project: Sandbox, run: Run, data: bytes, *extra: str) -> Result:
 
 
 def _titles(project: Sandbox) -> list[str]:
-    from patchctl.series import load_series
+    from patchctl.series.model import load_series
 
     return [p.title for p in load_series(project.series).patches]
 
@@ -1410,7 +1410,7 @@ def test_quilt_duplicates_get_unique_ids(project: Sandbox, run: Run) -> None:
     assert run("import", str(quilt / "series"), "--series", s).code == 0
     (quilt / "0005-fix.patch").write_bytes(mail("[PATCH] fix", diff=MAIN_DIFF))
     assert run("import", str(quilt / "series"), "--series", s).code == 0
-    from patchctl.series import load_series
+    from patchctl.series.model import load_series
 
     assert load_series(project.series).ids() == ("0005-fix", "0005-fix-2")
 
@@ -1477,7 +1477,7 @@ def test_an_import_over_the_total_limit_stops_before_reading_the_rest(
 
 def test_id_generation_is_bounded() -> None:
     from patchctl.errors import ConfigError
-    from patchctl.importer import MAX_SUFFIX, unique_id
+    from patchctl.ops.import_.sources import MAX_SUFFIX, unique_id
 
     taken = {"0001-x", *(f"0001-x-{n}" for n in range(2, MAX_SUFFIX + 1))}
     with pytest.raises(ConfigError, match="no free id"):
@@ -1711,7 +1711,7 @@ def test_internal_errors_are_json_too(
     def boom(*_args: object, **_kwargs: object) -> None:
         raise RuntimeError("kaboom \x1b[31m")
 
-    monkeypatch.setattr("patchctl.docs.update_docs", boom)
+    monkeypatch.setattr("patchctl.ops.docs.update_docs", boom)
     result = run("docs", "--series", str(box.series), "--json")
     assert result.code == 4
     assert result.json() == {

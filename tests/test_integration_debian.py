@@ -21,13 +21,13 @@ from support.corpus import quilt_series
 from support.debian import AptMissing, DebianSource, fetch_debian_source, source_files
 from unidiff import PatchSet
 
-from patchctl.apply import cleanroom_apply
-from patchctl.archive import extract_archive
-from patchctl.cli import main
+from patchctl.cli.main import main
 from patchctl.errors import PatchDrift
-from patchctl.patchparts import split_patch
-from patchctl.refresh import refresh
-from patchctl.series import load_series
+from patchctl.ops.cleanroom.apply import cleanroom_apply
+from patchctl.ops.refresh import refresh
+from patchctl.series.model import load_series
+from patchctl.series.parts import split_patch
+from patchctl.upstream.archive import extract_archive
 
 PACKAGE = "less"
 

@@ -30,14 +30,14 @@ from pathlib import Path
 
 import pytest
 
-from patchctl import toolchain
-from patchctl.build.config import BuildConfig
-from patchctl.build.manifest import read_manifest
-from patchctl.build.plan import plan_build
-from patchctl.build.run import _export_tree, execute_plan
-from patchctl.cli import main
-from patchctl.git import Git
-from patchctl.upstream import find_cached
+from patchctl.cli.main import main
+from patchctl.gitlayer.git import Git
+from patchctl.ops.build import toolchain
+from patchctl.ops.build.config import BuildConfig
+from patchctl.ops.build.manifest import read_manifest
+from patchctl.ops.build.plan import plan_build
+from patchctl.ops.build.run import _export_tree, execute_plan
+from patchctl.upstream.sources import find_cached
 
 pytestmark = [pytest.mark.integration]
 

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from patchctl.apply import cleanroom_apply
-from patchctl.cleanroom import load_cleanroom
 from patchctl.fsio import sha256_file
-from patchctl.series import Patch, load_series, save_series
-from patchctl.upstream import find_cached, store
+from patchctl.ops.cleanroom.apply import cleanroom_apply
+from patchctl.room.cleanroom import load_cleanroom
+from patchctl.series.model import Patch, load_series, save_series
+from patchctl.upstream.sources import find_cached, store
 
 pytestmark = pytest.mark.integration
 

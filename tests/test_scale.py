@@ -23,13 +23,13 @@ import pytest
 from support.repos import MakeRepo, Repo
 from support.series import git_upstream, write_series
 
-from patchctl import git as gitmod
-from patchctl.apply import cleanroom_apply
 from patchctl.errors import PatchDrift
-from patchctl.git import Git
-from patchctl.importer import import_series
-from patchctl.series import Series
-from patchctl.verify import verify_series
+from patchctl.gitlayer import pipes as gitmod
+from patchctl.gitlayer.git import Git
+from patchctl.ops.cleanroom.apply import cleanroom_apply
+from patchctl.ops.import_.record import import_series
+from patchctl.ops.verify import verify_series
+from patchctl.series.model import Series
 
 PATCHES = 36  # every fourth one exact, the others drifted
 LINES = 40

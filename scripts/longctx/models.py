@@ -28,7 +28,7 @@ from typing import BinaryIO
 
 from patchctl.errors import GitFailed
 from patchctl.fsio import sha256_file
-from patchctl.git import Git
+from patchctl.gitlayer.git import Git
 
 from .errors import ChecksumMismatch, HarnessError, NotFound
 
@@ -121,8 +121,8 @@ def spec(name: str) -> ModelSpec:
 
 def _upstream() -> ModuleType:
     """patchctl's download cache, imported only where models are fetched: it needs PyYAML
-    (patchctl.series), which the GPU machine, which only joins and runs, may lack."""
-    from patchctl import upstream
+    (patchctl.series.model), which the GPU machine, which only joins and runs, may lack."""
+    from patchctl.upstream import sources as upstream
 
     return upstream
 

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from patchctl.cleanroom import Cleanroom
 from patchctl.errors import BuildStepFailed, PatchctlError
-from patchctl.series import Series, load_series
+from patchctl.room.cleanroom import Cleanroom
+from patchctl.series.model import Series, load_series
 
 from .trees import Say, TreeBuilder
 

@@ -1,4 +1,4 @@
-"""The CPU self-check (patchctl/build/cpucheck.py) on real llama.cpp builds.
+"""The CPU self-check (patchctl/ops/build/cpucheck.py) on real llama.cpp builds.
 
 - the test trees' builds passed it: every extra buffer type of their CPU backend ran the
   quantized matmuls it supports and agreed with the plain CPU path;
@@ -14,8 +14,8 @@ import shutil
 
 import pytest
 
-from patchctl.build import cpucheck
-from patchctl.build.run import build_tree, builds_root
+from patchctl.ops.build import cpucheck
+from patchctl.ops.build.run import build_tree, builds_root
 
 from .builds import LlamaBuild
 from .trees import build_config

@@ -45,7 +45,7 @@ def server_bin(dca_build: LlamaBuild, tree_builder: TreeBuilder) -> Path:
     exe = dca_build.bin / "llama-server"
     if not exe.is_file():
         builder = TreeBuilder(tree_builder.say, config=build_config(("llama-server",)))
-        from patchctl.cleanroom import load_cleanroom
+        from patchctl.room.cleanroom import load_cleanroom
 
         builder.build(load_cleanroom(dca_build.src), "DCA llama-server")
     assert exe.is_file(), f"no llama-server in {dca_build.bin}"

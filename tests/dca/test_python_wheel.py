@@ -33,9 +33,9 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from patchctl.git import Git
-from patchctl.series import load_series
-from patchctl.stack import load_stack
+from patchctl.gitlayer.git import Git
+from patchctl.series.model import load_series
+from patchctl.series.stack import load_stack
 
 from . import reference as ref
 from . import wheel as wheel_build

@@ -12,10 +12,10 @@ from support.files import Files
 from support.repos import Repo
 from support.series import git_upstream, write_series
 
-from patchctl.build.run import builds_root
-from patchctl.cleanroom import default_workdir, load_cleanroom
 from patchctl.errors import BuildStepFailed, DirtyTree
-from patchctl.series import Series, load_series
+from patchctl.ops.build.run import builds_root
+from patchctl.room.cleanroom import default_workdir, load_cleanroom
+from patchctl.series.model import Series, load_series
 
 from . import builds
 from .trees import (

@@ -25,13 +25,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from patchctl.apply import apply_series, reusable_prefix
-from patchctl.build import CPU_MODES
-from patchctl.build.config import BuildConfig
-from patchctl.build.model import BuildResult
-from patchctl.build.plan import worktree_id
-from patchctl.build.run import build_tree, builds_root
-from patchctl.cleanroom import (
+from patchctl.errors import DirtyTree
+from patchctl.ops.build import CPU_MODES
+from patchctl.ops.build.config import BuildConfig
+from patchctl.ops.build.model import BuildResult
+from patchctl.ops.build.plan import worktree_id
+from patchctl.ops.build.run import build_tree, builds_root
+from patchctl.ops.cleanroom.apply import apply_series, reusable_prefix
+from patchctl.room.cleanroom import (
     Cleanroom,
     create_cleanroom,
     default_workdir,
@@ -41,9 +42,8 @@ from patchctl.cleanroom import (
     locked,
     same_pin,
 )
-from patchctl.errors import DirtyTree
-from patchctl.series import Series
-from patchctl.stack import load_stack
+from patchctl.series.model import Series
+from patchctl.series.stack import load_stack
 
 TARGETS = ("ggml", "llama", "llama-common", "llama-bench", "llama-server", "llama-completion")
 """What the DCA tests link or run: libggml{,-base,-cpu}.so (probes), libllama and libllama-common

@@ -34,11 +34,11 @@ from pathlib import Path
 
 from support.archives import extract_trusted_tar
 
-from patchctl.build.cmake import cpu_defines
-from patchctl.export import export_sdist
 from patchctl.fsio import sha256_file
-from patchctl.series import load_series
-from patchctl.stack import load_stack
+from patchctl.ops.build.cmake import cpu_defines
+from patchctl.ops.export import export_sdist
+from patchctl.series.model import load_series
+from patchctl.series.stack import load_stack
 
 from .trees import Say, dca_room, test_cpu_mode
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from patchctl.git import Git
+from patchctl.gitlayer.git import Git
 from scripts.longctx import models
 from scripts.longctx.errors import ChecksumMismatch, HarnessError
 from scripts.longctx.models import MODELS, ModelSpec, Wheel

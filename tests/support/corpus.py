@@ -45,8 +45,8 @@ from pathlib import Path
 from typing import Any
 
 from patchctl.fsio import sha256_file
-from patchctl.git import Git
-from patchctl.series import load_series
+from patchctl.gitlayer.git import Git
+from patchctl.series.model import load_series
 from support.archives import extract_trusted_tar
 from support.debian import (
     CACHE,

@@ -12,8 +12,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from patchctl.cleanroom import create_cleanroom, default_workdir
-from patchctl.series import Patch, Series, Upstream, save_series
+from patchctl.room.cleanroom import create_cleanroom, default_workdir
+from patchctl.series.model import Patch, Series, Upstream, save_series
 from support.files import Files
 from support.repos import diff_files, new_repo
 
@@ -171,8 +171,8 @@ def sha256(data: bytes) -> str:
 def rebase_ready(tmp: Path) -> tuple[Path, str]:
     """The drifted project refreshed and applied, and its upstream repository given a second
     commit holding V2: (series directory, the V2 commit to rebase onto)."""
-    from patchctl.apply import cleanroom_apply
-    from patchctl.refresh import refresh
+    from patchctl.ops.cleanroom.apply import cleanroom_apply
+    from patchctl.ops.refresh import refresh
 
     series_dir = drifted_project(tmp)
     refresh(series_dir)

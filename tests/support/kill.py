@@ -41,10 +41,10 @@ from pathlib import Path
 
 import yaml
 
-from patchctl.apply import cleanroom_apply
-from patchctl.capture import add_patch, capture
-from patchctl.git import Git
-from patchctl.series import Patch, Series, Upstream, load_series, save_series
+from patchctl.gitlayer.git import Git
+from patchctl.ops.capture import add_patch, capture
+from patchctl.ops.cleanroom.apply import cleanroom_apply
+from patchctl.series.model import Patch, Series, Upstream, load_series, save_series
 from support.files import Exe, Files, write_files
 from support.repos import diff_files, new_repo
 
@@ -180,7 +180,7 @@ def build_apply_create(world: World) -> None:
     """No clean room yet: apply creates it and applies three patches."""
     _series(world, _base(world), _patches(world))
     with world.inside():
-        from patchctl.docs import update_docs
+        from patchctl.ops.docs import update_docs
 
         update_docs(world.series)
 
@@ -296,7 +296,7 @@ def build_refresh(world: World) -> None:
     }
     _series(world, _upstream(world, shifted), patches)
     with world.inside():
-        from patchctl.cleanroom import create_cleanroom, default_workdir
+        from patchctl.room.cleanroom import create_cleanroom, default_workdir
 
         create_cleanroom(load_series(world.series), default_workdir(world.series))
 
@@ -563,7 +563,7 @@ def _lost_repin(world: World, result: Trial) -> int:
 
 
 RECOVER = (
-    "import sys; from pathlib import Path; from patchctl.session import series_session\n"
+    "import sys; from pathlib import Path; from patchctl.txn.session import series_session\n"
     "with series_session(Path(sys.argv[1]), check_files=False) as s:\n"
     "    s.lock_cleanroom(None)\n"
 )

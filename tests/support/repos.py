@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchctl.git import Git
+from patchctl.gitlayer.git import Git
 from support.files import Files, write_files
 
 

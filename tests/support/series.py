@@ -8,7 +8,7 @@ import tarfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from patchctl.series import Patch, Series, Upstream, save_series
+from patchctl.series.model import Patch, Series, Upstream, save_series
 from support.repos import Repo
 
 # A patch that adds extra.txt (to import on top of any project's stack).
@@ -92,7 +92,7 @@ def captured_project(root: Path) -> Path:
     """A project (`root/project`) with series patches/demo over an archive upstream, its
     clean room applied and patch 0001-one captured through the CLI (docs generated); the
     series directory."""
-    from patchctl.cli import main
+    from patchctl.cli.main import main
 
     series_dir = make_project(root, CI_FILES)
     named = str(series_dir)

@@ -1,0 +1,157 @@
+"""`patchctl rebase --onto UPSTREAM | --continue | --skip | --abort`: move a series to another
+upstream, stopping at conflicts for the user."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from patchctl.cli.options import (
+    DEFAULT_SERIES,
+    SUBDIR_HELP,
+    UPSTREAM_HELP,
+    JsonOpt,
+    SeriesOpt,
+    WorkdirOpt,
+)
+
+if TYPE_CHECKING:
+    from patchctl.ops.rebase.rebase import RebaseReport
+
+
+def register(app: typer.Typer) -> None:
+    """Add `patchctl rebase` to the app."""
+    app.command("rebase")(rebase_command)
+
+
+def rebase_command(
+    onto: Annotated[
+        str | None, typer.Option("--onto", metavar="UPSTREAM", help=UPSTREAM_HELP)
+    ] = None,
+    commit: Annotated[
+        str | None,
+        typer.Option("--commit", help="git: the commit to rebase onto (id, branch or tag)."),
+    ] = None,
+    subdir: Annotated[
+        str | None, typer.Option("--subdir", help=SUBDIR_HELP + " Default: the series' own.")
+    ] = None,
+    resume: Annotated[
+        bool,
+        typer.Option("--continue", help="Take the resolved work tree as the patch and go on."),
+    ] = False,
+    skip: Annotated[
+        bool, typer.Option("--skip", help="Drop the patch the rebase stopped at, and go on.")
+    ] = False,
+    abort: Annotated[
+        bool, typer.Option("--abort", help="Put the series and the clean room back as they were.")
+    ] = False,
+    series: SeriesOpt = DEFAULT_SERIES,
+    workdir: WorkdirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Rebase the series onto another upstream (three-way, one patch at a time); stops at a
+    conflict with a report."""
+    if sum((onto is not None, resume, skip, abort)) != 1:
+        raise typer.BadParameter("give exactly one of --onto, --continue, --skip, --abort")
+    if onto is None and (commit is not None or subdir is not None):
+        raise typer.BadParameter("--commit and --subdir go with --onto")
+    from patchctl.cli.console import RichProgress
+    from patchctl.ops.rebase.rebase import rebase, rebase_abort, rebase_continue, rebase_skip
+
+    with RichProgress(enabled=False if as_json else None) as progress:
+        if onto is not None:
+            report = rebase(
+                series, onto, commit=commit, subdir=subdir, workdir=workdir, progress=progress
+            )
+        elif resume:
+            report = rebase_continue(series, workdir, progress)
+        elif skip:
+            report = rebase_skip(series, workdir, progress)
+        else:
+            report = rebase_abort(series, workdir)
+    render_rebase(report, as_json)
+
+
+def render_rebase(report: RebaseReport, as_json: bool) -> None:
+    """The report; a stopped rebase then raises RebaseStopped (exit 3), whose --json form
+    carries the whole report."""
+    from patchctl.cli.console import print_json
+
+    if not as_json:
+        for line in report_lines(report):
+            print_line(line)
+    if report.state == "stopped":
+        raise stopped_error(report)
+    if as_json:
+        print_json(report.to_json())
+
+
+def print_line(line: str) -> None:
+    """One line on stdout, no markup."""
+    from patchctl.cli.console import out
+
+    out.print(line, markup=False)
+
+
+def report_lines(report: RebaseReport) -> list[str]:
+    """The human form of a rebase report (of the range-diff, only its pairing lines: the whole
+    of it is in the file it names)."""
+    from patchctl.ops.rebase.rebase import summary_lines
+
+    if report.state == "aborted":
+        lines = ["rebase aborted: the series and the clean room are as they were before it"]
+        if report.backup is not None:
+            lines.append(f"  the work tree's edits were saved to {report.backup.ref}")
+        return lines + [f"  restored {p}" for p in report.changed]
+    lines = [f"rebase {report.series.parent.name}: {report.old} -> {report.new}"]
+    lines += [f"  {d.how:9} {d.id}" for d in report.patches]
+    lines += [f"  skipped   {p.name}: its file moved to {p}" for p in report.skipped]
+    if report.backup is not None:
+        lines.append(f"  the work tree's edits were saved to {report.backup.ref}")
+    if report.state == "stopped":
+        return lines + stop_lines(report)
+    lines.append(f"done: {report.series} is on {report.new}")
+    lines.append(f"range-diff (old vs new patches) saved to {report.range_diff}; in short:")
+    lines += ["  " + line.strip() for line in summary_lines(report.range_diff_text)]
+    lines.append(f"clean room {report.cleanroom}: new base plus the rebased series")
+    return [*lines, "next: `patchctl verify --all`, then build and test"]
+
+
+def stop_lines(report: RebaseReport) -> list[str]:
+    """What the user must resolve, where, and how to go on."""
+    stop = report.stop
+    assert stop is not None
+    if stop.reason == "empty":
+        head = f"stopped at {stop.id}: the new upstream has its changes already (empty patch)"
+    else:
+        head = f"stopped at {stop.id}: conflict in {len(stop.files)} file(s)"
+    lines = [head]
+    for path in stop.files:
+        hunks = [f"#{h}" for f, h in stop.hunks if f == path and h is not None]
+        marks = [str(n) for f, n in stop.markers if f == path]
+        what = f"hunks {', '.join(hunks)} no longer apply" if hunks else "conflict"
+        at = f"; conflict markers at line(s) {', '.join(marks)}" if marks else ""
+        lines.append(f"  {path}: {what}{at}")
+    lines += [f"  git: {m}" for m in stop.messages]
+    lines.append(
+        f"edit the files in {report.cleanroom} (`git diff` there shows the patch as it "
+        "would be), then `patchctl rebase --continue`; `--skip` drops the patch, "
+        "`--abort` puts everything back"
+    )
+    return lines
+
+
+def stopped_error(report: RebaseReport) -> Exception:
+    """RebaseStopped (exit 3) for a stopped rebase."""
+    from patchctl.errors import RebaseStopped
+
+    stop = report.stop
+    assert stop is not None
+    what = "conflict in " + ", ".join(stop.files) if stop.files else "its changes are upstream"
+    return RebaseStopped(
+        f"rebase stopped at patch {stop.id}: {what}",
+        report=report,
+        patch=stop.id,
+        hint="resolve in the clean room, then `patchctl rebase --continue` (or --skip, --abort)",
+    )

@@ -1,7 +1,0 @@
-"""Command modules: each defines `register(app: typer.Typer) -> None`.
-
-`cli.py` imports every module in this package (pkgutil) and calls its `register`, so a new
-command group is added by dropping a module here.
-"""
-
-from __future__ import annotations

@@ -1,0 +1,139 @@
+"""Objects shared between repositories: loose objects hard-linked from one repository into
+another (`share_objects`), checked by hashing them (`unsound_objects`), and throwaway bare
+repositories that read objects through alternates (`scratch_repo`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from patchctl.errors import NotFound, PatchctlError
+from patchctl.gitlayer.batch import read_record
+from patchctl.gitlayer.git import Git
+from patchctl.gitlayer.pipes import Pipe
+from patchctl.gitlayer.runner import OBJECT_ID, object_id, temp_prefix
+
+
+def objects_dir(source: Path) -> Path:
+    """The object directory of a repository given as work tree, git dir or objects dir."""
+    for candidate in (source / ".git" / "objects", source / "objects", source):
+        if (candidate / "info").is_dir() or (candidate / "pack").is_dir():
+            return candidate.resolve()
+    raise NotFound(f"{source} is not a git repository", hint="run patchctl cleanroom apply first")
+
+
+def share_objects(
+    source: Git, target: Git, oids: Iterable[str] | None = None, *, replace: bool = False
+) -> set[str]:
+    """Give `target` the loose objects of `source` (`oids`, or all of them) as hard links.
+
+    A loose object is an immutable file named by its id: git writes a new object to a
+    temporary file and renames it into place, and never writes to an existing one, so two
+    repositories can share the file (removing it from one, as gc does, unlinks only that
+    name). Where a link cannot be made (another file system) the file is copied to a
+    temporary name and renamed, so a concurrent reader never sees half an object. Objects
+    `target` already has as loose files are skipped, unless `replace` (the caller trusts
+    `source`'s copies over `target`'s: a damaged object in `target` is mended). Returns the
+    ids asked for that `source` does not hold as loose files (packed ones: the caller
+    fetches those instead).
+    """
+    src, dst = objects_dir(source.git_dir()), objects_dir(target.git_dir())
+    wanted = _loose_ids(src) if oids is None else {object_id(o) for o in oids}
+    missing: set[str] = set()
+    fans: set[str] = set()
+    for oid in sorted(wanted):
+        fan, rest = oid[:2], oid[2:]
+        if fan not in fans:
+            os.makedirs(dst / fan, exist_ok=True)
+            fans.add(fan)
+        source_name, target_name = f"{src}/{fan}/{rest}", f"{dst}/{fan}/{rest}"
+        try:
+            os.link(source_name, target_name)  # the common case: one system call
+            continue
+        except FileNotFoundError:
+            if replace or not os.path.isfile(target_name):
+                missing.add(oid)  # not a loose object of `source`
+            continue
+        except FileExistsError:
+            if not replace:
+                continue
+        except OSError:
+            pass  # another file system: copied below
+        if os.path.isfile(source_name):
+            _link_or_copy(Path(source_name), Path(target_name))
+        else:
+            missing.add(oid)
+    return missing
+
+
+def _loose_ids(objects: Path) -> set[str]:
+    found: set[str] = set()
+    for fan in os.listdir(objects):
+        if len(fan) == 2 and (objects / fan).is_dir():
+            found.update(fan + name for name in os.listdir(objects / fan))
+    return {oid for oid in found if OBJECT_ID.fullmatch(oid)}
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(source, tmp)
+    except OSError:
+        shutil.copyfile(source, tmp)
+    os.replace(tmp, target)
+
+
+@contextmanager
+def scratch_repo(sources: Sequence[Path]) -> Iterator[Git]:
+    """A temporary bare repository that reads objects from `sources` (via alternates).
+
+    Bare and empty, it reads no .gitattributes: diffs made here (capture and verify's
+    re-export alike) never depend on a work tree's `diff=`/`-diff`/`binary` attributes.
+    Its own index files (`Index(git, git.repo / "<name>.index")`) die with it.
+    """
+    with tempfile.TemporaryDirectory(prefix=temp_prefix("scratch")) as tmp:
+        git = Git.init(Path(tmp) / "scratch.git", bare=True)
+        # A throwaway repository: nothing in it needs to survive a crash, so no fsync.
+        with (git.repo / "config").open("a", encoding="utf-8") as config:
+            # index v4 (prefix-compressed paths) makes each apply/write-tree read less.
+            config.write("[core]\n\tfsync = none\n[index]\n\tversion = 4\n")
+        found = [objects_dir(s) for s in sources]
+        if any("\n" in str(f) or "\r" in str(f) for f in found):
+            raise PatchctlError("an object directory path contains a line break; not using it")
+        alternates = "".join(f"{f}\n" for f in found)
+        (git.repo / "objects" / "info").mkdir(parents=True, exist_ok=True)
+        (git.repo / "objects" / "info" / "alternates").write_text(alternates)
+        yield git
+
+
+def unsound_objects(git: Git, oids: Sequence[str], chunk: int = 256) -> list[str]:
+    """The ids among `oids` that `git` lacks, or whose bytes do not hash to the id.
+
+    Every object is read (`cat-file --batch`, `chunk` ids at a time, so neither pipe can
+    fill while the other waits) and hashed as git names it: `<type> <size>\\0<bytes>`.
+    """
+    pipe = Pipe(git, "cat-file", "--batch")
+    bad = []
+    try:
+        for start in range(0, len(oids), chunk):
+            batch = [object_id(o) for o in oids[start : start + chunk]]
+            pipe.ask("".join(f"{o}\n" for o in batch).encode("ascii"))
+            for oid in batch:
+                found = read_record(pipe.line, pipe.exactly)
+                if found is None:
+                    bad.append(oid)  # "<oid> missing"
+                    continue
+                kind, data = found
+                digest = hashlib.sha1 if len(oid) == 40 else hashlib.sha256
+                if digest(kind + b" %d\0" % len(data) + data).hexdigest() != oid:
+                    bad.append(oid)
+    finally:
+        pipe.close()
+    return bad

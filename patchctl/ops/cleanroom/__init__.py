@@ -1,0 +1,1 @@
+"""`patchctl cleanroom apply` (apply.py) and `patchctl cleanroom status` (status.py)."""

@@ -1,0 +1,814 @@
+"""`patchctl rebase --onto UPSTREAM`: move a series to another upstream, one patch at a time.
+
+How (in the series' clean room, under the series and clean-room locks for every run):
+1. The new upstream is pinned (pinning.py: sha256, full commit) and materialized; its tree
+   becomes a new base commit in the clean room's repository. The old series is replayed on
+   the old base (series.gitapply.replay_tree) into one commit per patch, so every patch has an old
+   "before" and "after" tree whatever its format.
+2. Each patch, in order, onto the new base plus the patches rebased before it: if its bytes
+   apply exactly, that is its result; otherwise the three-way merge of its old commit onto
+   the new tip (git's ort merge, as a cherry-pick does it: `Git.merge_trees`). Its new bytes
+   are regenerated from the trees around it (series.parts.regenerated: an imported patch keeps
+   its header and trailer; an imported patch that applies exactly keeps every byte).
+3. At the first conflict, or a patch whose changes the new upstream already has, it stops:
+   the clean room's work tree gets the merged files with conflict markers (`diff3` style:
+   the old base's lines too), its index and HEAD the tree before the patch (so `git diff`
+   there shows the patch as it would be), and the report names the patch, the conflicted
+   files, the patch's hunks that no longer apply and the marker lines. The user edits the
+   work tree, then `--continue` captures the result as the patch (header kept), `--skip`
+   drops the patch from the series (its file is kept, moved to
+   `skipped/<old>-<new>/` in the series directory), `--abort` puts everything back.
+4. When every patch is rebased, the series is switched in one go: the new patch bytes,
+   series.yaml (new pin with its tree, new pre/post trees, new sha256 of imported patches,
+   dropped patches removed), the generated docs, and `rebase-<old>-<new>.range-diff` in the
+   series directory (`git range-diff` of the old and the new patch commits), which is also
+   printed. The clean room ends on the new base with the rebased patches applied.
+
+Until step 4 nothing in the series directory is written: new bytes are staged under the
+clean room's .git (ops/rebase/state.py), whose journal records each step atomically, so a rebase
+killed at any point is resumed by `--continue` or undone by `--abort`.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from patchctl.errors import (
+    DirtyTree,
+    NotFound,
+    NothingToCapture,
+    PatchctlError,
+    PatchDoesNotApply,
+    SeriesChanged,
+)
+from patchctl.gitlayer.git import Git, Merged
+from patchctl.gitlayer.index import Index, temp_index
+from patchctl.gitlayer.objects import scratch_repo
+from patchctl.ops.rebase import state as rebasestate
+from patchctl.ops.rebase.state import Done, Journal, Stop
+from patchctl.progress import Progress, or_null
+from patchctl.room.cleanroom import (
+    BASE_REF,
+    BRANCH,
+    Backup,
+    Cleanroom,
+    create_cleanroom,
+    is_cleanroom,
+    load_cleanroom,
+    marker_path,
+    repin_marker,
+    same_pin,
+)
+from patchctl.room.snapshot import outside_root, worktree_snapshot
+from patchctl.series.gitapply import (
+    TreePatcher,
+    apply_to_index,
+    commit_message,
+    failing_hunks,
+    patch_sha256,
+    replay_tree,
+)
+from patchctl.series.model import (
+    Patch,
+    Series,
+    Upstream,
+    load_series,
+    read_patch_file,
+    series_to_dict,
+)
+from patchctl.series.parts import regenerated
+from patchctl.txn.session import SeriesSession, series_session
+from patchctl.upstream.materialize import materialize, tree_from_cache
+from patchctl.upstream.pinning import Where, parse_upstream, pin
+
+REFS = "refs/patchctl/rebase/"
+MARKER_COPY = ".cleanroom-marker.json"  # the marker's copy under old/
+CONFLICT_START = re.compile(rb"^<<<<<<< ", re.MULTILINE)
+# Any conflict-marker line, as git itself detects one: seven `<`, `|`, `=` or `>` at the start
+# of a line, then whitespace or the end of the line (a half-resolved diff3 block leaves a
+# lone `=======` or `||||||| base` behind).
+CONFLICT_LINES = re.compile(rb"^(?:<{7}|\|{7}|={7}|>{7})(?=[ \t\r\n\v\f]|\Z)", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class RebaseReport:
+    """Where a rebase stands after one run: done, stopped (for the user) or aborted."""
+
+    state: str  # "done" | "stopped" | "aborted"
+    series: Path
+    cleanroom: Path
+    old: str  # the old upstream, described
+    new: str  # the new upstream, described
+    patches: tuple[Done, ...] = ()
+    stop: Stop | None = None
+    range_diff: Path | None = None
+    range_diff_text: str = ""
+    changed: tuple[Path, ...] = ()
+    backup: Backup | None = None
+    skipped: tuple[Path, ...] = ()  # where the files of the patches --skip dropped were kept
+
+    def to_json(self) -> dict[str, object]:
+        """Plain data for --json."""
+        stop = self.stop
+        return {
+            "ok": self.state != "stopped",
+            "state": self.state,
+            "series": str(self.series),
+            "cleanroom": str(self.cleanroom),
+            "old": self.old,
+            "new": self.new,
+            "patches": [
+                {"id": d.id, "how": d.how, "commit": d.commit, "tree": d.tree, "sha256": d.sha256}
+                for d in self.patches
+            ],
+            "stop": None if stop is None else _stop_json(stop),
+            "range_diff": None if self.range_diff is None else str(self.range_diff),
+            "range_diff_summary": summary_lines(self.range_diff_text),
+            "changed": [str(p) for p in self.changed],
+            "backup": None if self.backup is None else self.backup.ref,
+            "skipped": [str(p) for p in self.skipped],
+        }
+
+
+def _stop_json(stop: Stop) -> dict[str, object]:
+    return {
+        "patch": stop.id,
+        "reason": stop.reason,
+        "files": list(stop.files),
+        "hunks": [{"file": f, "hunk": h} for f, h in stop.hunks],
+        "markers": [{"file": f, "line": n} for f, n in stop.markers],
+        "messages": list(stop.messages),
+    }
+
+
+def summary_lines(range_diff: str) -> list[str]:
+    """The pairing lines of a range-diff (`1:  abc = 1:  def <subject>`), without the diffs."""
+    return [line for line in range_diff.splitlines() if re.match(r"^\s*(\d+|-):\s", line)]
+
+
+# ----------------------------------------------------------------------------- the commands
+
+
+def rebase(
+    series_path: Path,
+    onto: str,
+    *,
+    commit: str | None = None,
+    subdir: str | None = None,
+    workdir: Path | None = None,
+    progress: Progress | None = None,
+) -> RebaseReport:
+    """`patchctl rebase --onto UPSTREAM`: start a rebase and run it until done or stopped."""
+    with series_session(series_path, op="rebase --onto") as session:
+        path = session.lock_cleanroom(workdir, rebasing=True)
+        if rebasestate.in_progress(path):
+            raise PatchctlError(
+                f"a rebase is already in progress in {path}",
+                hint="`patchctl rebase --continue` after resolving, or `patchctl rebase --abort`",
+            )
+        series = session.series
+        room = _old_cleanroom(series, path, progress)
+        where = Where(series_dir=series.dir, cwd=Path.cwd())
+        wanted = parse_upstream(onto, where, commit=commit, subdir=subdir, current=series.upstream)
+        pinned = pin(wanted, series.dir, progress)
+        base, tree, dropped = _new_base(room, series, pinned, progress)
+        pinned = replace(pinned, tree=tree, key_order=series.upstream.key_order)
+        if _identity(pinned) == _identity(series.upstream) and tree == room.base_tree():
+            raise PatchctlError(
+                f"the series is already on {pinned.describe()} (tree {tree})",
+                hint="name another upstream release or commit",
+            )
+        journal = _start(session, room, pinned, base, dropped)
+        journal = _advance(room, _old_series(room, session), journal, progress)
+        return _conclude(session, room, journal, progress)
+
+
+def rebase_continue(
+    series_path: Path, workdir: Path | None = None, progress: Progress | None = None
+) -> RebaseReport:
+    """`patchctl rebase --continue`: take the user's resolution, or resume a killed run."""
+    with series_session(series_path, op="rebase --continue") as session:
+        room, journal = _resume(session, workdir)
+        _check_untouched(session, journal)
+        series = _old_series(room, session)
+        if journal.state == "stopping":
+            journal = _stop_here(room, journal, _stopped(journal))
+        if journal.state == "stopped":
+            journal = _take_resolution(room, series, journal)
+        if journal.state == "running":
+            journal = _advance(room, series, journal, progress)
+        return _conclude(session, room, journal, progress)
+
+
+def rebase_skip(
+    series_path: Path, workdir: Path | None = None, progress: Progress | None = None
+) -> RebaseReport:
+    """`patchctl rebase --skip`: drop the patch the rebase stopped at from the series (what the
+    work tree holds is saved as a backup first), and go on."""
+    with series_session(series_path, op="rebase --skip") as session:
+        room, journal = _resume(session, workdir)
+        _check_untouched(session, journal)
+        if journal.state not in ("stopping", "stopped"):
+            raise PatchctlError("the rebase is not stopped at a patch; nothing to skip")
+        stop = _stopped(journal)
+        backup = _save_edits(room, journal)
+        pre = room.git.tree_of(journal.head)
+        _move_worktree(room, pre)
+        dropped = Done(stop.id, journal.head, pre, "dropped", "", False)
+        journal = rebasestate.moved(
+            room.path, journal, "running", done=(*journal.done, dropped), stop=None, worktree=pre
+        )
+        journal = _advance(room, _old_series(room, session), journal, progress)
+        return replace(_conclude(session, room, journal, progress), backup=backup)
+
+
+def rebase_abort(series_path: Path, workdir: Path | None = None) -> RebaseReport:
+    """`patchctl rebase --abort`: the series and the clean room as they were before the
+    rebase (the work tree's content is saved as a backup first when it holds anything)."""
+    with series_session(series_path, op="rebase --abort") as session:
+        room, journal = _resume(session, workdir, aborting=True)
+        journal = rebasestate.moved(room.path, journal, "aborting")
+        backup = _save_edits(room, journal)
+        changed = _restore_series(session, room) if journal.restore_series else []
+        old_meta = rebasestate.old(room.path, MARKER_COPY)
+        if old_meta is not None:
+            marker_path(room.path).write_bytes(old_meta)
+        room.git.update_ref(BRANCH, journal.branch, "patchctl rebase --abort")
+        room.git.update_ref(BASE_REF, journal.old_base, "patchctl rebase --abort")
+        _move_worktree(room, room.git.tree_of(journal.branch))
+        if rebasestate.restore_mtimes(room.path):  # the files' old mtimes: no rebuild
+            room.git.refresh_index()
+        room.git.set_head(BRANCH)
+        _drop_refs(room)
+        rebasestate.remove(room.path)
+        return RebaseReport(
+            "aborted",
+            session.series.path,
+            room.path,
+            _describe(journal.old_upstream),
+            _describe(journal.new_upstream),
+            changed=tuple(changed),
+            backup=backup,
+        )
+
+
+# ----------------------------------------------------------------------------- starting
+
+
+def _old_cleanroom(series: Series, path: Path, progress: Progress | None) -> Cleanroom:
+    """The clean room on the series' current pin (made if missing), with no unsaved work."""
+    if not is_cleanroom(path):
+        return create_cleanroom(series, path, progress)
+    room = load_cleanroom(path)
+    if not same_pin(room, series):
+        raise PatchctlError(
+            f"clean room {path} was made from another upstream than {series.upstream.describe()}",
+            hint="run `patchctl cleanroom apply` first",
+        )
+    if room.dirty_paths() or any(not pid for _c, pid, _s in room.stack()):
+        raise DirtyTree(
+            f"{path} has unsaved work; a rebase needs a clean clean room",
+            hint="capture it with `patchctl capture`, or `patchctl cleanroom apply --force`",
+        )
+    return room
+
+
+def _new_base(
+    room: Cleanroom, series: Series, upstream: Upstream, progress: Progress | None
+) -> tuple[str, str, tuple[str, ...]]:
+    """Materialize `upstream` next to the clean room and bring its tree in as a commit:
+    (base commit, tree, names dropped on extraction). An archive or sdist already in the tree
+    cache is fetched from there as objects, without writing its files anywhere."""
+    message = f"upstream: {upstream.describe()}\n".encode()
+    cached = tree_from_cache(upstream, room.git)
+    if cached is not None:
+        _check_root(room, series, upstream, cached.tree)
+        return room.git.commit_tree(cached.tree, message), cached.tree, cached.dropped
+    scratch = room.path / ".git" / "patchctl-rebase-base"
+    shutil.rmtree(scratch, ignore_errors=True)  # a killed run's leftover
+    try:
+        git = Git.init(scratch)
+        result = materialize(series.with_upstream(upstream), git, progress)
+        base = git.commit_tree(result.tree, message)
+        room.git.fetch(str(scratch), base)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    _check_root(room, series, upstream, result.tree)
+    return base, result.tree, result.dropped
+
+
+def _check_root(room: Cleanroom, series: Series, upstream: Upstream, tree: str) -> None:
+    if series.root not in (".", "") and room.git.maybe_rev(f"{tree}:{series.root}") is None:
+        raise NotFound(
+            f"root {series.root!r} is not a directory of {upstream.describe()}",
+            hint="the new upstream lays its tree out differently: rebase onto another subdir",
+        )
+
+
+def _identity(upstream: Upstream) -> dict[str, Any]:
+    data = series_to_dict(Series(Path("x"), upstream))["upstream"]
+    return {k: v for k, v in data.items() if k not in ("tree", "commit") or upstream.kind == "git"}
+
+
+def _start(
+    session: SeriesSession,
+    room: Cleanroom,
+    new: Upstream,
+    base: str,
+    dropped: tuple[str, ...],
+) -> Journal:
+    """The old patch commits, the old files kept aside, and the journal in state running."""
+    series = session.series
+    old_commits = _old_commits(room, series)
+    for patch in series.patches:
+        rebasestate.keep_old(room.path, patch.file, read_patch_file(series.patch_path(patch)))
+    rebasestate.keep_old(room.path, series.path.name, session.seen)
+    rebasestate.keep_old(room.path, MARKER_COPY, marker_path(room.path).read_bytes())
+    rebasestate.keep_mtimes(room.path, room.git.tracked_paths())
+    room.git.update_ref(f"{REFS}old", old_commits[-1] if old_commits else room.base_commit())
+    room.git.update_ref(f"{REFS}onto", base)
+    journal = Journal(
+        state="running",
+        series=str(series.path),
+        series_sha256=patch_sha256(session.seen),
+        files_sha256={
+            p.file: patch_sha256(read_patch_file(series.patch_path(p))) for p in series.patches
+        },
+        old_upstream=_upstream_json(series.upstream),
+        new_upstream=_upstream_json(new),
+        old_base=room.base_commit(),
+        new_base=base,
+        old_commits=tuple(old_commits),
+        branch=room.git.rev_parse(BRANCH),
+        ids=series.ids(),
+        labels=(label(series.upstream), label(new)),
+        worktree=room.git.snapshot_worktree(),
+        dropped=dropped,
+    )
+    return rebasestate.save(room.path, journal)
+
+
+def _old_commits(room: Cleanroom, series: Series) -> list[str]:
+    """One commit per patch on the old base, as `cleanroom apply` would make them (a drifted
+    patch replayed at its offset or with fuzz, as it applies elsewhere)."""
+    commits: list[str] = []
+    parent, tree = room.base_commit(), room.base_tree()
+    hint = "the series does not apply to its own upstream: fix it before rebasing"
+    with TreePatcher(room.git) as patcher:
+        for patch in series.patches:
+            data = read_patch_file(series.patch_path(patch))
+            tree = replay_tree(patcher, tree, data, series.root, patch.id, hint=hint).post
+            message = commit_message(patch, patch_sha256(data))
+            parent = room.git.commit_tree(tree, message, (parent,))
+            commits.append(parent)
+    return commits
+
+
+def _upstream_json(upstream: Upstream) -> dict[str, Any]:
+    return dict(series_to_dict(Series(Path("x"), upstream))["upstream"])
+
+
+def label(upstream: Upstream) -> str:
+    """A short file-name-safe name of an upstream: the version, or the commit or sha256 start."""
+    if upstream.kind == "pypi-sdist":
+        raw = str(upstream.version)
+    elif upstream.kind == "git":
+        raw = (upstream.commit or "")[:12]
+    else:
+        raw = (upstream.sha256 or "")[:12]
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", raw).strip("-.") or upstream.kind
+
+
+def _describe(data: dict[str, Any]) -> str:
+    return Upstream(**data).describe()
+
+
+# ----------------------------------------------------------------------------- resuming
+
+
+def _resume(
+    session: SeriesSession, workdir: Path | None, *, aborting: bool = False
+) -> tuple[Cleanroom, Journal]:
+    path = session.lock_cleanroom(workdir, rebasing=True)
+    journal = rebasestate.load(path)
+    if journal.series != str(session.series.path):
+        raise PatchctlError(
+            f"the rebase in {path} belongs to {journal.series}, not {session.series.path}",
+            hint=f"pass --series {journal.series}",
+        )
+    if journal.state == "aborting" and not aborting:
+        raise PatchctlError("an --abort was interrupted", hint="run `patchctl rebase --abort`")
+    return load_cleanroom(path), journal
+
+
+def _check_untouched(session: SeriesSession, journal: Journal) -> None:
+    """SeriesChanged when series.yaml or a patch file changed since the rebase started: the
+    rebase works from the files as they were, and would overwrite the edit. (Once it is
+    finishing, the files are its own to write.)"""
+    if journal.restore_series:
+        return
+    changed = [session.path.name] if patch_sha256(session.seen) != journal.series_sha256 else []
+    for name, digest in journal.files_sha256.items():
+        path = session.series.dir / name
+        if not path.is_file() or patch_sha256(read_patch_file(path)) != digest:
+            changed.append(name)
+    if changed:
+        raise SeriesChanged(
+            f"{', '.join(changed)} changed since the rebase started (in {session.series.dir})",
+            hint="put the files back as they were, or `patchctl rebase --abort` and start again",
+        )
+
+
+def _old_series(room: Cleanroom, session: SeriesSession) -> Series:
+    """The series as it was when the rebase started (from the copies kept under old/), with
+    its real path: what the rebase works from, whatever state the series directory is in."""
+    copy = rebasestate.directory(room.path) / "old" / session.path.name
+    return replace(load_series(copy, check_files=False), path=session.path)
+
+
+def _save_edits(room: Cleanroom, journal: Journal) -> Backup | None:
+    """Back up the work tree when it holds anything but what patchctl last put there (the
+    user's edits of a conflict), before it is reset."""
+    if room.git.snapshot_worktree() == journal.worktree:
+        return None
+    return room.save_unsaved_work()
+
+
+def _stopped(journal: Journal) -> Stop:
+    if journal.stop is None:
+        raise PatchctlError("the rebase journal has no stop recorded")
+    return journal.stop
+
+
+# ----------------------------------------------------------------------------- the patches
+
+
+def _advance(
+    room: Cleanroom, series: Series, journal: Journal, progress: Progress | None
+) -> Journal:
+    """Rebase the remaining patches until all are done or one stops (state stopped)."""
+    report = or_null(progress)
+    report.start("rebase", len(journal.ids))
+    report.advance("rebase", len(journal.done))
+    with scratch_repo([room.path]) as scratch, temp_index(room.git) as index:
+        while (pid := journal.current) is not None:
+            outcome = _rebase_one(room, scratch, index, series, series.patch(pid), journal)
+            if isinstance(outcome, Stop):
+                report.done("rebase")
+                return _stop_here(room, journal, outcome)
+            room.git.update_ref(f"{REFS}head", outcome.commit)
+            journal = rebasestate.save(room.path, replace(journal, done=(*journal.done, outcome)))
+            report.advance("rebase")
+    report.done("rebase")
+    return journal
+
+
+def _rebase_one(
+    room: Cleanroom, scratch: Git, index: Index, series: Series, patch: Patch, journal: Journal
+) -> Done | Stop:
+    """One patch onto the current tip: its Done, or the Stop that needs the user."""
+    data = _old_bytes(room, patch)
+    pre = room.git.tree_of(journal.head)
+    index.read_tree(pre)
+    exact = apply_to_index(index, data, series.root)
+    if exact.ok and not exact.drift():
+        post, how = index.write_tree(), "applied"
+    else:
+        merged = _merge(room, journal, patch, pre)
+        if not merged.clean:
+            return _conflict(room, index, series, patch, data, pre, merged)
+        post, how = merged.tree, "merged"
+    if post == pre:
+        return Stop(patch.id, "empty", pre)
+    if how == "applied" and patch.imported:
+        new = data  # applies exactly: every byte kept
+    else:
+        new = regenerated(scratch, patch, data, pre, post, series.root)
+    if new == data:
+        how = "unchanged"
+    return _record(room, journal, patch, data, new, post, how)
+
+
+def _old_bytes(room: Cleanroom, patch: Patch) -> bytes:
+    data = rebasestate.old(room.path, patch.file)
+    if data is None:
+        raise NotFound(f"the rebase kept no copy of {patch.file}; run `patchctl rebase --abort`")
+    return data
+
+
+def _merge(room: Cleanroom, journal: Journal, patch: Patch, pre: str) -> Merged:
+    """The patch's old commit merged onto `pre` (a cherry-pick, from its old parent)."""
+    i = journal.ids.index(patch.id)
+    old_post = room.git.tree_of(journal.old_commits[i])
+    old_pre = room.git.tree_of(journal.old_commits[i - 1] if i else journal.old_base)
+    return room.git.merge_trees(old_pre, pre, old_post, (f"onto-{journal.labels[1]}", patch.id))
+
+
+def _record(
+    room: Cleanroom, journal: Journal, patch: Patch, old: bytes, new: bytes, tree: str, how: str
+) -> Done:
+    """Stage the new bytes and commit the patch on the new tip."""
+    staged = new != old
+    if staged:
+        rebasestate.stage(room.path, patch.file, new)
+    sha = patch_sha256(new)
+    commit = room.git.commit_tree(tree, commit_message(patch, sha), (journal.head,))
+    return Done(patch.id, commit, tree, how, sha, staged)
+
+
+def _conflict(
+    room: Cleanroom,
+    index: Index,
+    series: Series,
+    patch: Patch,
+    data: bytes,
+    pre: str,
+    merged: Merged,
+) -> Stop:
+    """The report of a conflict: files, the patch's hunks that no longer apply, marker lines."""
+    index.read_tree(pre)
+    hunks = failing_hunks(index, data, series.root)
+    markers = []
+    for path in merged.conflicts:
+        blob = room.git.maybe_rev(f"{merged.tree}:{path}")
+        if blob is None:
+            continue
+        text = room.git.cat_file("blob", blob)
+        markers += [
+            (path, text.count(b"\n", 0, m.start()) + 1) for m in CONFLICT_START.finditer(text)
+        ]
+    return Stop(
+        patch.id, "conflict", merged.tree, merged.conflicts, hunks, tuple(markers), merged.messages
+    )
+
+
+def _stop_here(room: Cleanroom, journal: Journal, stop: Stop) -> Journal:
+    """Hand the work tree to the user: the merged files (markers included) in the work tree,
+    the tree before the patch in the index and as HEAD (detached; the branch stays)."""
+    journal = rebasestate.moved(room.path, journal, "stopping", stop=stop)
+    _move_worktree(room, stop.merged)
+    room.git.read_tree(room.git.tree_of(journal.head), reset=True)
+    room.git.detach_head(journal.head)
+    return rebasestate.moved(room.path, journal, "stopped", worktree=stop.merged)
+
+
+def _move_worktree(room: Cleanroom, tree: str) -> None:
+    """Make the work tree and index hold `tree`, whatever the index said before: the index is
+    first set to what the work tree holds, and its stat data refreshed, so every file that
+    differs is rewritten and no other (unchanged files keep their mtimes, as `reset --keep`
+    keeps them in `cleanroom apply`: incremental builds stay incremental)."""
+    room.git.read_tree(room.git.snapshot_worktree(), reset=True)
+    room.git.refresh_index()
+    room.git.read_tree(tree, reset=True, update=True)
+    room.git.refresh_index()
+
+
+def _take_resolution(room: Cleanroom, series: Series, journal: Journal) -> Journal:
+    """`--continue` on a stopped rebase: the work tree becomes the patch (its header kept)."""
+    stop = _stopped(journal)
+    patch = series.patch(stop.id)
+    pre = room.git.tree_of(journal.head)
+    post = worktree_snapshot(room.git, room.git.tree_of(journal.new_base))
+    _check_resolution(room, series, patch, pre, post)
+    data = _old_bytes(room, patch)
+    with scratch_repo([room.path]) as scratch:
+        new = regenerated(scratch, patch, data, pre, post, series.root)
+    done = _record(room, journal, patch, data, new, post, "resolved")
+    room.git.update_ref(f"{REFS}head", done.commit)
+    room.git.read_tree(post, reset=True)
+    room.git.refresh_index()
+    return rebasestate.moved(
+        room.path, journal, "running", done=(*journal.done, done), stop=None, worktree=post
+    )
+
+
+def _check_resolution(room: Cleanroom, series: Series, patch: Patch, pre: str, post: str) -> None:
+    if post == pre:
+        raise NothingToCapture(
+            f"{patch.id}: the work tree has no changes over the new base",
+            hint="`patchctl rebase --skip` drops the patch from the series; or edit and continue",
+        )
+    changed = room.git.changed_paths(pre, post)
+    outside = outside_root(changed, series.root)
+    if outside:
+        raise PatchctlError(
+            f"{patch.id}: changes outside the series root {series.root!r}: "
+            + ", ".join(outside[:5]),
+            hint="revert them in the clean room, then `patchctl rebase --continue`",
+        )
+    left = [
+        (path, lines) for path in changed if (lines := _markers_added(room.git, pre, post, path))
+    ]
+    if left:
+        where = "; ".join(f"{path} (line {', '.join(map(str, lines))})" for path, lines in left)
+        raise PatchDoesNotApply(
+            f"{patch.id}: conflict markers are still in {where}",
+            patch=patch.id,
+            file=left[0][0],
+            why="unresolved conflict",
+            hint="resolve every block (no `<<<<<<<`, `|||||||`, `=======` or `>>>>>>>` line may"
+            " stay), then `patchctl rebase --continue` (or --skip / --abort)",
+        )
+
+
+def _markers_added(git: Git, pre: str, post: str, path: str) -> tuple[int, ...]:
+    """The lines of the conflict markers in `path` at `post` beyond those it had at `pre`
+    (every kind git writes: `<<<<<<<`, `|||||||`, `=======`, `>>>>>>>`)."""
+    blob = git.maybe_rev(f"{post}:{path}")
+    if blob is None:
+        return ()
+    after = git.cat_file("blob", blob)
+    found = list(CONFLICT_LINES.finditer(after))
+    before = git.maybe_rev(f"{pre}:{path}")
+    had = len(CONFLICT_LINES.findall(git.cat_file("blob", before))) if before else 0
+    return tuple(after.count(b"\n", 0, m.start()) + 1 for m in found[had:])
+
+
+# ----------------------------------------------------------------------------- finishing
+
+
+def _conclude(
+    session: SeriesSession, room: Cleanroom, journal: Journal, progress: Progress | None
+) -> RebaseReport:
+    """A stopped rebase's report (raised as RebaseStopped by the CLI), or the finish."""
+    if journal.state == "stopped":
+        return _report(session, room, journal, "stopped")
+    return _finish(session, room, journal, progress)
+
+
+def _report(
+    session: SeriesSession, room: Cleanroom, journal: Journal, state: str, **extra: Any
+) -> RebaseReport:
+    return RebaseReport(
+        state,
+        session.series.path,
+        room.path,
+        _describe(journal.old_upstream),
+        _describe(journal.new_upstream),
+        patches=journal.done,
+        stop=journal.stop,
+        **extra,
+    )
+
+
+def _finish(
+    session: SeriesSession, room: Cleanroom, journal: Journal, progress: Progress | None
+) -> RebaseReport:
+    """Switch the series and the clean room to the rebased patches (each step idempotent)."""
+    journal = rebasestate.moved(room.path, journal, "finishing", restore_series=True)
+    old = _old_series(room, session)
+    new = _new_series(old, journal)
+    report = or_null(progress)
+    report.start("finish", None)
+    text = _range_diff(room, old, journal)
+    changed = _write_series(session, room, old, new, journal, text)
+    room.git.update_ref(BRANCH, journal.head, "patchctl rebase")
+    room.git.update_ref(BASE_REF, journal.new_base, "patchctl rebase")
+    room = repin_marker(room, new, journal.new_base, room.git.tree_of(journal.new_base))
+    _move_worktree(room, room.git.tree_of(journal.head))
+    room.git.set_head(BRANCH)
+    _drop_refs(room)
+    rebasestate.remove(room.path)
+    report.done("finish")
+    path = new.dir / range_diff_name(journal)
+    skipped = [d.id for d in journal.done if d.how == "dropped"]
+    return _report(
+        session,
+        room,
+        journal,
+        "done",
+        range_diff=path,
+        range_diff_text=text.decode("utf-8", "replace"),
+        changed=tuple(changed),
+        skipped=tuple(skipped_path(old, journal, old.patch(pid).file) for pid in skipped),
+    )
+
+
+def _range_diff(room: Cleanroom, old: Series, journal: Journal) -> bytes:
+    """`git range-diff` of the old and the new patch commits, each made again with the message
+    `<id>: <title>` alone (the sha256 trailer would mark every rewritten patch as changed)."""
+
+    def chain(base: str, trees: list[tuple[str, str]]) -> str:
+        tip = base
+        for pid, tree in trees:
+            title = old.patch(pid).title or pid
+            tip = room.git.commit_tree(tree, f"{pid}: {title}\n".encode(), (tip,))
+        return tip
+
+    before = [
+        (pid, room.git.tree_of(c)) for pid, c in zip(journal.ids, journal.old_commits, strict=True)
+    ]
+    after = [(d.id, d.tree) for d in journal.done if d.how != "dropped"]
+    return room.git.range_diff(
+        (journal.old_base, chain(journal.old_base, before)),
+        (journal.new_base, chain(journal.new_base, after)),
+    )
+
+
+def range_diff_name(journal: Journal) -> str:
+    """`rebase-<old>-<new>.range-diff`, saved in the series directory."""
+    return f"rebase-{journal.labels[0]}-{journal.labels[1]}.range-diff"
+
+
+def _new_series(old: Series, journal: Journal) -> Series:
+    """The series on the new upstream: new pin, new trees, new sha256 of imported patches,
+    dropped patches gone."""
+    upstream = replace(Upstream(**journal.new_upstream), key_order=old.upstream.key_order)
+    patches = []
+    pre = journal_tree(journal)
+    for done in journal.done:
+        if done.how == "dropped":
+            continue
+        entry = old.patch(done.id)
+        sha = done.sha256 if entry.imported else entry.sha256
+        patches.append(replace(entry, pre_tree=pre, post_tree=done.tree, sha256=sha))
+        pre = done.tree
+    return replace(old.with_upstream(upstream), patches=tuple(patches))
+
+
+def journal_tree(journal: Journal) -> str:
+    """The new upstream's tree (recorded in the pinned upstream)."""
+    return str(journal.new_upstream["tree"])
+
+
+def _write_series(
+    session: SeriesSession,
+    room: Cleanroom,
+    old: Series,
+    new: Series,
+    journal: Journal,
+    range_diff: bytes,
+) -> list[Path]:
+    """The new patch bytes, the range-diff, series.yaml and the docs; the paths written."""
+    changed: list[Path] = []
+    for done in journal.done:
+        entry = old.patch(done.id)
+        path = old.patch_path(entry)
+        if done.how == "dropped":
+            changed += _keep_skipped(session, room, old, journal, entry.file)
+        elif done.staged and session.write_patch(path, rebasestate.staged(room.path, entry.file)):
+            changed.append(path)
+    rd = old.dir / range_diff_name(journal)
+    if session.write_patch(rd, range_diff):
+        changed.append(rd)
+    return changed + session.save(new)
+
+
+SKIPPED = "skipped"
+
+
+def skipped_path(series: Series, journal: Journal, file: str) -> Path:
+    """Where a rebase keeps the file of a patch `--skip` dropped: `skipped/<old>-<new>/` in
+    the series directory (one folder per rebase: a later one never overwrites it)."""
+    return series.dir / SKIPPED / f"{journal.labels[0]}-{journal.labels[1]}" / file
+
+
+def _keep_skipped(
+    session: SeriesSession, room: Cleanroom, old: Series, journal: Journal, file: str
+) -> list[Path]:
+    """Move a skipped patch's file out of the series into `skipped_path` (its bytes as the
+    rebase began, kept under the clean room's .git, so a finish killed after the move is
+    completed alike): never deleted."""
+    path = old.dir / file
+    data = rebasestate.old(room.path, file)
+    if data is None and path.is_file():
+        data = read_patch_file(path)
+    changed: list[Path] = []
+    if data is not None:
+        kept = skipped_path(old, journal, file)
+        if session.write_patch(kept, data):
+            changed.append(kept)
+    session.check_unchanged()
+    if path.is_file():
+        path.unlink()
+        changed.append(path)
+    return changed
+
+
+def _restore_series(session: SeriesSession, room: Cleanroom) -> list[Path]:
+    """--abort of a rebase that had begun writing the series: every series file as it was
+    when the rebase started (series.yaml byte for byte), the range-diff gone, docs again."""
+    old = _old_series(room, session)
+    changed: list[Path] = []
+    for patch in old.patches:
+        data = rebasestate.old(room.path, patch.file)
+        if data is not None and session.write_patch(old.patch_path(patch), data):
+            changed.append(old.patch_path(patch))
+    for stale in old.dir.glob("rebase-*.range-diff"):
+        if stale.name == range_diff_name(rebasestate.load(room.path)):
+            stale.unlink()
+            changed.append(stale)
+    copy = rebasestate.old(room.path, session.path.name)
+    if copy is not None and session.write_patch(session.path, copy):
+        changed.append(session.path)
+    session.seen, session.series = session.path.read_bytes(), load_series(session.path)
+    return changed + session.write_docs()
+
+
+def _drop_refs(room: Cleanroom) -> None:
+    for ref in room.git.refs(REFS):
+        room.git.delete_ref(ref)
