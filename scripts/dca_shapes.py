@@ -12,7 +12,7 @@ on and both depths:
 Each arm runs in I contexts (--instances, default 2, in the balanced order 0,1,1,0) of R
 repetitions each (--reps, default 2). On the H200 the decode rate of one arm differed between two
 contexts of one process by up to 9 % (median 3.6 %, 16 pairs, session 9; see
-docs/benchmarks/shapes-2026-12-01/README.md), as much as the target's margin, and the repetitions
+results/dca-shapes/2026-12-01/README.md), as much as the target's margin, and the repetitions
 inside one context do not sample that. The ratio is the mean of the DCA contexts over the mean of
 the plain ones; `instance_ratios` keeps each pair.
 

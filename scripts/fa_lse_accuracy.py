@@ -5,7 +5,7 @@ ggml_flash_attn_ext_lse against a float64 numpy reference on the same inputs, th
 tests/dca/test_fa_lse.py derives from them, and the gap between the new LSE and the existing
 kernel's own normaliser. Data, not a claim: the tests decide pass/fail.
 
-    python scripts/fa_lse_accuracy.py [--out docs/benchmarks/fa-lse-cpu-accuracy.json]
+    python scripts/fa_lse_accuracy.py [--out results/fa-lse/2026-11-29-cpu-accuracy/fa-lse-cpu-accuracy.json]
 
 The llama.cpp trees are the DCA tests' own (tests/dca/builds.py): PATCHCTL_DCA_SRC +
 PATCHCTL_DCA_BUILD (and PATCHCTL_UPSTREAM_SRC + PATCHCTL_UPSTREAM_BUILD for the bitwise
@@ -32,7 +32,7 @@ from dca import fa_lse_harness as fa  # noqa: E402
 from dca.builds import LlamaBuild, provide  # noqa: E402
 from dca.trees import TreeBuilder, dca_room, upstream_room  # noqa: E402
 
-DEFAULT_OUT = REPO / "docs" / "benchmarks" / "fa-lse-cpu-accuracy.json"
+DEFAULT_OUT = REPO / "results" / "fa-lse" / "2026-11-29-cpu-accuracy" / "fa-lse-cpu-accuracy.json"
 
 
 def _say(line: str) -> None:

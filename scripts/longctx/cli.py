@@ -229,7 +229,7 @@ def cmd_plot(args: argparse.Namespace) -> Any:
 
 def cmd_publish(args: argparse.Namespace) -> Any:
     docs = [results.load(p) for p in args.results]
-    out_dir = args.out_dir or args.root / "docs" / "benchmarks" / f"longctx-{args.date}"
+    out_dir = args.out_dir or args.root / "results" / "longctx" / args.date
     doc_md = None if args.no_doc else args.doc
     made = publish.publish(docs, out_dir, doc_md, args.root)
     return {"out_dir": str(out_dir), "files": len(made), "doc": str(doc_md or "")}
@@ -347,12 +347,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--update", type=Path, help="regenerate the doc's longctx blocks")
     p.add_argument("--check", type=Path, help="fail when the doc's longctx blocks are stale")
     p.add_argument("--root", type=Path, default=ROOT, help="what block paths are relative to")
-    p = sub.add_parser("publish", help="results into docs/benchmarks/longctx-DATE/ and docs/dca.md")
+    p = sub.add_parser("publish", help="results into results/longctx/DATE/ and docs/dca-results.md")
     p.add_argument("results", type=Path, nargs="+")
     p.add_argument("--date", default=datetime.now(UTC).date().isoformat(),
                    help="the folder's date (default: today, UTC)")
-    p.add_argument("--out-dir", type=Path, help="default: ROOT/docs/benchmarks/longctx-DATE")
-    p.add_argument("--doc", type=Path, default=ROOT / "docs" / "dca.md",
+    p.add_argument("--out-dir", type=Path, help="default: ROOT/results/longctx/DATE")
+    p.add_argument("--doc", type=Path, default=ROOT / "docs" / "dca-results.md",
                    help="the Markdown file whose generated blocks name the results")
     p.add_argument("--no-doc", action="store_true", help="leave the Markdown file alone")
     p.add_argument("--root", type=Path, default=ROOT, help="the repository root")

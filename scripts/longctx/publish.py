@@ -1,4 +1,5 @@
-"""Results files into the repository: a dated folder of data, plots and tables, and docs/dca.md.
+"""Results files into the repository: a dated folder of data, plots and tables, and the
+generated blocks of docs/dca-results.md.
 
 ``publish(docs, out_dir, doc_md)`` writes, per (model, label) of the given results documents
 (several calls of one plan are merged, repeated trials kept once):
@@ -124,7 +125,7 @@ def link_doc(doc_md: Path, root: Path, merged: Path, pngs: Sequence[Path], title
         f"[{p.stem.rsplit('-', 1)[-1]}]({os.path.relpath(p, doc_md.parent)})" for p in pngs
     )
     section = (
-        f"#### {title}\n\nPlots: {links}. Data, per-cell trials and the command: "
+        f"### {title}\n\nPlots: {links}. Data, per-cell trials and the command: "
         f"`{merged.parent.relative_to(root.resolve()).as_posix()}/`.\n\n"
         + _block("accuracy", rel) + "\n" + _block("memory", rel) + "\n"
     )

@@ -1,8 +1,8 @@
-"""Markdown tables from results documents, and the blocks of docs/dca.md generated from them.
+"""Markdown tables from results documents, and the generated blocks of docs/dca-results.md.
 
 A generated block in a Markdown file reads::
 
-    <!-- longctx:table accuracy docs/benchmarks/longctx-DATE/FILE.json -->
+    <!-- longctx:table accuracy results/longctx/DATE/FILE.json -->
     ... (generated; do not edit) ...
     <!-- longctx:end -->
 

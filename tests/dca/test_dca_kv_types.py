@@ -60,7 +60,7 @@ from .tiny_models import TinyModels, TinySpec
 F64 = npt.NDArray[np.float64]
 
 # A median is a stable statistic: DCA's measured 0.77x .. 1.12x plain's over the nine cases
-# (docs/benchmarks/dca-kv-types-2026-12-02/errors.json), so 2x is a margin, not a guess; a larger
+# (results/dca-cpu/2026-12-02-kv-types/errors.json), so 2x is a margin, not a guess; a larger
 # factor would bring gemma4's tolerance (plain's median is 1.4e-3 there) near the mistakes' 4.4e-2.
 TYPICAL_FACTOR = 2.0
 TYPICAL_FLOOR = 1e-6  # float32 noise: the median rows of both paths are at 1e-7 .. 3e-7

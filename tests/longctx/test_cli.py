@@ -122,7 +122,7 @@ def test_unpinned_file_of_a_listed_model_then_publish(
     code, _, err = _run(capsys, "publish", str(tmp_path / "r.json"), "--date", "2026-12-01",
                         "--doc", str(md), "--root", str(tmp_path))  # fmt: skip
     assert code == 0, err
-    out = tmp_path / "docs" / "benchmarks" / "longctx-2026-12-01"
+    out = tmp_path / "results" / "longctx" / "2026-12-01"
     assert (out / f"smollm2-135m-{sha[:8]}-cpu-passkey.png").is_file()
-    block = f"accuracy docs/benchmarks/longctx-2026-12-01/smollm2-135m-{sha[:8]}-cpu.json"
+    block = f"accuracy results/longctx/2026-12-01/smollm2-135m-{sha[:8]}-cpu.json"
     assert f"longctx:table {block} -->" in md.read_text()

@@ -25,7 +25,7 @@ def test_publish_writes_data_cells_plots_page_and_doc_blocks(tmp_path: Path) -> 
     md = tmp_path / "docs" / "dca.md"
     md.parent.mkdir()
     md.write_text(f"# DCA\n\n## Results\n\n{publish.MARKER}\n\n## Later\n")
-    out = tmp_path / "docs" / "benchmarks" / "longctx-2026-12-01"
+    out = tmp_path / "results" / "longctx" / "2026-12-01"
     made = publish.publish([_doc(), _doc()], out, md, tmp_path)  # a repeated file merges
     names = sorted(p.relative_to(out).as_posix() for p in made)
     assert names == sorted([
@@ -43,8 +43,8 @@ def test_publish_writes_data_cells_plots_page_and_doc_blocks(tmp_path: Path) -> 
     page = (out / "tiny-h200.md").read_text()
     assert "| passkey | dca |  | 1/2 [0.09, 0.91] |" in page
     text = md.read_text()
-    assert text.index("#### tiny (h200, 2026-12-01)") < text.index(publish.MARKER)
-    assert "[passkey](benchmarks/longctx-2026-12-01/tiny-h200-passkey.png)" in text
+    assert text.index("### tiny (h200, 2026-12-01)") < text.index(publish.MARKER)
+    assert "[passkey](../results/longctx/2026-12-01/tiny-h200-passkey.png)" in text
     assert "| passkey | dca |  | 1/2 [0.09, 0.91] |" in text  # the block, filled
     assert report.stale_blocks(md, tmp_path) == []
     publish.publish([_doc(), _doc()], out, md, tmp_path)  # again: nothing added twice

@@ -72,6 +72,6 @@ def test_unknown_kind_and_missing_file(tmp_path: Path) -> None:
         report.render("accuracy", tmp_path / "r.json")
 
 
-def test_the_numbers_in_docs_dca_md_are_those_of_their_files() -> None:
+def test_the_numbers_in_docs_dca_results_md_are_those_of_their_files() -> None:
     root = Path(__file__).resolve().parents[2]
-    assert report.stale_blocks(root / "docs" / "dca.md", root) == []
+    assert report.stale_blocks(root / "docs" / "dca-results.md", root) == []
