@@ -1,6 +1,6 @@
 """Measure CPU flash-attention accuracy (existing op vs ggml_flash_attn_ext_lse) and write JSON.
 
-Issue 5: records, per case and per kernel path, the error of ggml_flash_attn_ext and of
+Records, per case and per kernel path, the error of ggml_flash_attn_ext and of
 ggml_flash_attn_ext_lse against a float64 numpy reference on the same inputs, the bounds that
 tests/evals/dca/test_fa_lse.py derives from them, and the gap between the new LSE and the existing
 kernel's own normaliser. Data, not a claim: the tests decide pass/fail.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""DCA on / off throughput across model shapes and KV types (issue 15): the shape matrix.
+"""DCA on / off throughput across model shapes and KV types: the shape matrix.
 
 Random-weight GGUFs with the per-layer shapes of real models (n_embd, heads, KV heads, head_dim,
 FFN size; fewer layers; Q8_0 projection matrices), made by the project's own generator
@@ -11,7 +11,7 @@ on and both depths:
 
 Each arm runs in I contexts (--instances, default 2, in the balanced order 0,1,1,0) of R
 repetitions each (--reps, default 2). On the H200 the decode rate of one arm differed between two
-contexts of one process by up to 9 % (median 3.6 %, 16 pairs, session 9; see
+contexts of one process by up to 9 % (median 3.6 %, 16 pairs, in the preload run; see
 results/dca-shapes/2026-12-01/README.md), as much as the target's margin, and the repetitions
 inside one context do not sample that. The ratio is the mean of the DCA contexts over the mean of
 the plain ones; `instance_ratios` keeps each pair.
@@ -31,7 +31,7 @@ chunk 25.
 `run` writes one JSON (the llama-bench rows of every cell with its exact command, the DCA / plain
 ratio rows of evals/device/throughput_summary.py with their spread, the median, the cells skipped
 for the time budget) and prints the table. It exits 1 when a ratio misses 0.95 or the median is
-below 1.0 (the acceptance of issue 15), 2 on a failed run. The GGUFs are written under --work and
+below 1.0 (the acceptance target), 2 on a failed run. The GGUFs are written under --work and
 reused. The `gguf` package comes from --gguf-py (the llama.cpp tree's own gguf-py, as on the GPU
 machine, which has numpy but no pip index) or from the environment.
 """
@@ -124,7 +124,7 @@ class Cell:
     dca_args: tuple[str, ...] = ()  # llama-bench --dca-chunk-size / --dca-local-window, if given
 
 
-# The GPU matrix, in run order (the issue's case first, the 512k cell last). Chosen to fit about
+# The GPU matrix, in run order (the reported weak case first, the 512k cell last). Chosen to fit about
 # 8 device-minutes (see `plan`): every GQA (1, 2, 4, 6, 7, 8) and head dim (64, 128, 256) with f16
 # KV at 32k and 128k; q8_0 and q4_0 KV on one shape per head dim; one 512k cell.
 GPU_CELLS: tuple[Cell, ...] = (
@@ -161,8 +161,8 @@ CPU_CELLS: tuple[Cell, ...] = (
 
 MATRICES = {"gpu": GPU_CELLS, "cpu": CPU_CELLS}
 
-# Time model of one llama-bench run on the H200, fitted to session 5's runs of the same command
-# (docs/benchmarks/device-2026-11-29-s5/bench-*.json, test_time stamps): SmolLM2-135M, attention
+# Time model of one llama-bench run on the H200, fitted to the pair-launch run's benches of the same
+# command (results/dca-cuda/2026-11-29-pair-launch/bench-*.json, test_time stamps): SmolLM2-135M, attention
 # width 30 x 9 x 64 = 17280, took about 31 s for DCA off + on at 32k + 128k with -r 4; Gemma-3-270M
 # (3 global layers x 4 x 256 = 3072) about 13 s. The depth fills dominate: one fill per (DCA, depth)
 # (llama-bench keeps the filled cache per depth), their cost grows with the attention width and the

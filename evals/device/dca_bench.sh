@@ -4,7 +4,7 @@
 # usage: [R=2] [ORDER=0,1,1,0] dca_bench.sh MODEL NAME   (raw output -> $OUT/bench-NAME.json, $OUT/mem-NAME.txt)
 #   ORDER: llama-bench's -dca list. Each entry is one context (a new llama_context) of R repetitions; the default runs
 #     each arm in two contexts in balanced order, 4 repetitions per arm in all. Decode rates differ by a few per cent
-#     between two contexts of one process (session 9, results/dca-cuda/2026-12-01-preload/README.md), which the
+#     between two contexts of one process (the preload run, results/dca-cuda/2026-12-01-preload/README.md), which the
 #     repetitions inside one context do not sample; throughput_summary.py pools an arm's contexts.
 set -uo pipefail
 source evals/device/common.sh

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device: the DCA model-level equivalences of issue 6 on CUDA: every layer on the GPU (-ngl 99),
+# Device: the DCA model-level equivalences on CUDA: every layer on the GPU (-ngl 99),
 # chunk >= sequence equals plain, multi-chunk (exact fallback and FA) vs the float64 reference,
 # split decode equals one-shot, with the GPU tolerances of test_dca_model.py (ON_GPU: 3x the same
 # build's plain-attention error). Needs the clean room + build from start_build.sh. Deselected: the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device (issue 15), ONE call after the patched tree is built ($W/build from start_build.sh; the clean room $W/cr):
+# Device: the shape matrix, ONE call after the patched tree is built ($W/build from start_build.sh; the clean room $W/cr):
 #   (a) test-backend-ops, CUDA vs CPU: -o FLASH_ATTN_EXT_LSE_MERGE (the DCA merge and the one-launch decode pairs: vector
 #       kernel f16 / q8_0 / q4_0, MMA kernel under GQA > 4), -o FLASH_ATTN_EXT_LSE, and FLASH_ATTN_EXT at batch 1
 #       (the vector / MMA decode paths whose launch code the pairs share)                            ~1.5 min

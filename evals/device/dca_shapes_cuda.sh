@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device: issue 14's DCA model tests on CUDA, every layer on the GPU (-ngl 99), with the GPU tolerances of
+# Device: the DCA configuration tests on CUDA, every layer on the GPU (-ngl 99), with the GPU tolerances of
 # model_runs.tolerance (3x the same build's plain-attention error):
 #  - test_dca_shapes.py: production chunk shapes (chunk_size 320 / 576, local window 64, i.e. chunk_len 256 / 512;
 #    1316 tokens, prefill ubatches of 128 and decode steps across chunk boundaries) vs the float64 reference, and the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device (issue 15): CUPTI profile of shape-matrix cells (dca_profile.sh: pp512 and tg16, DCA off and on, at DEPTH), for
+# Device: CUPTI profile of shape-matrix cells (dca_profile.sh: pp512 and tg16, DCA off and on, at DEPTH), for
 # the cells that miss or are closest to the target. About 40 s per cell at depth 32768 (4 llama-bench runs, each with its
 # own depth fill, plus the tracer); the GGUFs are those of dca_shapes.sh ($W/shapes), written again if missing.
 # usage: bash evals/device/dca_shapes_profile.sh DEPTH CELL...   e.g. 32768 qwen2.5-0.5b/f16 qwen2.5-7b/f16

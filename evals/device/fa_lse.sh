@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device (H200): GGML_OP_FLASH_ATTN_EXT_LSE correctness and cost (issue 5).
+# Device (H200): GGML_OP_FLASH_ATTN_EXT_LSE correctness and cost.
 # usage: fa_lse.sh BUILD_DIR      BUILD_DIR = a built CUDA tree of the patched llama.cpp (bin/test-backend-ops)
 # Raw output -> $OUT/fa-lse-*.txt (or ./fa-lse-out when $OUT is unset); a summary goes to stdout.
 #   1. test -o FLASH_ATTN_EXT_LSE : CUDA0 vs CPU for every LSE case (vec, tile, mma np==1/np>1,

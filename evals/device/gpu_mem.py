@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Device memory of DCA off vs on, per process (issue 15): llama-completion at a given context size.
+"""Device memory of DCA off vs on, per process: llama-completion at a given context size.
 
 usage: gpu_mem.py OUT.json --bin DIR --model GGUF [--ctx 131072,1048576] [--kv f16] [--n 16]
 

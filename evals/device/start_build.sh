@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Device: put the carried sdist (ferried or split, see README.md) into patchctl's cache, create
 # the clean room of the shipped series (`patchctl cleanroom apply`) and start `patchctl build
-# --cuda $ARCHS` (default sm_90, the H200; set ARCHS=sm_86,sm_90 for the issue-4 build) of the
+# --cuda $ARCHS` (default sm_90, the H200; set ARCHS=sm_86,sm_90 for the two-arch build) of the
 # targets the device scripts use (llama-server for longctx_run.sh), in the background:
 # it outlives this call (setsid) and logs to $W/build.log; wait_build.sh waits for it.
 set -euo pipefail

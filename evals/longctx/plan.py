@@ -61,7 +61,7 @@ class CostModel:
 
 COSTS = {
     # Qwen2.5-0.5B with -fa on -ub 1024 on one H200: 41 s at 256k, 150 s at 512k and 260 s at 1M
-    # (the timing guide). 32k-128k: a*L + c*L^2 with a = 35 us/token and c = 0.455 ns,
+    # (the device's timing guide). 32k-128k: a*L + c*L^2 with a = 35 us/token and c = 0.455 ns,
     # from SmolLM2-135M's pp512 at depth 32k and 128k on the H200 (18.6k and 8.0k tokens/s,
     # results/dca-cuda/2026-11-29-no-zero-masks) scaled by the attention heads (14 vs 9): 1.6 s,
     # 4.2 s and 12.4 s (6-20k tokens/s, the conservative side; that law also gives the 41 s at

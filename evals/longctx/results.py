@@ -173,7 +173,7 @@ def trial_key(t: Mapping[str, Any]) -> tuple[Any, ...]:
 
 def corpus_of(t: Mapping[str, Any], doc: Mapping[str, Any]) -> str:
     """The sha256 of the corpus a trial's haystack was cut from: the trial's own `corpus` (runs
-    record it since session 9), else its document's."""
+    record it from 2026-12-01 on), else its document's."""
     return str(t.get("corpus") or (doc.get("corpus") or {}).get("sha256") or "")
 
 
@@ -243,8 +243,8 @@ def combine(docs: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], dict[str
 
 
 def _run_key(run: Mapping[str, Any]) -> str | None:
-    """What tells one run from another: its id (runs since session 9), else its start, command and
-    wall time; None (never equal) for a document that records none of them."""
+    """What tells one run from another: its id (runs from 2026-12-01 on), else its start, command
+    and wall time; None (never equal) for a document that records none of them."""
     if run.get("id"):
         return str(run["id"])
     if not run.get("started"):
@@ -270,7 +270,7 @@ def _merge_trials(merged: dict[str, Any], doc: Mapping[str, Any],
                   seen: dict[tuple[Any, ...], Mapping[str, Any]], contents: set[str]) -> None:
     """Add one document's trials to `merged` (see combine). `seen` holds the earlier documents'
     trials by identity, `contents` their records as text, each with and without its corpus.
-    A trial that names its own corpus (runs since session 9) is carried over when its record,
+    A trial that names its own corpus (runs from 2026-12-01 on) is carried over when its record,
     corpus included, was merged before; an older trial only has its document's corpus, which
     is not the one it was cut from when a run resumed a document of another corpus, so it is
     compared without it."""

@@ -36,7 +36,7 @@ FIXED_ARGS = (("--no-kv-unified",), ("--cache-ram", "0"), ("--no-warmup",), ("--
               ("-lv", "4"))  # fmt: skip
 # "dca = on (chunk_size = C, local_window = W, chunk_len = L)" (first 0078), or "dca = on:
 # chunk_size = C [source], local_window = W [source], chunk_len = L, original length = O
-# [source], mscale = on|off (...)" (0078 with issue 14's defaults and --dca-mscale)
+# [source], mscale = on|off (...)" (builds with the DCA defaults and --dca-mscale)
 DCA_LINE = re.compile(
     r"dca\s+= on[ :(]+chunk_size = (\d+)[^\n]*?local_window = (\d+)[^\n]*?chunk_len = (\d+)"
     r"(?:, original length = (\d+)[^\n]*?, mscale = ([^\n]*))?"

@@ -1,6 +1,6 @@
 """Flash attention + LSE accuracy harness: cases, float64 numpy reference, native probe, metrics.
 
-Used by tests/evals/dca/test_fa_lse.py and evals/dca/fa_lse_accuracy.py (issue 5, CI acceptance).
+Used by tests/evals/dca/test_fa_lse.py and evals/dca/fa_lse_accuracy.py (CI acceptance).
 
 The reference is written from the definition, not from ggml's code:
   score[t, n] = scale * q_t . k_n                       (per head h, with K/V head h // (H / H_kv))

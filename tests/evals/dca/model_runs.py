@@ -33,7 +33,7 @@ from .tiny_models import TinyModels, TinySpec
 F32 = npt.NDArray[np.float32]
 
 N_VOCAB = 256
-SPEC_EXACT_TOL = 1e-3  # issue 6: f32 KV, FA off
+SPEC_EXACT_TOL = 1e-3  # f32 KV, FA off: the exact path's bound
 
 
 def _on_gpu(tool_args: str) -> bool:
@@ -177,7 +177,7 @@ def tolerance(mode: str, plain_err: float) -> float:
         # q8_0: the same discreteness floor as on the CPU (below)
         return max(GPU_PLAIN_FACTOR * plain_err, 5e-3 if mode == "flash-q8_0" else 1e-5)
     if mode == "exact":
-        # 3x the plain path's own f32 error, floored at 1e-5; never looser than the issue's 1e-3
+        # 3x the plain path's own f32 error, floored at 1e-5; never looser than the required 1e-3
         return min(max(3.0 * plain_err, 1e-5), SPEC_EXACT_TOL)
     if mode == "flash-q8_0":
         # q8_0 round-off differences are discrete (a value rounds to the neighbouring step or

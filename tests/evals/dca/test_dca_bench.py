@@ -1,6 +1,6 @@
 """llama-bench with the DCA patch: without -dca its output has upstream's columns in every format
 (a CSV/JSON/SQL consumer of upstream's llama-bench, e.g. an SQL insert into an upstream database,
-sees no new column); with -dca it gains a dca column (issue 14, point 8)."""
+sees no new column); with -dca it gains a dca column."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""CI (CPU) acceptance of issue 14 (0078-dca on real models and setups), except the production
-shapes (test_dca_shapes.py) and llama-server (another engineer's part):
+"""CI (CPU) acceptance of DCA on real models and setups, except the production
+shapes (test_dca_shapes.py) and llama-server (test_dca_server.py):
 
 - defaults from the model's original training length: GGUF DCA keys, else
   rope.scaling.original_context_length, else context_length (a guess, warned); the window derived

@@ -1,5 +1,5 @@
 """DCA graphs reused across ubatches: llama.cpp's graph reuse on the CPU (CI) and CUDA graphs on a
-GPU (issue 14, point 10: the CUDA crash).
+GPU (a CUDA crash DCA once caused).
 
 A DCA ubatch graph depends on the ubatch and the cache (which of the three regimes are present, the
 KV windows, n_kv), so consecutive ubatches alternate between graphs that differ. Two layers reuse
@@ -13,10 +13,10 @@ work across them and both must only do it for graphs that are really the same:
   ``PATCHCTL_DCA_TOOL_ARGS="-ngl 99"`` on a CUDA build (``evals/device/dca_cuda_graphs.sh``) the
   same runs also equal the runs with CUDA graphs off (``GGML_CUDA_DISABLE_GRAPHS=1``) bit for bit,
   and stay within the GPU tolerance of the float64 reference (3x the same build's plain-attention
-  error, as in test_dca_model.py). Before the fix the issue's configuration (f32 KV, FA off,
+  error, as in test_dca_model.py). Before the fix the crashing configuration (f32 KV, FA off,
   ``-ub 128``) died with "an illegal instruction was encountered".
 
-The model is the issue's: a qwen2 with 2 layers, 4 query heads, 2 KV heads, head dim 64.
+The model is the one that crashed: a qwen2 with 2 layers, 4 query heads, 2 KV heads, head dim 64.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ KV_MODES: dict[str, tuple[tuple[str, ...], str]] = {
     "q8_0-fa-on": (("-ctk", "q8_0", "-ctv", "q8_0", "-fa", "on"), "q8_0"),
 }
 UBATCHES = (32, 96, 128, 200, 512)
-# CI (CPU) runs one ubatch size per KV mode (the issue's -ub 128 with f32 KV and FA off among them);
+# CI (CPU) runs one ubatch size per KV mode (the crash's -ub 128 with f32 KV and FA off among them);
 # a GPU run takes every combination (evals/device/dca_cuda_graphs.sh)
 CPU_CASES = [(128, "f32-fa-off"), (200, "f16-fa-off"), (32, "f16-fa-on"), (96, "q8_0-fa-on")]
 GPU_CASES = [(ub, mode) for ub in UBATCHES for mode in KV_MODES]

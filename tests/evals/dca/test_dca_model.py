@@ -1,4 +1,4 @@
-"""CI (CPU) acceptance of issue 6: DCA in the llama.cpp graph, checked end to end on tiny models.
+"""CI (CPU) acceptance: DCA in the llama.cpp graph, checked end to end on tiny models.
 
 - ``--dca off``: logits and greedy tokens byte-identical to the unpatched upstream build.
 - ``--dca on`` with chunk >= sequence: equal to plain attention (1e-4 relative), all six archs
@@ -8,7 +8,7 @@
   sequences, split and unified KV): equal to the independent float64 numpy reference with DCA
   (tests/evals/dca/reference.py), for llama, qwen2, qwen3 and gemma3 (DCA on its global layer only),
   and on the exact path also gemma4 and gemma4 with shared-KV layers.
-  * f32 KV, flash attention off (the exact path): within 1e-3 (the issue's bound) and within a
+  * f32 KV, flash attention off (the exact path): within 1e-3 (the required bound) and within a
     tighter bound derived from the same build's plain-attention error (1e-5 .. 6e-5).
   * flash attention on (CPU FA computes in f16): the tolerance is 2x the same build's
     plain-attention error against the reference (measured in the test); q8_0 KV likewise,
@@ -84,7 +84,7 @@ MODE_KV_TYPE = {"exact": "f32", "flash": "f32", "flash-q8_0": "q8_0"}
 # before the reference is taken to be wrong (a sanity bound: the power of these tests is in the
 # mistakes lying >= MISTAKE_MARGIN x a tolerance derived from plain's measured error, not here)
 SPEC_EXACT_TOL = 1e-3
-SPEC_EQUAL_TOL = 1e-4  # issue 6: chunk >= sequence vs plain attention
+SPEC_EQUAL_TOL = 1e-4  # chunk >= sequence vs plain attention
 MISTAKE_MARGIN = 10.0  # every deliberate mistake must be this many tolerances away
 REFERENCE_ARCHS = ("llama", "qwen2", "qwen3", "gemma3")  # every mode
 # gemma4 (5-6 layers, 4 of them SWA) is compared on the exact path only: its plain CPU FA error is

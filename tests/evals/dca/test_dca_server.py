@@ -1,5 +1,4 @@
-"""CI (CPU): the patched llama-server with Dual Chunk Attention, through its HTTP API on loopback
-(issue 14, points 5 and 6).
+"""CI (CPU): the patched llama-server with Dual Chunk Attention, through its HTTP API on loopback.
 
 - Slots: the default 4 slots (unified KV, cells of the slots interleaved) and 4 slots with one KV
   stream each get 8 concurrent OpenAI-style ``/v1/completions`` requests whose prompts and

@@ -1,4 +1,4 @@
-"""DCA at production chunk shapes (issue 14, point 9), on the CPU in CI and on CUDA with
+"""DCA at production chunk shapes, on the CPU in CI and on CUDA with
 PATCHCTL_DCA_TOOL_ARGS="-ngl 99" (evals/device/dca_shapes_cuda.sh).
 
 Every real configuration has chunk_len a multiple of 256 (Qwen2.5-1M: 253952; the defaults for

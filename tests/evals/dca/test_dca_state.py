@@ -1,5 +1,4 @@
-"""CI (CPU): llama.cpp state files and buffers record the Dual Chunk Attention settings (issue 14,
-point 8).
+"""CI (CPU): llama.cpp state files and buffers record the Dual Chunk Attention settings.
 
 A DCA cache holds keys roped at ``p mod chunk_len``, so its state only means something to a
 context with the same chunk_size / local_window. Every state path that llama-server, llama-cli and

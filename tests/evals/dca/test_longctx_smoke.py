@@ -94,7 +94,7 @@ def test_harness_smoke_on_llama_server(
         later = [t for t in cell if t["question"] > 0]
         assert all(t["cached_tokens"] >= t["tokens"] - 80 for t in later)  # prompt reuse
     jobs = {j["method"]: j for j in doc["jobs"]}
-    dca = jobs["dca-small"]["dca"]  # as the server logged it (builds with issue 14 say more)
+    dca = jobs["dca-small"]["dca"]  # as the server logged it (builds with mscale say more)
     assert {k: dca[k] for k in ("chunk_size", "local_window", "chunk_len")} == {
         "chunk_size": 384, "local_window": 64, "chunk_len": 320}  # fmt: skip
     assert jobs["naive"]["dca"] is None

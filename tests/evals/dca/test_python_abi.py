@@ -1,4 +1,4 @@
-"""Issue 18: the patched llama-cpp-python's ctypes mirror is ABI-correct against the patched
+"""The patched llama-cpp-python's ctypes mirror is ABI-correct against the patched
 headers (tests/evals/dca/abi.py), and the check fails on every deliberate mirror mistake.
 
 The headers come from the exported sdist itself (vendor/llama.cpp), the mirror from the wheel

@@ -1,4 +1,4 @@
-"""Issue 18: `python -m llama_cpp.server` from the patched wheel answers an OpenAI-style request
+"""`python -m llama_cpp.server` from the patched wheel answers an OpenAI-style request
 with DCA on, configured by its command line or by its config file, over loopback only.
 
 The server log must show llama.cpp's own line for a DCA context with the requested sizes and

@@ -1,4 +1,4 @@
-"""Issue 18: `Llama(model, dca=True, ...)` from the wheel built from the exported sdist computes
+"""`Llama(model, dca=True, ...)` from the wheel built from the exported sdist computes
 what llama.cpp itself computes on the same tree, and what the float64 reference says.
 
 For each model: the multi-chunk prompt (300 tokens, chunk 64 / window 8: 6 chunks, ubatches of

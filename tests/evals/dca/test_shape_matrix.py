@@ -1,4 +1,4 @@
-"""evals/dca/shape_matrix.py: the shape matrix of issue 15 (plan, commands, the result JSON)."""
+"""evals/dca/shape_matrix.py: the shape matrix (plan, commands, the result JSON)."""
 
 from __future__ import annotations
 

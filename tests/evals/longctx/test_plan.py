@@ -131,4 +131,4 @@ def test_fill_tier_completes_the_grid_ends_before_adding_haystacks() -> None:
     assert at_16 == {"naive", "linear", "yarn", "dca", "dca-mscale"}  # every method at 16x next
     assert not any(m in ("linear", "yarn", "dca-mscale") and x <= 1 for m, x, _ in cells)
     at_2 = {m: h for m, x, h in cells if x == 2}
-    assert set(at_2) == set(at_16) and min(at_2.values()) >= 20  # the 20 trials per cell
+    assert set(at_2) == set(at_16) and min(at_2.values()) >= 20  # 20 trials a cell at least

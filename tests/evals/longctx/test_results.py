@@ -117,7 +117,7 @@ def test_trials_of_two_corpora_are_two_trials() -> None:
 
 
 def test_equal_records_of_two_corpora_are_two_trials() -> None:
-    # runs since session 9 name each trial's corpus: a haystack of another corpus whose record
+    # runs from 2026-12-01 on name each trial's corpus: a haystack of another corpus whose record
     # happens to equal an earlier one (the fake server's timings) is not a carried-over copy
     a = document([trial(question=0, corpus="11" * 32)])
     b = document([trial(question=0, corpus="11" * 32), trial(question=0, corpus="22" * 32)])
