@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # missing comes from PyPI. Re-installed when pyproject.toml changes.
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv --system-site-packages $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,dca,longctx]'
 	touch $@
 
 venv: $(BIN)/.installed
@@ -24,11 +24,11 @@ run: venv
 test: venv
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest $(PYTEST_ARGS)
 
-## lint: ruff and mypy --strict (patchctl and the long-context harness)
+## lint: ruff and mypy --strict (patchctl, the long-context harness, the tests)
+EVALS_TYPED := evals/__init__.py evals/errors.py evals/fsio.py evals/longctx
 lint: venv
-	$(BIN)/python -m ruff check patchctl tests scripts/longctx scripts/series_corpus.py
-	$(BIN)/python -m mypy --strict patchctl tests
-	$(BIN)/python -m mypy --strict scripts/longctx  # apart: tests/longctx is also a top-level "longctx"
+	$(BIN)/python -m ruff check patchctl tests $(EVALS_TYPED) scripts/series_corpus.py
+	$(BIN)/python -m mypy --strict patchctl $(EVALS_TYPED) tests
 	MYPYPATH=tests $(BIN)/python -m mypy --strict scripts/series_corpus.py  # imports tests/support
 
 clean-venv:

@@ -3,7 +3,7 @@
 Usage (from the project root; not run in CI):
 
     nice -n 10 python benchmarks/debian_kernel.py --workdir /tmp/patchctl-kernel \
-        --out docs/benchmarks/debian-kernel.json
+        --out results/debian-kernel/2026-12-01/debian-kernel.json
 
 1. Fetch the source package once with `apt-get source --download-only linux` through a private
    apt configuration (a deb-src line for bookworm; the system's apt setup is never touched),

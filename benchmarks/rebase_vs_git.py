@@ -4,7 +4,7 @@ Usage (from the project root; both sdists come through patchctl's own cache, sha
 downloaded from PyPI when missing):
 
     PYTHONPATH=. python benchmarks/rebase_vs_git.py --workdir /tmp/patchctl-rebase-bench \
-        --out docs/benchmarks/rebase-78.json
+        --out results/rebase/2026-12-01-vs-git/rebase-78.json
 
 1. Materialize llama.cpp as vendored in llama-cpp-python 0.3.36 (`pypi-sdist` upstream) with
    `patchctl cleanroom apply`.
@@ -171,7 +171,7 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/patchctl-rebase-bench"))
     parser.add_argument("--patches", type=int, default=78)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=Path("docs/benchmarks/rebase-78.json"))
+    parser.add_argument("--out", type=Path, default=Path("results/rebase/2026-12-01-vs-git/rebase-78.json"))
     args = parser.parse_args()
     work = args.workdir.resolve()
     shutil.rmtree(work, ignore_errors=True)

@@ -2,7 +2,7 @@
 """Start-up time of the patchctl CLI: `--version`, `--help`, one shell-completion answer, and a
 subcommand's `--help`, against a reference checkout measured in the same run.
 
-    python benchmarks/startup.py --reference REF [--runs 30] [--out docs/benchmarks/startup.json]
+    python benchmarks/startup.py --reference REF [--runs 30] [--out results/startup/2026-12-01/startup.json]
 
 REF is a tree of patchctl sources to compare with (e.g. `git archive main | tar -x -C
 /tmp/ref`). Both trees run in this interpreter's environment (`python -c` with the tree first on

@@ -3,7 +3,7 @@
 Usage (from the project root; the sdist is found in the patchctl cache or given with --sdist):
 
     python benchmarks/verify_vs_am.py --workdir /tmp/patchctl-bench \
-        --out docs/benchmarks/verify-78.json
+        --out results/verify/2026-11-29-vs-git-am/verify-78.json
 
 1. Materialize the pinned llama.cpp (llama-cpp-python 0.3.36 sdist, vendor/llama.cpp) into a
    clean room with `patchctl cleanroom apply` (archive upstream, tree b2da5358...).
@@ -144,7 +144,7 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/patchctl-bench"))
     parser.add_argument("--sdist", type=Path)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=Path("docs/benchmarks/verify-78.json"))
+    parser.add_argument("--out", type=Path, default=Path("results/verify/2026-11-29-vs-git-am/verify-78.json"))
     args = parser.parse_args()
     work = args.workdir.resolve()
     shutil.rmtree(work, ignore_errors=True)

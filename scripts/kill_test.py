@@ -1,7 +1,7 @@
 """The long kill test: SIGKILL patchctl commands at seeded random points, many times.
 
     .venv/bin/python scripts/kill_test.py --trials 500 --seed 13 \
-        --out docs/benchmarks/kill_test.json
+        --out results/kill-test/<date>/kill-test-<commit>-seed13.json
 
 Each trial restores a scenario's world, kills the command (at its Nth write or git call, or
 after a random delay), runs the next command and checks the invariants (tests/support/kill.py

@@ -1,7 +1,7 @@
 """patchctl on real quilt series nobody here wrote: Debian bookworm source packages.
 
     nice -n 10 .venv/bin/python scripts/series_corpus.py \
-        --out docs/benchmarks/series-corpus.json [PACKAGE ...]
+        --out results/series-corpus/2026-12-01/series-corpus.json [PACKAGE ...]
 
 For each package (default: DEFAULT_PACKAGES), tests/support/corpus.py fetches the source package
 once (cached in $PATCHCTL_TEST_CACHE/debian-src/bookworm/<package>/, sha256-checked against its

@@ -4,8 +4,8 @@ The protocol is click's: the shell calls `patchctl` with `_PATCHCTL_COMPLETE=<sh
 (print the script to eval once) or `<shell>_complete` (answer one TAB, with COMP_WORDS and
 COMP_CWORD set). Answers come from `cliindex.COMMANDS`, a description of every command that
 scripts/cli_index.py writes from the typer app, so a TAB costs a Python start-up and nothing
-more (docs/benchmarks/startup.json). Only NamedTuple is used here: dataclasses would import
-`inspect`, which costs more than the rest of the answer.
+more (results/startup/2026-12-01/startup.json). Only NamedTuple is used here: dataclasses
+would import `inspect`, which costs more than the rest of the answer.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 `--version`, the top-level `--help` and shell completion are answered here from the command
 index (cliindex.json, written from the app by scripts/cli_index.py), without importing typer,
 rich or any command; everything else goes to the typer app in app.py, whose commands import
-the core only when they run. docs/benchmarks/startup.json has the measured times.
+the core only when they run. results/startup/2026-12-01/startup.json has the measured times.
 """
 
 from __future__ import annotations

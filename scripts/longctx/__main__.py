@@ -1,9 +1,0 @@
-"""Entry point: ``python3 -m scripts.longctx`` (from the repository root)."""
-
-from __future__ import annotations
-
-import sys
-
-from .cli import main
-
-sys.exit(main())
