@@ -18,15 +18,17 @@ no value is silently coerced.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from .test_python_wheel import run_python
 from .tiny_models import TinyModels, TinySpec
 
-CONTEXT = {"n_ctx": 512, "n_batch": 512, "n_threads": 2, "n_threads_batch": 2}
+CONTEXT: dict[str, object] = {"n_ctx": 512, "n_batch": 512, "n_threads": 2, "n_threads_batch": 2}
 
 CONSTRUCT = r"""
 import json, logging, sys
@@ -51,13 +53,13 @@ print(json.dumps({"ok": True, "params": params}))
 
 
 def construct(
-    site: Path, model: Path, kwargs: dict[str, object], **cfg: object
-) -> tuple[dict[str, object], str]:
+    site: Path, model: Path, kwargs: Mapping[str, object], **cfg: object
+) -> tuple[dict[str, Any], str]:
     """`Llama(model, **kwargs)` in a child: (its JSON report, its stderr)."""
-    config = {"model": str(model), "kwargs": kwargs, **cfg}
+    config = {"model": str(model), "kwargs": dict(kwargs), **cfg}
     proc = run_python(site, "-c", CONSTRUCT, json.dumps(config))
     assert proc.returncode == 0, proc.stderr[-4000:]
-    report: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
+    report: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     return report, proc.stderr
 
 
@@ -191,8 +193,8 @@ def test_use_extra_bufts_reaches_llama_model_params(python_site: Path, quantized
     off, off_log = construct(
         python_site, quantized, {**base, "use_extra_bufts": False}, debug=True, decode=True
     )
-    assert on.get("params", {}).get("use_extra_bufts") is True, on  # type: ignore[union-attr]
-    assert off.get("params", {}).get("use_extra_bufts") is False, off  # type: ignore[union-attr]
+    assert on.get("params", {}).get("use_extra_bufts") is True, on
+    assert off.get("params", {}).get("use_extra_bufts") is False, off
     assert "CPU_REPACK" in on_log, on_log[-3000:]
     assert "CPU_REPACK" not in off_log, off_log[-3000:]
     assert "load_tensors:" in off_log
