@@ -266,7 +266,8 @@ BAD = (
     # valid for Python, refused by llama.cpp: the window must be below chunk_len
     (
         {"dca": True, "dca_chunk_size": 64, "dca_local_window": 40},
-        "--dca-local-window (40) must be smaller than chunk_len",
+        "ValueError: Failed to create llama_context: failed to initialize the context: "
+        "dca_local_window (40) must be smaller than chunk_len",
     ),
 )
 
