@@ -8,7 +8,7 @@ venv's Python in the copy, where the GGUF the example names is linked from the t
 One step is not redone: `pip install dist/llama_cpp_python-*.tar.gz` compiles llama.cpp (10-20
 min on 2 cores). The test runs that line with its argument, the documented glob, first hashed
 (`sha256sum`: the glob must name exactly one file, byte-identical to the sdist the test wheel
-was built from, tests/dca/wheel.py) and then installed as that cached wheel, with the same pip
+was built from, tests/evals/dca/wheel.py) and then installed as that cached wheel, with the same pip
 and environment. Every other line runs as the docs print it.
 """
 

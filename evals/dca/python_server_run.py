@@ -9,7 +9,7 @@ of a filler text of about --prompt-tokens tokens, greedy), stops the server and 
 sha256), the response (text, usage), wall times, the llama.cpp lines of the log that say what
 ran (DCA resolution, context, timings) and the host. The server log is kept as `<name>.log`.
 
-    python scripts/python_server_run.py --model SmolLM2-135M-Instruct.Q4_1.gguf \
+    python evals/dca/python_server_run.py --model SmolLM2-135M-Instruct.Q4_1.gguf \
         --out docs/benchmarks/python-server-2026-12-05 --name dca-on -- --n_ctx 16384 --dca true
 """
 
@@ -122,10 +122,10 @@ def main() -> int:
 
     record = {
         "what": "one long /v1/completions request to python -m llama_cpp.server",
-        "script": "scripts/python_server_run.py",
+        "script": "evals/dca/python_server_run.py",
         "command": [
             "python",
-            "scripts/python_server_run.py",
+            "evals/dca/python_server_run.py",
             "--model",
             os.path.basename(args.model),
             "--out",
