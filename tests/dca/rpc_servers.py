@@ -146,8 +146,9 @@ class RpcServer:
 
 def rpc_args(servers: Sequence[RpcServer], n_gpu_layers: int) -> tuple[str, ...]:
     """llama.cpp flags that put the last `n_gpu_layers` layers on `servers`, split evenly by
-    layer (-sm layer, -ts 1,1,...); the other layers stay on the local CPU."""
-    split = ",".join("1" for _ in servers)
+    layer (-sm layer, -ts 1/1/...: "/" because llama-bench reads "," as a list of values to run,
+    the common parser takes both); the other layers stay on the local CPU."""
+    split = "/".join("1" for _ in servers)
     return (
         "--rpc", ",".join(s.endpoint for s in servers),
         "-ngl", str(n_gpu_layers), "-sm", "layer", "-ts", split,

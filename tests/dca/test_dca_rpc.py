@@ -19,7 +19,8 @@ updating ggml-rpc (its op-count assert, its protocol version) fails every test r
   linked against the upstream's libggml-rpc, where the handshake lives) against a patched server;
   both servers keep running. Each pair of one build connects (the control).
 - A server killed (SIGKILL) while the client decodes ends the client with an error, not a hang:
-  the client must exit non-zero within KILL_TIMEOUT_S.
+  the client must exit non-zero within KILL_TIMEOUT_S, with ggml-rpc's message (not SIGPIPE).
+- ``-sm tensor`` with ``--dca on`` over the RPC devices is refused, naming ``--split-mode layer``.
 """
 
 from __future__ import annotations
@@ -41,10 +42,11 @@ from .rpc_servers import RpcServer, rpc_args
 from .test_dca_model import DCA_ON, MULTI_ARGS, multichunk_plan
 from .tiny_models import TinyModels, TinySpec
 
-# qwen2 (the Qwen2.5-1M architecture) with 4 layers: -ngl 3 puts layers 1..3 on the two servers
-# (-ts 1,1) and keeps layer 0 on the local CPU
-SPEC = TinySpec("qwen2", layers=4)
-N_GPU_LAYERS = 3
+# qwen2 (the Qwen2.5-1M architecture) with 5 layers: -ngl 4 -ts 1,1 keeps layers 0-1 on the local
+# CPU and puts layer 2 on the first server, layers 3-4 and the output layer on the second; each of
+# the three holds attention layers and their KV cache
+SPEC = TinySpec("qwen2", layers=5)
+N_GPU_LAYERS = 4
 SERVER_THREADS = 1
 LOCAL_THREADS = 2  # run_tool's -t
 SPREAD_FACTOR = 4.0
@@ -175,12 +177,12 @@ def test_dca_split_over_two_rpc_servers_equals_local(
 ) -> None:
     r = rpc_run(config, dca_tool, dca_servers, models_dir, tmp_path)
 
-    # the split is what the test says: both servers and the CPU hold layers
+    # the split is what the test says: both servers and the CPU hold attention layers (KV)
     for server in dca_servers:
-        assert f"{server.endpoint}] model buffer size" in r.remote.log, (
-            f"no layer on {server.endpoint}:\n{r.remote.log[-3000:]}"
+        assert f"{server.endpoint}] KV buffer size" in r.remote.log, (
+            f"no attention layer on {server.endpoint}:\n{r.remote.log[-3000:]}"
         )
-    assert "CPU_Mapped model buffer size" in r.remote.log or "CPU model buffer size" in r.remote.log
+    assert " CPU KV buffer size" in r.remote.log, r.remote.log[-3000:]
     if "fa-on" in config:
         assert FALLBACK_WARNING not in r.remote.log, "DCA nodes of server layers ran on the CPU"
 

@@ -95,5 +95,5 @@ def test_rpc_args_split_by_layer_over_every_server(tmp_path: Path) -> None:
     b = RpcServer(Path("x"), tmp_path / "b", port=5002)
     args = rpc_args([a, b], 3)
     assert args == (
-        "--rpc", "127.0.0.1:5001,127.0.0.1:5002", "-ngl", "3", "-sm", "layer", "-ts", "1,1",
+        "--rpc", "127.0.0.1:5001,127.0.0.1:5002", "-ngl", "3", "-sm", "layer", "-ts", "1/1",
     )  # fmt: skip
