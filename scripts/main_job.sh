@@ -3,8 +3,10 @@
 #   1-2. `patchctl ci`, the gate a fork's own CI runs: materialize the pinned upstream and
 #      apply the series strictly in its clean room, verify every patch round-trips byte for
 #      byte (forward, reverse, re-export, markers), the generated docs current;
-#   3. build the clean room for the CPU (ccache when available) and run something real from it:
-#      test-backend-ops for the flash-attention ops the series touches.
+#   3. build the clean room for the CPU (ccache when available), with the RPC backend and its
+#      server (ggml-rpc.h asserts the op count: a series that adds ggml ops without updating the
+#      RPC protocol fails here; about 10 CPU-seconds more than the build without it), and run
+#      something real from it: test-backend-ops for the flash-attention ops the series touches.
 # Any failure stops the job with patchctl's exit code.
 set -euo pipefail
 series=${1:-patches/llamafile}
@@ -13,8 +15,9 @@ launcher=(); command -v ccache >/dev/null && launcher=(--launcher ccache)
 
 echo "== patchctl ci --series $series (cleanroom apply, verify --all, docs)"
 "$pc" ci --series "$series"
-echo "== patchctl build --series $series ${launcher[*]} (CPU)"
-manifest=$("$pc" build --series "$series" "${launcher[@]}" -t test-backend-ops -t llama-completion --json)
+echo "== patchctl build --series $series ${launcher[*]} -D GGML_RPC=ON (CPU)"
+manifest=$("$pc" build --series "$series" "${launcher[@]}" -D GGML_RPC=ON \
+  -t test-backend-ops -t llama-completion -t ggml-rpc-server --json)
 bin=$(printf '%s' "$manifest" | python3 -c 'import json,sys; print(json.load(sys.stdin)["build_dir"] + "/bin")')
 echo "   bin dir: $bin"
 printf '%s' "$manifest" | python3 -c 'import json,sys

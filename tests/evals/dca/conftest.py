@@ -7,6 +7,7 @@ works on a fresh machine with no configuration:
 - ``dca_build``: the clean room of the shipped series (``patches/llamafile``, or
   ``$PATCHCTL_DCA_SERIES``) with all its patches applied, built with the cmake backend;
 - ``upstream_build``: a clean room of the same upstream with no patch applied, built alike;
+  ``upstream_rpc_build`` the same tree with only its ggml libraries and ggml-rpc-server built;
 - ``python_wheel`` / ``python_site``: the llama-cpp-python series exported as an sdist, built
   into a wheel by pip and installed into a temporary directory (tests/evals/dca/wheel.py).
 
@@ -33,7 +34,7 @@ from . import wheel as python_wheel_build
 from .builds import LlamaBuild, provide, terminal_say
 from .model_runs import build_tool
 from .tiny_models import TinyModels, tokenizer_for
-from .trees import TreeBuilder, dca_room, upstream_room
+from .trees import RPC_TARGETS, TreeBuilder, build_config, dca_room, upstream_room
 
 
 @pytest.fixture(scope="session")
@@ -57,6 +58,19 @@ def dca_build(request: pytest.FixtureRequest) -> LlamaBuild:
 def upstream_build(request: pytest.FixtureRequest) -> LlamaBuild:
     """The unpatched upstream tree: the env override, else the bare upstream built by patchctl."""
     return provide("UPSTREAM", upstream_room, _builder(request))
+
+
+@pytest.fixture(scope="session")
+def upstream_rpc_build(request: pytest.FixtureRequest) -> LlamaBuild:
+    """The unpatched upstream's ggml libraries and ggml-rpc-server (test_dca_rpc.py): the same
+    tree, build dir and override as ``upstream_build``, building only those targets (when
+    ``upstream_build`` was built, ninja has nothing to do)."""
+
+    def builder() -> TreeBuilder:
+        say = request.getfixturevalue("tree_builder").say
+        return TreeBuilder(say, build_config(RPC_TARGETS))
+
+    return provide("UPSTREAM", upstream_room, builder)
 
 
 @pytest.fixture(scope="session")

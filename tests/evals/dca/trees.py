@@ -45,11 +45,28 @@ from patchctl.room.cleanroom import (
 from patchctl.series.model import Series
 from patchctl.series.stack import load_stack
 
-TARGETS = ("ggml", "llama", "llama-common", "llama-bench", "llama-server", "llama-completion")
+TARGETS = (
+    "ggml",
+    "llama",
+    "llama-common",
+    "llama-bench",
+    "llama-server",
+    "llama-completion",
+    "ggml-rpc-server",
+)
 """What the DCA tests link or run: libggml{,-base,-cpu}.so (probes), libllama and libllama-common
 (tests/evals/dca/native/dca_logits.cpp, dca_state.cpp), llama-bench (test_dca_bench.py, its output
 columns), llama-server (test_dca_server.py) and llama-completion (test_python_wheel.py: the
-Python bindings' greedy text against it). test-backend-ops and the other tools are not needed."""
+Python bindings' greedy text against it) and ggml-rpc-server (test_dca_rpc.py: a model split over
+rpc-server processes on loopback). test-backend-ops and the other tools are not needed."""
+
+RPC_TARGETS = ("ggml", "ggml-rpc-server")
+"""What the RPC refusal tests need of the unpatched upstream: its ggml libraries (libggml-rpc: the
+RPC client) and its RPC server."""
+
+DEFINES = ("GGML_RPC=ON",)
+"""The test trees are built with the RPC backend, so a ggml op added to the tree without updating
+ggml-rpc (its op-count assert and protocol version) fails the build of every test run."""
 
 TEST_SUFFIX = "-test"
 UPSTREAM_SUFFIX = "-upstream"
@@ -170,7 +187,9 @@ def test_cpu_mode() -> str:
 def build_config(targets: tuple[str, ...] = TARGETS) -> BuildConfig:
     """cmake, CPU ($PATCHCTL_TEST_CPU, portable by default), all CPUs, ccache when installed."""
     launcher = "ccache" if shutil.which("ccache") is not None else None
-    return BuildConfig(backend="cmake", targets=targets, launcher=launcher, cpu=test_cpu_mode())
+    return BuildConfig(
+        backend="cmake", targets=targets, launcher=launcher, cpu=test_cpu_mode(), defines=DEFINES
+    )
 
 
 @dataclass
