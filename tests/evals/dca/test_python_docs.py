@@ -129,7 +129,7 @@ def test_the_python_section_runs_as_written(
     for body in pythons:
         run = subprocess.run(
             [str(python), "-c", body],
-            cwd=repo, env=env, capture_output=True, text=True, check=False, timeout=900,
+            cwd=repo, env=env, capture_output=True, text=True, check=False, timeout=1800,
         )  # fmt: skip
         assert run.returncode == 0, f"{body}\n---\n{run.stderr[-4000:]}"
         outputs.append(run.stdout)
