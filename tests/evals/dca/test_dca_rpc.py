@@ -15,8 +15,9 @@ updating ggml-rpc (its op-count assert, its protocol version) fails every test r
   when they fall back to the CPU, and that warning must be absent.
 - The protocol version: the patched tree speaks major 100 + upstream's (ggml-rpc.h says why), and
   it and the unpatched upstream refuse each other at the handshake: the patched llama.cpp client
-  against an upstream ggml-rpc-server, and the upstream RPC client (tests/evals/dca/native/rpc_hello.c,
-  linked against the upstream's libggml-rpc, where the handshake lives) against a patched server;
+  against an upstream ggml-rpc-server, and the upstream RPC client
+  (tests/evals/dca/native/rpc_hello.c, linked against the upstream's libggml-rpc, where the
+  handshake lives) against a patched server;
   both servers keep running. Each pair of one build connects (the control).
 - A server killed (SIGKILL) while the client decodes ends the client with an error, not a hang:
   the client must exit non-zero within KILL_TIMEOUT_S, with ggml-rpc's message (not SIGPIPE).
