@@ -120,8 +120,7 @@ def every_error_class() -> list[type[PatchctlError]]:
         cls = todo.pop()
         found.append(cls)
         todo += cls.__subclasses__()
-    # other code may build on the hierarchy (scripts/longctx's harness errors, when the test
-    # session has imported them): only patchctl's own classes are its contract
+    # other code may build on the hierarchy: only patchctl's own classes are its contract
     return [cls for cls in found if cls.__module__.split(".")[0] == "patchctl"]
 
 

@@ -1,6 +1,6 @@
 """The CPU self-check of cmake builds: the probe's protocol, the verdicts, the fallbacks, and
 the build being redone with a fallback (on the tiny CMake project; the probe itself runs on
-real llama.cpp builds in tests/dca/test_builds.py)."""
+real llama.cpp builds in tests/evals/dca/test_builds.py)."""
 
 from __future__ import annotations
 
