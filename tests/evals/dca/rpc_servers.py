@@ -1,5 +1,5 @@
 """ggml-rpc-server processes on loopback ports, for the RPC tests (test_dca_rpc.py) and the RPC
-overhead benchmark (scripts/dca_rpc_bench.py).
+overhead benchmark (evals/dca/dca_rpc_bench.py).
 
 A server binds 127.0.0.1 only. Its port comes from the kernel (a socket bound to port 0, then
 closed); another process can take that port before the server binds it, so a server that

@@ -5,7 +5,7 @@ build's compile_commands.json without a compiler cache, its CPU seconds (user + 
 loaded machine inflates less than wall time) and wall seconds, beside the CPU seconds of the
 whole build's units for scale when --all is given.
 
-    python scripts/rpc_build_cost.py BUILD_DIR [--all] > build-cost.json
+    python evals/dca/rpc_build_cost.py BUILD_DIR [--all] > build-cost.json
 
 BUILD_DIR is a cmake build configured with -DGGML_RPC=ON (patchctl build -D GGML_RPC=ON, or the
 test trees' builds). Objects go to a temporary directory; the build dir is not touched.
@@ -90,7 +90,7 @@ def main() -> int:
     rpc_cpu = sum(u["cpu_s"] for u in rpc_units)
     out: dict[str, Any] = {
         "what": "CPU seconds of the translation units -DGGML_RPC=ON adds (compiled without cache)",
-        "command": shlex.join(["python", "scripts/rpc_build_cost.py", *sys.argv[1:]]),
+        "command": shlex.join(["python", "evals/dca/rpc_build_cost.py", *sys.argv[1:]]),
         "build_dir": str(args.build_dir),
         "nproc": os.cpu_count(),
         "loadavg_after": os.getloadavg(),

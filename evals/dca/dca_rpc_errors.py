@@ -7,7 +7,7 @@ local CPU, and that split with --dca-local-window one more (the mistake it must 
 ``rpc_run`` the test asserts with, on the DCA build the tests use (PATCHCTL_DCA_SRC /
 PATCHCTL_DCA_BUILD, built with -DGGML_RPC=ON):
 
-    PATCHCTL_DCA_SRC=TREE PATCHCTL_DCA_BUILD=BUILD python scripts/dca_rpc_errors.py
+    PATCHCTL_DCA_SRC=TREE PATCHCTL_DCA_BUILD=BUILD python evals/dca/dca_rpc_errors.py
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.dca import test_dca_rpc as rpc
-from tests.dca.model_runs import print_errors
-from tests.dca.rpc_servers import RpcServer
-from tests.dca.tiny_models import TinyModels
+from tests.evals.dca import test_dca_rpc as rpc
+from tests.evals.dca.model_runs import print_errors
+from tests.evals.dca.rpc_servers import RpcServer
+from tests.evals.dca.tiny_models import TinyModels
 
 
 def measure(tool: Path, work: Path) -> dict[str, dict[str, float]]:

@@ -8,7 +8,7 @@ them computes at a time (a layer split is sequential), so the difference is the 
 and the graph split, not more compute. The build is the DCA build the tests use (the developer
 override), built with -DGGML_RPC=ON:
 
-    PATCHCTL_DCA_SRC=TREE PATCHCTL_DCA_BUILD=BUILD python scripts/dca_rpc_bench.py MODEL.gguf \\
+    PATCHCTL_DCA_SRC=TREE PATCHCTL_DCA_BUILD=BUILD python evals/dca/dca_rpc_bench.py MODEL.gguf \\
         > result.json
 """
 
@@ -26,11 +26,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from patchctl.build.plan import worktree_id
-from tests.dca.builds import env_build
-from tests.dca.rpc_servers import RpcServer, rpc_args
+from patchctl.ops.build.plan import worktree_id
+from tests.evals.dca.builds import env_build
+from tests.evals.dca.rpc_servers import RpcServer, rpc_args
 
 THREADS = 2
 
@@ -131,7 +131,7 @@ def main() -> int:
             "rpc_servers": f"{server} -H 127.0.0.1 -p PORT -t {THREADS} (two of them)",
             "rpc": shlex.join(rpc_cmd),
             "this_script": "PATCHCTL_DCA_SRC=TREE PATCHCTL_DCA_BUILD=BUILD "
-            + shlex.join(["python", "scripts/dca_rpc_bench.py", *sys.argv[1:]]),
+            + shlex.join(["python", "evals/dca/dca_rpc_bench.py", *sys.argv[1:]]),
         },
         "tree": worktree_id(build.src)[0],
         "build": str(build.build),
