@@ -28,11 +28,19 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from patchctl.ops.build.plan import worktree_id
 from tests.evals.dca.builds import env_build
 from tests.evals.dca.rpc_servers import RpcServer, rpc_args
 
 THREADS = 2
+
+
+def head_tree(src: Path) -> str:
+    """The tree id of the clean room's HEAD (the series as applied; evals do not import
+    patchctl, so one read-only git call here)."""
+    out = subprocess.run(
+        ["git", "-C", str(src), "rev-parse", "HEAD^{tree}"], capture_output=True, check=True
+    )
+    return out.stdout.decode().strip()
 
 
 def bench_args(args: argparse.Namespace) -> list[str]:
@@ -133,7 +141,7 @@ def main() -> int:
             "this_script": "PATCHCTL_DCA_SRC=TREE PATCHCTL_DCA_BUILD=BUILD "
             + shlex.join(["python", "evals/dca/dca_rpc_bench.py", *sys.argv[1:]]),
         },
-        "tree": worktree_id(build.src)[0],
+        "tree": head_tree(build.src),
         "build": str(build.build),
         "model": args.model.name,
         "cpu": platform.processor() or platform.machine(),
