@@ -162,6 +162,32 @@ def test_a_cli_value_wins_and_mscale_can_be_forced(
     assert r.mscale == "on"
 
 
+OVERFLOW_WARNING = "possible training context overflow"
+DCA_LONG_CONTEXT = re.compile(
+    r"dca: n_ctx_seq \((\d+)\) > n_ctx_train \((\d+)\): DCA keeps every query position within "
+    r"chunk_size (\d+) \(<= the original training length (\d+)\)"
+)
+
+
+def test_a_context_past_the_training_length_is_explained_not_warned(
+    dca_tool: Path, models_dir: TinyModels, tmp_path: Path
+) -> None:
+    """Under DCA a context longer than context_length is what DCA is for: one info line says that
+    positions stay within the chunk, in place of upstream's overflow warning (kept with DCA off)."""
+    model = tiny(models_dir, n_ctx_train=256)
+    args = ("-c", "1024", *LOG_INFO)
+    plain = run_tool(dca_tool, single_plan(8), model, args, tmp_path / "plain")
+    dca = run_tool(dca_tool, single_plan(8), model, (*args, "--dca", "on"), tmp_path / "dca")
+    assert OVERFLOW_WARNING in plain.log
+    assert DCA_LONG_CONTEXT.search(plain.log) is None
+    assert OVERFLOW_WARNING not in dca.log
+    lines = DCA_LONG_CONTEXT.findall(dca.log)
+    assert lines == [("1024", "256", "192", "256")], dca.log[-3000:]
+    # one DCA line at info level per context (the resolution), not a second one from the context
+    assert len(DCA_LINE.findall(dca.log)) == 1
+    assert "dca                   = on" not in dca.log
+
+
 @pytest.mark.parametrize(
     ("meta", "chunk", "original"),
     [({"yarn": (4.0, 2048)}, 3000, "2048"), ({"dca_orig": 1024}, 2000, "1024")],
