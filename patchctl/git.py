@@ -489,6 +489,18 @@ class Git:
                 self.delete_ref(ref)
         return parse_merge_tree(out)
 
+    def merge_commits(self, ours: str, theirs: str) -> Merged:
+        """`merge-tree --write-tree` of commits `ours` and `theirs`, their merge base found
+        from their parents (one process; nothing else written). A cherry-pick of commit C
+        onto tree T is this merge with `ours` a commit of T whose parent is C's parent: the
+        result is `merge_trees(C's parent's tree, T, C's tree)`. Conflict markers name the
+        sides by commit id: for a conflict shown to a user, `merge_trees` gives labels."""
+        out = self.run(
+            "merge-tree", "--write-tree", "-z", "--end-of-options",
+            object_id(ours), object_id(theirs), ok=(0, 1),
+        )  # fmt: skip
+        return parse_merge_tree(out)
+
     def range_diff(self, old: tuple[str, str], new: tuple[str, str]) -> bytes:
         """`git range-diff old_base..old_tip new_base..new_tip` without color (commit ids)."""
         ranges = [f"{object_id(a)}..{object_id(b)}" for a, b in (old, new)]
@@ -751,6 +763,23 @@ class Index:
         )
         self.run("update-index", "-z", "--index-info", stdin=lines)
 
+    def move(self, old: str, new: str) -> None:
+        """The index holds tree `old`: make it hold tree `new`, rewriting only the entries
+        that differ (`diff-tree -r` of the two trees into `update-index --index-info`; much
+        less than a `read-tree` of a large tree when few paths changed)."""
+        if old == new:
+            return
+        raw = self.git.run("diff-tree", "-r", "-z", "--no-renames", "--end-of-options", old, new)
+        fields = raw.split(b"\0")
+        lines = []
+        for meta, path in zip(fields[0::2], fields[1::2], strict=False):
+            if not meta.startswith(b":"):
+                continue
+            _old_mode, mode, _old_oid, oid, _status = meta[1:].decode("ascii").split(" ")
+            lines.append(f"{mode} {oid}\t".encode("ascii") + path + b"\0")
+        if lines:
+            self.run("update-index", "-z", "--index-info", stdin=b"".join(lines))
+
     def entries(self) -> dict[bytes, tuple[str, str]]:
         """The index's entries as `path -> (mode, object id)` (stage 0 only; raw path bytes)."""
         found: dict[bytes, tuple[str, str]] = {}
@@ -831,6 +860,13 @@ def share_objects(
         else:
             missing.add(oid)
     return missing
+
+
+def loose_missing(target: Git, oids: Iterable[str]) -> list[str]:
+    """The ids among `oids` that `target` does not hold as loose object files, in order (an
+    object it holds only packed counts as missing): what `share_objects` would give it."""
+    dst = objects_dir(target.git_dir())
+    return [o for o in oids if not os.path.isfile(f"{dst}/{o[:2]}/{o[2:]}")]
 
 
 def _loose_ids(objects: Path) -> set[str]:
@@ -1055,6 +1091,46 @@ class ObjectReader:
     def close(self) -> None:
         """End the process."""
         self._pipe.close()
+
+
+class CommitWriter:
+    """Writes commit objects through one `git hash-object -t commit -w --stdin-paths` process
+    (one process for many commits instead of one `commit-tree` each). A commit is written
+    as `commit-tree` writes it under the pinned identity and fixed date, so its id is the
+    one `Git.commit_tree` gives for the same tree, parents and message; hash-object checks
+    the object's format before it is stored."""
+
+    def __init__(self, git: Git) -> None:
+        self._dir = Path(tempfile.mkdtemp(prefix=temp_prefix("index")))
+        self._pipe = Pipe(git, "hash-object", "-t", "commit", "-w", "--stdin-paths")
+        self._count = 0
+
+    def __enter__(self) -> CommitWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def commit(self, tree: str, message: bytes, parents: tuple[str, ...] = ()) -> str:
+        """The id of the commit of `tree` with `parents` and `message` (stored)."""
+        who = f"{IDENTITY_NAME} <{IDENTITY_EMAIL}> 0 +0000"
+        head = f"tree {object_id(tree)}\n"
+        head += "".join(f"parent {object_id(p)}\n" for p in parents)
+        head += f"author {who}\ncommitter {who}\n\n"
+        self._count += 1
+        path = self._dir / f"c{self._count}"
+        path.write_bytes(head.encode("ascii") + message)
+        if "\n" in str(path):
+            raise PatchctlError("a temporary path contains a line break; not using it")
+        self._pipe.ask(os.fsencode(path) + b"\n")
+        oid = object_id(self._pipe.line().decode("ascii"))
+        path.unlink()
+        return oid
+
+    def close(self) -> None:
+        """End the process and remove its temporary files."""
+        self._pipe.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
 
 
 # The object type a tree entry's mode stands for (any other mode is a blob).

@@ -59,7 +59,7 @@ from patchctl.errors import (
     PatchDoesNotApply,
     SeriesChanged,
 )
-from patchctl.git import Git, Index, Merged, scratch_repo, temp_index
+from patchctl.git import CommitWriter, Git, Index, Merged, scratch_repo, temp_index
 from patchctl.patchapply import (
     TreePatcher,
     apply_to_index,
@@ -352,17 +352,37 @@ def _start(
 
 def _old_commits(room: Cleanroom, series: Series) -> list[str]:
     """One commit per patch on the old base, as `cleanroom apply` would make them (a drifted
-    patch replayed at its offset or with fuzz, as it applies elsewhere)."""
+    patch replayed at its offset or with fuzz, as it applies elsewhere). The clean room's own
+    stack is those commits when it holds the series' patches in order, each commit naming
+    its patch file's sha256 and giving the post tree series.yaml records: then it is used
+    as it is, and nothing is replayed."""
+    digests = [patch_sha256(read_patch_file(series.patch_path(p))) for p in series.patches]
+    reused = _stack_commits(room, series, digests)
+    if reused is not None:
+        return reused
     commits: list[str] = []
     parent, tree = room.base_commit(), room.base_tree()
     hint = "the series does not apply to its own upstream: fix it before rebasing"
-    with TreePatcher(room.git) as patcher:
-        for patch in series.patches:
+    with TreePatcher(room.git) as patcher, CommitWriter(room.git) as writer:
+        for patch, sha in zip(series.patches, digests, strict=True):
             data = read_patch_file(series.patch_path(patch))
             tree = replay_tree(patcher, tree, data, series.root, patch.id, hint=hint).post
-            message = commit_message(patch, patch_sha256(data))
-            parent = room.git.commit_tree(tree, message, (parent,))
+            parent = writer.commit(tree, commit_message(patch, sha), (parent,))
             commits.append(parent)
+    return commits
+
+
+def _stack_commits(room: Cleanroom, series: Series, digests: list[str]) -> list[str] | None:
+    """The clean room's patch commits when they are exactly the series' patches (ids and
+    sha256 in order, each tree the post tree series.yaml records); None otherwise."""
+    stack = room.stack()
+    ids = [pid for _c, pid, _s in stack]
+    if ids != list(series.ids()) or [s for _c, _p, s in stack] != digests:
+        return None
+    commits = [c for c, _p, _s in stack]
+    trees = room.git.trees_of(commits) if commits else []
+    if any(p.post_tree != t for p, t in zip(series.patches, trees, strict=True)):
+        return None
     return commits
 
 
@@ -452,43 +472,84 @@ def _advance(
     report = or_null(progress)
     report.start("rebase", len(journal.ids))
     report.advance("rebase", len(journal.done))
-    with scratch_repo([room.path]) as scratch, temp_index(room.git) as index:
+    with (
+        scratch_repo([room.path]) as scratch,
+        temp_index(room.git) as index,
+        CommitWriter(room.git) as writer,
+    ):
+        step = _Step(scratch, index, writer)
         while (pid := journal.current) is not None:
-            outcome = _rebase_one(room, scratch, index, series, series.patch(pid), journal)
+            outcome = _rebase_one(room, step, series, series.patch(pid), journal)
             if isinstance(outcome, Stop):
                 report.done("rebase")
+                _keep_head(room, journal)
                 return _stop_here(room, journal, outcome)
-            room.git.update_ref(f"{REFS}head", outcome.commit)
             journal = rebasestate.save(room.path, replace(journal, done=(*journal.done, outcome)))
             report.advance("rebase")
+    _keep_head(room, journal)
     report.done("rebase")
     return journal
 
 
+def _keep_head(room: Cleanroom, journal: Journal) -> None:
+    """`refs/patchctl/rebase/head` at the rebased tip: its commits stay reachable (a `git gc`
+    run by hand while the rebase is stopped keeps them). Moved when the run ends or stops,
+    not after each patch: the journal, written after each, is what a resumed run reads."""
+    if journal.done:
+        room.git.update_ref(f"{REFS}head", journal.head)
+
+
+class _Step:
+    """What moving one patch after another reuses: a scratch repository for the diffs, an
+    index that holds `held` (the tree last put in it: the next patch's tree before it is
+    usually that one, and only the paths that differ are rewritten), one commit writer."""
+
+    def __init__(self, scratch: Git, index: Index, writer: CommitWriter) -> None:
+        self.scratch, self.index, self.writer = scratch, index, writer
+        self.held: str | None = None
+
+    def hold(self, tree: str) -> None:
+        """Make the index hold `tree`."""
+        if self.held is None:
+            self.index.read_tree(tree)
+        else:
+            self.index.move(self.held, tree)
+        self.held = tree
+
+
+def _head_tree(journal: Journal) -> str:
+    """The tree of the rebased tip (the new upstream's before the first patch)."""
+    return journal.done[-1].tree if journal.done else journal_tree(journal)
+
+
 def _rebase_one(
-    room: Cleanroom, scratch: Git, index: Index, series: Series, patch: Patch, journal: Journal
+    room: Cleanroom, step: _Step, series: Series, patch: Patch, journal: Journal
 ) -> Done | Stop:
     """One patch onto the current tip: its Done, or the Stop that needs the user."""
     data = _old_bytes(room, patch)
-    pre = room.git.tree_of(journal.head)
-    index.read_tree(pre)
-    exact = apply_to_index(index, data, series.root)
+    pre = _head_tree(journal)
+    step.hold(pre)
+    exact = apply_to_index(step.index, data, series.root)
+    if exact.ok:
+        step.held = step.index.write_tree()  # git applied it (maybe at an offset)
     if exact.ok and not exact.drift():
-        post, how = index.write_tree(), "applied"
+        post, how = step.held, "applied"
     else:
-        merged = _merge(room, journal, patch, pre)
+        merged = _merge(room, step.writer, journal, patch, pre)
         if not merged.clean:
-            return _conflict(room, index, series, patch, data, pre, merged)
+            step.hold(pre)
+            labelled = _merge_labelled(room, journal, patch, pre)
+            return _conflict(room, step.index, series, patch, data, pre, labelled)
         post, how = merged.tree, "merged"
     if post == pre:
         return Stop(patch.id, "empty", pre)
     if how == "applied" and patch.imported:
         new = data  # applies exactly: every byte kept
     else:
-        new = regenerated(scratch, patch, data, pre, post, series.root)
+        new = regenerated(step.scratch, patch, data, pre, post, series.root)
     if new == data:
         how = "unchanged"
-    return _record(room, journal, patch, data, new, post, how)
+    return _record(room, journal, patch, data, new, post, how, step.writer)
 
 
 def _old_bytes(room: Cleanroom, patch: Patch) -> bytes:
@@ -498,8 +559,20 @@ def _old_bytes(room: Cleanroom, patch: Patch) -> bytes:
     return data
 
 
-def _merge(room: Cleanroom, journal: Journal, patch: Patch, pre: str) -> Merged:
-    """The patch's old commit merged onto `pre` (a cherry-pick, from its old parent)."""
+def _merge(
+    room: Cleanroom, writer: CommitWriter, journal: Journal, patch: Patch, pre: str
+) -> Merged:
+    """The patch's old commit merged onto `pre` (a cherry-pick, from its old parent): two
+    processes, a commit of `pre` on the old parent and the merge of the two commits."""
+    i = journal.ids.index(patch.id)
+    old_parent = journal.old_commits[i - 1] if i else journal.old_base
+    ours = writer.commit(pre, b"patchctl merge side\n", (old_parent,))
+    return room.git.merge_commits(ours, journal.old_commits[i])
+
+
+def _merge_labelled(room: Cleanroom, journal: Journal, patch: Patch, pre: str) -> Merged:
+    """`_merge` again with the sides named in the conflict markers (`onto-<new>` and the
+    patch id), for the files a conflict hands to the user."""
     i = journal.ids.index(patch.id)
     old_post = room.git.tree_of(journal.old_commits[i])
     old_pre = room.git.tree_of(journal.old_commits[i - 1] if i else journal.old_base)
@@ -507,14 +580,25 @@ def _merge(room: Cleanroom, journal: Journal, patch: Patch, pre: str) -> Merged:
 
 
 def _record(
-    room: Cleanroom, journal: Journal, patch: Patch, old: bytes, new: bytes, tree: str, how: str
+    room: Cleanroom,
+    journal: Journal,
+    patch: Patch,
+    old: bytes,
+    new: bytes,
+    tree: str,
+    how: str,
+    writer: CommitWriter | None = None,
 ) -> Done:
     """Stage the new bytes and commit the patch on the new tip."""
     staged = new != old
     if staged:
         rebasestate.stage(room.path, patch.file, new)
     sha = patch_sha256(new)
-    commit = room.git.commit_tree(tree, commit_message(patch, sha), (journal.head,))
+    message = commit_message(patch, sha)
+    if writer is not None:
+        commit = writer.commit(tree, message, (journal.head,))
+    else:
+        commit = room.git.commit_tree(tree, message, (journal.head,))
     return Done(patch.id, commit, tree, how, sha, staged)
 
 
@@ -690,21 +774,21 @@ def _range_diff(room: Cleanroom, old: Series, journal: Journal) -> bytes:
     """`git range-diff` of the old and the new patch commits, each made again with the message
     `<id>: <title>` alone (the sha256 trailer would mark every rewritten patch as changed)."""
 
-    def chain(base: str, trees: list[tuple[str, str]]) -> str:
-        tip = base
-        for pid, tree in trees:
-            title = old.patch(pid).title or pid
-            tip = room.git.commit_tree(tree, f"{pid}: {title}\n".encode(), (tip,))
-        return tip
+    with CommitWriter(room.git) as writer:
 
-    before = [
-        (pid, room.git.tree_of(c)) for pid, c in zip(journal.ids, journal.old_commits, strict=True)
-    ]
-    after = [(d.id, d.tree) for d in journal.done if d.how != "dropped"]
-    return room.git.range_diff(
-        (journal.old_base, chain(journal.old_base, before)),
-        (journal.new_base, chain(journal.new_base, after)),
-    )
+        def chain(base: str, trees: list[tuple[str, str]]) -> str:
+            tip = base
+            for pid, tree in trees:
+                title = old.patch(pid).title or pid
+                tip = writer.commit(tree, f"{pid}: {title}\n".encode(), (tip,))
+            return tip
+
+        old_trees = room.git.trees_of(list(journal.old_commits)) if journal.old_commits else []
+        before = list(zip(journal.ids, old_trees, strict=True))
+        after = [(d.id, d.tree) for d in journal.done if d.how != "dropped"]
+        old_tip = chain(journal.old_base, before)
+        new_tip = chain(journal.new_base, after)
+    return room.git.range_diff((journal.old_base, old_tip), (journal.new_base, new_tip))
 
 
 def range_diff_name(journal: Journal) -> str:
@@ -743,16 +827,16 @@ def _write_series(
 ) -> list[Path]:
     """The new patch bytes, the range-diff, series.yaml and the docs; the paths written."""
     changed: list[Path] = []
+    writes: list[tuple[Path, bytes]] = []
     for done in journal.done:
         entry = old.patch(done.id)
         path = old.patch_path(entry)
         if done.how == "dropped":
             changed += _keep_skipped(session, room, old, journal, entry.file)
-        elif done.staged and session.write_patch(path, rebasestate.staged(room.path, entry.file)):
-            changed.append(path)
-    rd = old.dir / range_diff_name(journal)
-    if session.write_patch(rd, range_diff):
-        changed.append(rd)
+        elif done.staged:
+            writes.append((path, rebasestate.staged(room.path, entry.file)))
+    writes.append((old.dir / range_diff_name(journal), range_diff))
+    changed += session.write_patches(writes)  # one journal write for all of them
     return changed + session.save(new)
 
 

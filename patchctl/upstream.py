@@ -44,7 +44,7 @@ from patchctl.errors import (
     UnsafeArchive,
 )
 from patchctl.fsio import sha256_file, write_atomic_blocks
-from patchctl.git import Git, IndexFeed, share_objects, unsound_objects
+from patchctl.git import Git, IndexFeed, loose_missing, share_objects, unsound_objects
 from patchctl.limits import ARCHIVE_BYTES, ARCHIVE_MEMBERS, DOWNLOAD_BYTES, INDEX_BYTES, human
 from patchctl.progress import Progress, or_null
 from patchctl.series import Series, Upstream
@@ -522,6 +522,7 @@ def tree_from_cache(up: Upstream, repo: Git) -> Materialized | None:
     try:
         trees = Git(trees_path)
         objects = [commit, *trees.tree_objects(trees.tree_of(commit))]
+        objects = loose_missing(repo, objects)  # what `repo` holds already is not taken
         if unsound_objects(trees, objects):
             return None  # a damaged cache: extract again, nothing taken from it
         packed = share_objects(trees, repo, objects)
