@@ -28,7 +28,7 @@ import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 from patchctl import binarypatch, killpoint
@@ -151,6 +151,13 @@ def empty_home() -> Path:
     return home
 
 
+@lru_cache(maxsize=64)
+def _ceiling(repo: str) -> str:
+    """The parent of `repo` resolved (git looks for no repository above it); asked once per
+    repository and process: a rebase calls git hundreds of times in the same few."""
+    return str(Path(repo).resolve().parent)
+
+
 def hermetic_env(repo: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment for a git call: inherited GIT_* removed, user config unreachable."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
@@ -164,7 +171,7 @@ def hermetic_env(repo: Path, extra: Mapping[str, str] | None = None) -> dict[str
             "GIT_CONFIG_GLOBAL": "/dev/null",
             "GIT_CONFIG_NOSYSTEM": "1",
             "GIT_ATTR_NOSYSTEM": "1",
-            "GIT_CEILING_DIRECTORIES": str(repo.resolve().parent),
+            "GIT_CEILING_DIRECTORIES": _ceiling(str(repo)),
             "GIT_TERMINAL_PROMPT": "0",
             # Only these transports, whatever a url, a redirect or a submodule asks for.
             "GIT_ALLOW_PROTOCOL": ":".join(GIT_SCHEMES),
@@ -534,6 +541,37 @@ class Git:
         out = self.run("diff-tree", *flags, "--end-of-options", pre, post, "--")
         return [os.fsdecode(name) for name in out.split(b"\0") if name]
 
+    def raw_changes(
+        self, pairs: Sequence[tuple[str, str]]
+    ) -> list[dict[bytes, tuple[tuple[str, str] | None, tuple[str, str] | None]]]:
+        """For each (old tree, new tree) pair, in one `diff-tree --stdin` process: every
+        path whose entry differs, as path -> (old (mode, id) or None, new (mode, id) or
+        None). git echoes each input line before that pair's records."""
+        if not pairs:
+            return []
+        query = "".join(f"{object_id(a)} {object_id(b)}\n" for a, b in pairs).encode("ascii")
+        out = self.run("diff-tree", "-r", "-z", "--no-renames", "--stdin", stdin=query)
+        found: list[dict[bytes, tuple[tuple[str, str] | None, tuple[str, str] | None]]] = []
+        pos = 0
+        for a, b in pairs:
+            head = f"{a} {b}\n".encode("ascii")
+            if not out.startswith(head, pos):
+                raise GitFailed(["git", "diff-tree", "--stdin"], 0, out[pos : pos + 200])
+            pos += len(head)
+            changes: dict[bytes, tuple[tuple[str, str] | None, tuple[str, str] | None]] = {}
+            while out.startswith(b":", pos):
+                meta_end = out.index(b"\0", pos)
+                path_end = out.index(b"\0", meta_end + 1)
+                old_mode, new_mode, old_oid, new_oid, _status = (
+                    out[pos + 1 : meta_end].decode("ascii").split(" ")
+                )
+                old = None if old_mode == "000000" else (old_mode.lstrip("0"), old_oid)
+                new = None if new_mode == "000000" else (new_mode.lstrip("0"), new_oid)
+                changes[out[meta_end + 1 : path_end]] = (old, new)
+                pos = path_end + 1
+            found.append(changes)
+        return found
+
     def fetch(self, source: str, *refspecs: str) -> None:
         """Fetch `refspecs` (object ids or `+src:dst`) from the repository or URL `source`."""
         self.run("fetch", "--quiet", "--no-tags", "--end-of-options", source, *refspecs)
@@ -562,6 +600,12 @@ class Git:
         """Load `tree` into the index (`reset`: drop unmerged entries; `update`: and the files)."""
         flags = [*(["--reset"] if reset else []), *(["-u"] if update else [])]
         self.run("read-tree", *flags, "--end-of-options", tree)
+
+    def switch_tree(self, old: str, new: str) -> None:
+        """The index holds tree `old` and the work tree its files: make both hold `new`,
+        rewriting only the files that differ (`read-tree -m -u`, a two-tree merge as `git
+        checkout` makes it; git refuses when a file to rewrite is not as the index says)."""
+        self.run("read-tree", "-m", "-u", "--end-of-options", old, new)
 
     def refresh_index(self) -> None:
         """Refresh the index's stat data so later status/diff calls hash only changed files."""

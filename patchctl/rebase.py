@@ -53,6 +53,7 @@ from patchctl.cleanroom import (
 )
 from patchctl.errors import (
     DirtyTree,
+    GitFailed,
     NotFound,
     NothingToCapture,
     PatchctlError,
@@ -68,6 +69,7 @@ from patchctl.patchapply import (
     patch_sha256,
     replay_tree,
 )
+from patchctl.patchfile import diff_tree_pairs
 from patchctl.patchparts import regenerated
 from patchctl.pinning import Where, parse_upstream, pin
 from patchctl.progress import Progress, or_null
@@ -81,6 +83,7 @@ from patchctl.series import (
     series_to_dict,
 )
 from patchctl.session import SeriesSession, series_session
+from patchctl.trees import Entry, Found, TreeStore
 from patchctl.upstream import materialize, tree_from_cache
 
 REFS = "refs/patchctl/rebase/"
@@ -445,7 +448,19 @@ def _old_series(room: Cleanroom, session: SeriesSession) -> Series:
     """The series as it was when the rebase started (from the copies kept under old/), with
     its real path: what the rebase works from, whatever state the series directory is in."""
     copy = rebasestate.directory(room.path) / "old" / session.path.name
-    return replace(load_series(copy, check_files=False), path=session.path)
+    raw = copy.read_bytes()
+    if raw == session.seen:
+        return session.series  # the series file is still as the rebase found it
+    key = (str(copy), raw)
+    if key not in _OLD_SERIES:
+        _OLD_SERIES.clear()  # one entry: the rebase of this run
+        _OLD_SERIES[key] = load_series(copy, check_files=False)
+    return replace(_OLD_SERIES[key], path=session.path)
+
+
+# The old series parsed once per run (keyed by the copy's path and bytes): a run reads it
+# when it starts moving patches and again when it finishes.
+_OLD_SERIES: dict[tuple[str, bytes], Series] = {}
 
 
 def _save_edits(room: Cleanroom, journal: Journal) -> Backup | None:
@@ -476,8 +491,10 @@ def _advance(
         scratch_repo([room.path]) as scratch,
         temp_index(room.git) as index,
         CommitWriter(room.git) as writer,
+        TreeStore(room.git) as store,
     ):
-        step = _Step(scratch, index, writer)
+        step = _Step(scratch, index, writer, store)
+        step.prepare(journal, series.root)
         while (pid := journal.current) is not None:
             outcome = _rebase_one(room, step, series, series.patch(pid), journal)
             if isinstance(outcome, Stop):
@@ -504,9 +521,23 @@ class _Step:
     index that holds `held` (the tree last put in it: the next patch's tree before it is
     usually that one, and only the paths that differ are rewritten), one commit writer."""
 
-    def __init__(self, scratch: Git, index: Index, writer: CommitWriter) -> None:
-        self.scratch, self.index, self.writer = scratch, index, writer
+    def __init__(self, scratch: Git, index: Index, writer: CommitWriter, store: TreeStore) -> None:
+        self.scratch, self.index, self.writer, self.store = scratch, index, writer, store
         self.held: str | None = None
+        self.old_trees: list[str] = []  # the old base's tree, then each old patch commit's
+        self.old_diffs: dict[str, bytes] = {}  # patch id -> its diff on the old base
+        self.old_changes: dict[str, dict[bytes, tuple[Entry | None, Entry | None]]] = {}
+
+    def prepare(self, journal: Journal, root: str) -> None:
+        """The old trees of every patch and the diffs of those still to move (two processes
+        for the whole series)."""
+        self.old_trees = self.scratch.trees_of([journal.old_base, *journal.old_commits])
+        todo = range(len(journal.done), len(journal.ids))
+        pairs = [(self.old_trees[i], self.old_trees[i + 1]) for i in todo]
+        diffs = diff_tree_pairs(self.scratch, pairs, root)
+        self.old_diffs = {journal.ids[i]: d for i, d in zip(todo, diffs, strict=True)}
+        changes = self.scratch.raw_changes(pairs)
+        self.old_changes = {journal.ids[i]: c for i, c in zip(todo, changes, strict=True)}
 
     def hold(self, tree: str) -> None:
         """Make the index hold `tree`."""
@@ -528,12 +559,15 @@ def _rebase_one(
     """One patch onto the current tip: its Done, or the Stop that needs the user."""
     data = _old_bytes(room, patch)
     pre = _head_tree(journal)
+    same = _untouched(step, journal, patch, data, pre)
+    if same is not None:
+        return _record(room, journal, patch, data, data, same, "unchanged", step.writer)
     step.hold(pre)
     exact = apply_to_index(step.index, data, series.root)
-    if exact.ok:
-        step.held = step.index.write_tree()  # git applied it (maybe at an offset)
+    applied = step.index.write_tree() if exact.ok else pre  # (maybe at an offset)
+    step.held = applied
     if exact.ok and not exact.drift():
-        post, how = step.held, "applied"
+        post, how = applied, "applied"
     else:
         merged = _merge(room, step.writer, journal, patch, pre)
         if not merged.clean:
@@ -557,6 +591,29 @@ def _old_bytes(room: Cleanroom, patch: Patch) -> bytes:
     if data is None:
         raise NotFound(f"the rebase kept no copy of {patch.file}; run `patchctl rebase --abort`")
     return data
+
+
+def _untouched(step: _Step, journal: Journal, patch: Patch, data: bytes, pre: str) -> str | None:
+    """The tree after the patch, without applying it, when nothing it touches changed: every
+    path it sets or removes is the same in `pre` as in its old tree before it (the entry, or
+    the file in the way of it), and its bytes are exactly the diff of its old trees (so they
+    apply to those paths exactly, at their line numbers, and the new bytes are the old).
+    The result is the old change set on `pre`: the tree `git apply` writes. None otherwise."""
+    diff, changes = step.old_diffs.get(patch.id), step.old_changes.get(patch.id)
+    if not diff or not changes:
+        return None
+    i = journal.ids.index(patch.id)
+    old_pre, old_post = step.old_trees[i], step.old_trees[i + 1]
+    if regenerated(step.scratch, patch, data, old_pre, old_post, diff=diff) != data:
+        return None
+    for path, (before, _after) in changes.items():
+        now = step.store.find(pre, path)
+        if before is not None and now != Found(before):
+            return None
+        if before is None and now != step.store.find(old_pre, path):
+            return None
+    post = step.store.edit(pre, {path: after for path, (_b, after) in changes.items()})
+    return post if post != pre else None
 
 
 def _merge(
@@ -643,7 +700,16 @@ def _move_worktree(room: Cleanroom, tree: str) -> None:
     first set to what the work tree holds, and its stat data refreshed, so every file that
     differs is rewritten and no other (unchanged files keep their mtimes, as `reset --keep`
     keeps them in `cleanroom apply`: incremental builds stay incremental)."""
-    room.git.read_tree(room.git.snapshot_worktree(), reset=True)
+    held = room.git.snapshot_worktree()
+    try:
+        indexed = room.git.write_tree()
+    except GitFailed:  # an index with unmerged entries
+        indexed = None
+    if indexed == held:  # the index already says what the work tree holds
+        room.git.switch_tree(held, tree)  # only the files that differ are written
+        room.git.refresh_index()
+        return
+    room.git.read_tree(held, reset=True)
     room.git.refresh_index()
     room.git.read_tree(tree, reset=True, update=True)
     room.git.refresh_index()

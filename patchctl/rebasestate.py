@@ -25,7 +25,7 @@ import os
 import shutil
 import stat
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -102,8 +102,12 @@ class Journal:
         return self.ids[len(self.done)] if len(self.done) < len(self.ids) else None
 
     def to_json(self) -> dict[str, Any]:
-        """Plain data (what journal.json holds)."""
-        return asdict(self)
+        """Plain data (what journal.json holds): `asdict`'s result, built without its deep
+        copy of every field (the journal is written after every patch)."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["done"] = tuple(dict(d.__dict__) for d in self.done)
+        data["stop"] = None if self.stop is None else asdict(self.stop)
+        return data
 
 
 def directory(room: Path) -> Path:
@@ -166,7 +170,9 @@ def _stop(data: dict[str, Any]) -> Stop:
 
 def save(room: Path, journal: Journal) -> Journal:
     """Write journal.json atomically; the journal itself."""
-    data = json.dumps(journal.to_json(), indent=2).encode("utf-8") + b"\n"
+    # Compact: json's C encoder (an indented dump runs the pure-Python one, and the journal
+    # is written after every patch).
+    data = json.dumps(journal.to_json(), separators=(",", ":")).encode("utf-8") + b"\n"
     write_atomic(directory(room) / "journal.json", data)
     return journal
 
