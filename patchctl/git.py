@@ -524,6 +524,29 @@ class Git:
         )
         return raw.decode("utf-8").split("\0")
 
+    def patch_ids(self, revisions: str, prefix: str = "") -> dict[str, str]:
+        """commit -> `git patch-id --stable` of each non-merge commit in `revisions`, over the
+        paths under `prefix` (named relative to it; "" for the whole tree)."""
+        relative = (f"--relative={prefix.strip('/')}/",) if prefix.strip("/.") else ()
+        log = self.run(
+            "log", "-p", "--no-merges", "--no-color", "--no-ext-diff", "--no-textconv",
+            "--format=commit %H", *relative, "--end-of-options", revisions, "--",
+        )  # fmt: skip
+        out = self.run("patch-id", "--stable", stdin=log).decode("ascii")
+        return {commit: pid for pid, commit in (line.split() for line in out.splitlines())}
+
+    def patch_ids_of(self, patches: Sequence[bytes]) -> list[str]:
+        """`git patch-id --stable` of each patch (bytes of a patch file), in order ("" for one
+        without a diff git reads), in one process: each is fed after a `commit <n>` line."""
+        if not patches:
+            return []
+        feed = b"".join(b"commit %040x\n" % (n + 1) + data for n, data in enumerate(patches))
+        out = self.run("patch-id", "--stable", stdin=feed).decode("ascii")
+        found = {
+            int(commit, 16) - 1: pid for pid, commit in (line.split() for line in out.splitlines())
+        }
+        return [found.get(n, "") for n in range(len(patches))]
+
     def tree_entries(self, tree: str) -> dict[str, str]:
         """Every file of `tree` (recursively): path -> "mode object-id"."""
         out = self.run("ls-tree", "-r", "-z", "--full-tree", "--end-of-options", tree)

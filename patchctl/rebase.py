@@ -85,6 +85,7 @@ from patchctl.series import (
 from patchctl.session import SeriesSession, series_session
 from patchctl.trees import Entry, Found, TreeStore
 from patchctl.upstream import materialize, tree_from_cache
+from patchctl.upstreamed import MERGED, NEEDED, Upstreamed, detect, history_between
 
 REFS = "refs/patchctl/rebase/"
 MARKER_COPY = ".cleanroom-marker.json"  # the marker's copy under old/
@@ -111,6 +112,7 @@ class RebaseReport:
     changed: tuple[Path, ...] = ()
     backup: Backup | None = None
     skipped: tuple[Path, ...] = ()  # where the files of the patches --skip dropped were kept
+    upstreamed: tuple[Upstreamed, ...] = ()  # patches the new upstream has, wholly or partly
 
     def to_json(self) -> dict[str, object]:
         """Plain data for --json."""
@@ -132,6 +134,7 @@ class RebaseReport:
             "changed": [str(p) for p in self.changed],
             "backup": None if self.backup is None else self.backup.ref,
             "skipped": [str(p) for p in self.skipped],
+            "upstreamed": [u.to_json() for u in self.upstreamed],
         }
 
 
@@ -162,8 +165,10 @@ def rebase(
     subdir: str | None = None,
     workdir: Path | None = None,
     progress: Progress | None = None,
+    drop_merged: bool = False,
 ) -> RebaseReport:
-    """`patchctl rebase --onto UPSTREAM`: start a rebase and run it until done or stopped."""
+    """`patchctl rebase --onto UPSTREAM`: start a rebase and run it until done or stopped
+    (`drop_merged`: a patch the new upstream already has is dropped, and reported so)."""
     with series_session(series_path, op="rebase --onto") as session:
         path = session.lock_cleanroom(workdir, rebasing=True)
         if rebasestate.in_progress(path):
@@ -176,7 +181,7 @@ def rebase(
         where = Where(series_dir=series.dir, cwd=Path.cwd())
         wanted = parse_upstream(onto, where, commit=commit, subdir=subdir, current=series.upstream)
         pinned = pin(wanted, series.dir, progress)
-        base, tree, dropped = _new_base(room, series, pinned, progress)
+        base, tree, dropped = new_base(room, series, pinned, progress)
         pinned = replace(pinned, tree=tree, key_order=series.upstream.key_order)
         if _identity(pinned) == _identity(series.upstream) and tree == room.base_tree():
             raise PatchctlError(
@@ -184,6 +189,7 @@ def rebase(
                 hint="name another upstream release or commit",
             )
         journal = _start(session, room, pinned, base, dropped)
+        journal = _history_evidence(room, session.series, pinned, journal, drop_merged)
         journal = _advance(room, _old_series(room, session), journal, progress)
         return _conclude(session, room, journal, progress)
 
@@ -278,7 +284,7 @@ def _old_cleanroom(series: Series, path: Path, progress: Progress | None) -> Cle
     return room
 
 
-def _new_base(
+def new_base(
     room: Cleanroom, series: Series, upstream: Upstream, progress: Progress | None
 ) -> tuple[str, str, tuple[str, ...]]:
     """Materialize `upstream` next to the clean room and bring its tree in as a commit:
@@ -496,7 +502,14 @@ def _advance(
         step = _Step(scratch, index, writer, store)
         step.prepare(journal, series.root)
         while (pid := journal.current) is not None:
-            outcome = _rebase_one(room, step, series, series.patch(pid), journal)
+            if journal.drop_merged and _known_merged(journal, pid):
+                outcome: Done | Stop = _upstreamed_done(journal, pid)
+            else:
+                outcome = _rebase_one(room, step, series, series.patch(pid), journal)
+            if isinstance(outcome, Stop):
+                journal = _stop_evidence(room, step, series, journal, outcome)
+                if journal.drop_merged and _known_merged(journal, pid):
+                    outcome = _upstreamed_done(journal, pid)
             if isinstance(outcome, Stop):
                 report.done("rebase")
                 _keep_head(room, journal)
@@ -506,6 +519,79 @@ def _advance(
     _keep_head(room, journal)
     report.done("rebase")
     return journal
+
+
+DROPS = ("dropped", "upstreamed")  # the hows of patches that leave the series
+
+
+def upstreamed_of(journal: Journal) -> list[Upstreamed]:
+    """The patches found merged or partly merged upstream so far, in series order."""
+    found = {u["patch"]: u for u in journal.upstreamed}
+    return [
+        Upstreamed(pid, u["state"], tuple(u["evidence"]), tuple(u["left"]))
+        for pid in journal.ids
+        if (u := found.get(pid)) is not None
+    ]
+
+
+def _known_merged(journal: Journal, pid: str) -> bool:
+    return any(u["patch"] == pid and u["state"] == MERGED for u in journal.upstreamed)
+
+
+def _upstreamed_done(journal: Journal, pid: str) -> Done:
+    """A patch --drop-merged drops: the tip stays where it is."""
+    return Done(pid, journal.head, _head_tree(journal), "upstreamed", "", False)
+
+
+def _with_evidence(journal: Journal, found: list[Upstreamed]) -> Journal:
+    """The journal with `found` recorded (merged or partly merged ones; a later finding for
+    a patch replaces an earlier one)."""
+    keep = {u["patch"]: u for u in journal.upstreamed}
+    for result in found:
+        if result.state == NEEDED:
+            continue
+        entry = result.to_json()
+        earlier = keep.get(result.id)
+        if earlier is not None:  # evidence found earlier (patch-id, trailers) stays
+            evidence = list(dict.fromkeys([*earlier["evidence"], *result.evidence]))
+            merged = MERGED in (earlier["state"], result.state)
+            entry = {
+                **entry,
+                "state": MERGED if merged else result.state,
+                "evidence": evidence,
+                "left": [] if merged else list(result.left),
+            }
+        keep[result.id] = entry
+    return replace(journal, upstreamed=tuple(keep.values()))
+
+
+def _history_evidence(
+    room: Cleanroom, series: Series, new: Upstream, journal: Journal, drop_merged: bool
+) -> Journal:
+    """As the rebase starts: the patches whose patch-id or header trailers match an upstream
+    commit between the two pins (git upstreams; no patch is applied for it)."""
+    journal = replace(journal, drop_merged=drop_merged)
+    commits = history_between(series, new)
+    if commits:
+        patches = [(pid, _old_bytes(room, series.patch(pid))) for pid in journal.ids]
+        with temp_index(room.git) as index:
+            found = detect(
+                index, patches, journal_tree(journal), series.root, commits, reverse=False
+            )
+        journal = _with_evidence(journal, found)
+    return rebasestate.save(room.path, journal)
+
+
+def _stop_evidence(
+    room: Cleanroom, step: _Step, series: Series, journal: Journal, stop: Stop
+) -> Journal:
+    """At a conflict or an empty patch: whether the new upstream has the patch, wholly or
+    partly (its file sections reverse-applied to the new upstream tree), recorded."""
+    patch = series.patch(stop.id)
+    found = detect(step.index, [(patch.id, _old_bytes(room, patch))], journal_tree(journal),
+                   series.root)  # fmt: skip
+    step.held = journal_tree(journal)  # detect left the new upstream's tree in the index
+    return rebasestate.save(room.path, _with_evidence(journal, found))
 
 
 def _keep_head(room: Cleanroom, journal: Journal) -> None:
@@ -799,6 +885,7 @@ def _report(
         _describe(journal.new_upstream),
         patches=journal.done,
         stop=journal.stop,
+        upstreamed=tuple(upstreamed_of(journal)),
         **extra,
     )
 
@@ -823,7 +910,7 @@ def _finish(
     rebasestate.remove(room.path)
     report.done("finish")
     path = new.dir / range_diff_name(journal)
-    skipped = [d.id for d in journal.done if d.how == "dropped"]
+    skipped = [d.id for d in journal.done if d.how in DROPS]
     return _report(
         session,
         room,
@@ -851,7 +938,7 @@ def _range_diff(room: Cleanroom, old: Series, journal: Journal) -> bytes:
 
         old_trees = room.git.trees_of(list(journal.old_commits)) if journal.old_commits else []
         before = list(zip(journal.ids, old_trees, strict=True))
-        after = [(d.id, d.tree) for d in journal.done if d.how != "dropped"]
+        after = [(d.id, d.tree) for d in journal.done if d.how not in DROPS]
         old_tip = chain(journal.old_base, before)
         new_tip = chain(journal.new_base, after)
     return room.git.range_diff((journal.old_base, old_tip), (journal.new_base, new_tip))
@@ -869,7 +956,7 @@ def _new_series(old: Series, journal: Journal) -> Series:
     patches = []
     pre = journal_tree(journal)
     for done in journal.done:
-        if done.how == "dropped":
+        if done.how in DROPS:
             continue
         entry = old.patch(done.id)
         sha = done.sha256 if entry.imported else entry.sha256
@@ -897,7 +984,7 @@ def _write_series(
     for done in journal.done:
         entry = old.patch(done.id)
         path = old.patch_path(entry)
-        if done.how == "dropped":
+        if done.how in DROPS:
             changed += _keep_skipped(session, room, old, journal, entry.file)
         elif done.staged:
             writes.append((path, rebasestate.staged(room.path, entry.file)))

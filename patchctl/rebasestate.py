@@ -50,7 +50,8 @@ class Done:
     id: str
     commit: str  # the commit on the new base (the previous one for a dropped patch)
     tree: str
-    how: str  # "kept" (bytes unchanged) | "merged" | "resolved" | "dropped"
+    how: str  # "applied" | "unchanged" | "merged" (three-way) | "resolved" | "dropped"
+    # (--skip) | "upstreamed" (the new upstream has it; dropped by --drop-merged)
     sha256: str  # of its new bytes
     staged: bool  # new bytes staged under patches/ (False: the old bytes are kept)
 
@@ -89,6 +90,8 @@ class Journal:
     stop: Stop | None = None
     dropped: tuple[str, ...] = ()  # names dropped when the new upstream was extracted
     restore_series: bool = False  # set before the series directory is first written
+    drop_merged: bool = False  # --drop-merged: a patch the new upstream has is dropped
+    upstreamed: tuple[dict[str, Any], ...] = ()  # upstreamed.Upstreamed.to_json of each found
     version: int = field(default=VERSION)
 
     @property
@@ -150,6 +153,7 @@ def _journal(data: Any) -> Journal:
             "ids": tuple(data["ids"]),
             "labels": tuple(data["labels"]),
             "dropped": tuple(data.get("dropped", ())),
+            "upstreamed": tuple(data.get("upstreamed", ())),
             "done": tuple(Done(**d) for d in data["done"]),
             "stop": None if stop is None else _stop(stop),
         }

@@ -51,9 +51,12 @@ def test_stage_files_stages_many_with_one_journal_write(
     journal.stage_file(a, b"first a\n")
     saves: list[str] = []
     real = Journal._save
-    monkeypatch.setattr(
-        Journal, "_save", lambda self, state: (saves.append(state), real(self, state))
-    )
+
+    def counting(self: Journal, state: str) -> None:
+        saves.append(state)
+        real(self, state)
+
+    monkeypatch.setattr(Journal, "_save", counting)
     journal.stage_files([(a, b"new a\n"), (b, b"new b\n")])
     assert saves == ["staging"]  # one write names both staged copies
     assert a.read_bytes() == b"old a\n" and not b.exists()

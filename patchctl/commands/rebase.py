@@ -46,6 +46,14 @@ def rebase_command(
     abort: Annotated[
         bool, typer.Option("--abort", help="Put the series and the clean room back as they were.")
     ] = False,
+    drop_merged: Annotated[
+        bool,
+        typer.Option(
+            "--drop-merged",
+            help="With --onto: drop each patch the new upstream already has (patch-id, DEP-3"
+            " trailers, reverse apply); the report names each, with its evidence.",
+        ),
+    ] = False,
     series: SeriesOpt = DEFAULT_SERIES,
     workdir: WorkdirOpt = None,
     as_json: JsonOpt = False,
@@ -54,15 +62,21 @@ def rebase_command(
     conflict with a report."""
     if sum((onto is not None, resume, skip, abort)) != 1:
         raise typer.BadParameter("give exactly one of --onto, --continue, --skip, --abort")
-    if onto is None and (commit is not None or subdir is not None):
-        raise typer.BadParameter("--commit and --subdir go with --onto")
+    if onto is None and (commit is not None or subdir is not None or drop_merged):
+        raise typer.BadParameter("--commit, --subdir and --drop-merged go with --onto")
     from patchctl.console import RichProgress
     from patchctl.rebase import rebase, rebase_abort, rebase_continue, rebase_skip
 
     with RichProgress(enabled=False if as_json else None) as progress:
         if onto is not None:
             report = rebase(
-                series, onto, commit=commit, subdir=subdir, workdir=workdir, progress=progress
+                series,
+                onto,
+                commit=commit,
+                subdir=subdir,
+                workdir=workdir,
+                progress=progress,
+                drop_merged=drop_merged,
             )
         elif resume:
             report = rebase_continue(series, workdir, progress)
@@ -105,7 +119,8 @@ def report_lines(report: RebaseReport) -> list[str]:
             lines.append(f"  the work tree's edits were saved to {report.backup.ref}")
         return lines + [f"  restored {p}" for p in report.changed]
     lines = [f"rebase {report.series.parent.name}: {report.old} -> {report.new}"]
-    lines += [f"  {d.how:9} {d.id}" for d in report.patches]
+    lines += [f"  {d.how:10} {d.id}" for d in report.patches]
+    lines += upstreamed_lines(report)
     lines += [f"  skipped   {p.name}: its file moved to {p}" for p in report.skipped]
     if report.backup is not None:
         lines.append(f"  the work tree's edits were saved to {report.backup.ref}")
@@ -116,6 +131,23 @@ def report_lines(report: RebaseReport) -> list[str]:
     lines += ["  " + line.strip() for line in summary_lines(report.range_diff_text)]
     lines.append(f"clean room {report.cleanroom}: new base plus the rebased series")
     return [*lines, "next: `patchctl verify --all`, then build and test"]
+
+
+def upstreamed_lines(report: RebaseReport) -> list[str]:
+    """The patches the new upstream has, wholly or partly, with the evidence, and what
+    --drop-merged did (or would do) with them."""
+    from patchctl.upstreamed import MERGED, report_lines
+
+    if not report.upstreamed:
+        return []
+    lines = ["upstream already has (wholly or partly):", *report_lines(report.upstreamed)]
+    dropped = {d.id for d in report.patches if d.how == "upstreamed"}
+    keep = [u.id for u in report.upstreamed if u.state == MERGED and u.id not in dropped]
+    if dropped:
+        lines.append(f"  dropped by --drop-merged: {', '.join(sorted(dropped))}")
+    if keep:
+        lines.append(f"  still in the series: {', '.join(keep)} (rebase --drop-merged drops them)")
+    return lines
 
 
 def stop_lines(report: RebaseReport) -> list[str]:
