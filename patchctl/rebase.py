@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from contextlib import closing
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -60,7 +61,16 @@ from patchctl.errors import (
     PatchDoesNotApply,
     SeriesChanged,
 )
-from patchctl.git import CommitWriter, Git, Index, Merged, scratch_repo, temp_index
+from patchctl.git import (
+    CommitWriter,
+    Git,
+    Index,
+    Merged,
+    ObjectReader,
+    scratch_repo,
+    temp_index,
+)
+from patchctl.misfit import misfits
 from patchctl.patchapply import (
     TreePatcher,
     apply_to_index,
@@ -498,8 +508,9 @@ def _advance(
         temp_index(room.git) as index,
         CommitWriter(room.git) as writer,
         TreeStore(room.git) as store,
+        closing(ObjectReader(room.git)) as reader,
     ):
-        step = _Step(scratch, index, writer, store)
+        step = _Step(scratch, index, writer, store, reader)
         step.prepare(journal, series.root)
         while (pid := journal.current) is not None:
             if journal.drop_merged and _known_merged(journal, pid):
@@ -607,8 +618,16 @@ class _Step:
     index that holds `held` (the tree last put in it: the next patch's tree before it is
     usually that one, and only the paths that differ are rewritten), one commit writer."""
 
-    def __init__(self, scratch: Git, index: Index, writer: CommitWriter, store: TreeStore) -> None:
+    def __init__(
+        self,
+        scratch: Git,
+        index: Index,
+        writer: CommitWriter,
+        store: TreeStore,
+        reader: ObjectReader,
+    ) -> None:
         self.scratch, self.index, self.writer, self.store = scratch, index, writer, store
+        self.reader = reader
         self.held: str | None = None
         self.old_trees: list[str] = []  # the old base's tree, then each old patch commit's
         self.old_diffs: dict[str, bytes] = {}  # patch id -> its diff on the old base
@@ -648,11 +667,13 @@ def _rebase_one(
     same = _untouched(step, journal, patch, data, pre)
     if same is not None:
         return _record(room, journal, patch, data, data, same, "unchanged", step.writer)
-    step.hold(pre)
-    exact = apply_to_index(step.index, data, series.root)
-    applied = step.index.write_tree() if exact.ok else pre  # (maybe at an offset)
-    step.held = applied
-    if exact.ok and not exact.drift():
+    exact = None
+    if not misfits(step.store, step.reader, data, pre, series.root):  # else: merge at once
+        step.hold(pre)
+        exact = apply_to_index(step.index, data, series.root)
+        applied = step.index.write_tree() if exact.ok else pre  # (maybe at an offset)
+        step.held = applied
+    if exact is not None and exact.ok and not exact.drift():
         post, how = applied, "applied"
     else:
         merged = _merge(room, step.writer, journal, patch, pre)
