@@ -243,6 +243,15 @@ def rebase_skip(
         return replace(_conclude(session, room, journal, progress), backup=backup)
 
 
+def rebase_status(series_path: Path, workdir: Path | None = None) -> RebaseReport:
+    """`patchctl rebase --status`: the report of the rebase in progress as it stands (the stop
+    again, when it is stopped); nothing is written."""
+    with series_session(series_path, op="rebase --status") as session:
+        room, journal = _resume(session, workdir, aborting=True)
+        state = "stopped" if journal.state in ("stopping", "stopped") else journal.state
+        return _report(session, room, journal, state)
+
+
 def rebase_abort(series_path: Path, workdir: Path | None = None) -> RebaseReport:
     """`patchctl rebase --abort`: the series and the clean room as they were before the
     rebase (the work tree's content is saved as a backup first when it holds anything)."""

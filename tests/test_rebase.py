@@ -234,6 +234,31 @@ def test_drop_merged_drops_what_upstream_has_and_names_it(tmp_path: Path) -> Non
     assert "dropped by --drop-merged: 0001-readme" in "\n".join(report_lines(done))
 
 
+def test_status_reprints_the_stop_and_cleanroom_status_names_the_rebase(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    series_dir, onto = rebase_ready(tmp_path)
+    assert main(["rebase", "--series", str(series_dir), "--onto", onto]) == 3
+    stop_text = capsys.readouterr().out
+    assert main(["rebase", "--series", str(series_dir), "--status"]) == 0
+    again = capsys.readouterr().out
+    assert "stopped at 0004-c-10: conflict in 1 file(s)" in again and again == stop_text
+    assert main(["rebase", "--series", str(series_dir), "--status", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["state"] == "stopped" and data["stop"]["patch"] == "0004-c-10"
+    assert main(["cleanroom", "status", "--series", str(series_dir)]) == 0
+    status = capsys.readouterr().out
+    assert "rebase   in progress (stopped)" in status and "3 of 4 patch(es) moved" in status
+    assert "stopped at 0004-c-10 (conflict: src/c.c)" in status
+    assert "(not patchctl)" not in status and "unsaved" not in status
+    assert "applied " in status and "0003-b-30" in status  # the moved patches, on the new base
+    assert main(["cleanroom", "status", "--series", str(series_dir), "--json"]) == 0
+    rebase_json = json.loads(capsys.readouterr().out)["rebase"]
+    assert (rebase_json["moved"], rebase_json["stopped_at"]) == (3, "0004-c-10")
+    rebase_abort(series_dir)
+    assert main(["rebase", "--series", str(series_dir), "--status"]) != 0  # none in progress
+
+
 def test_a_run_killed_between_two_patches_is_continued(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

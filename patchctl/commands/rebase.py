@@ -46,6 +46,12 @@ def rebase_command(
     abort: Annotated[
         bool, typer.Option("--abort", help="Put the series and the clean room back as they were.")
     ] = False,
+    status: Annotated[
+        bool,
+        typer.Option(
+            "--status", help="Show the rebase in progress (the stop again); change nothing."
+        ),
+    ] = False,
     drop_merged: Annotated[
         bool,
         typer.Option(
@@ -60,12 +66,18 @@ def rebase_command(
 ) -> None:
     """Rebase the series onto another upstream (three-way, one patch at a time); stops at a
     conflict with a report."""
-    if sum((onto is not None, resume, skip, abort)) != 1:
-        raise typer.BadParameter("give exactly one of --onto, --continue, --skip, --abort")
+    if sum((onto is not None, resume, skip, abort, status)) != 1:
+        raise typer.BadParameter(
+            "give exactly one of --onto, --continue, --skip, --abort, --status"
+        )
     if onto is None and (commit is not None or subdir is not None or drop_merged):
         raise typer.BadParameter("--commit, --subdir and --drop-merged go with --onto")
     from patchctl.console import RichProgress
-    from patchctl.rebase import rebase, rebase_abort, rebase_continue, rebase_skip
+    from patchctl.rebase import rebase, rebase_abort, rebase_continue, rebase_skip, rebase_status
+
+    if status:
+        render_status(rebase_status(series, workdir), as_json)
+        return
 
     with RichProgress(enabled=False if as_json else None) as progress:
         if onto is not None:
@@ -99,6 +111,24 @@ def render_rebase(report: RebaseReport, as_json: bool) -> None:
         raise stopped_error(report)
     if as_json:
         print_json(report.to_json())
+
+
+def render_status(report: RebaseReport, as_json: bool) -> None:
+    """`rebase --status`: the report as it stands, exit 0 (a stop is shown, not raised)."""
+    from patchctl.console import print_json
+
+    if as_json:
+        print_json(report.to_json())
+        return
+    if report.state == "stopped":
+        lines = report_lines(report)
+    else:
+        lines = [
+            f"rebase {report.series.parent.name}: {report.old} -> {report.new} ({report.state})"
+        ]
+        lines += [f"  {d.how:10} {d.id}" for d in report.patches]
+    for line in lines:
+        print_line(line)
 
 
 def print_line(line: str) -> None:
