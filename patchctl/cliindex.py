@@ -30,6 +30,7 @@ ROOT_HELP = (
     "  rebase          Rebase the series onto another upstream (three-way, one...\n"
     "  refresh         Rewrite drifted patches (offset, fuzz) from the clean...\n"
     "  split           Split patch ID into consecutive patches by files...\n"
+    "  status          Which patches of the series another upstream already...\n"
     "  verify          Round-trip check (forward, reverse, re-export, markers)...\n"
     "  cleanroom       Create, update and inspect the clean room of a series.\n"
 )
@@ -66,6 +67,7 @@ COMMANDS: dict[str, Command] = {
             "rebase",
             "refresh",
             "split",
+            "status",
             "verify",
             "cleanroom",
         ),
@@ -712,6 +714,20 @@ COMMANDS: dict[str, Command] = {
                 multiple=False,
             ),
             Param(
+                opts=("--status",),
+                kind="flag",
+                help="Show the rebase in progress (the stop again); change nothing.",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--drop-merged",),
+                kind="flag",
+                help="With --onto: drop each patch the new upstream already has (patch-id, DEP-3 trailers, reverse apply); the report names each, with its evidence.",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
                 opts=("--series",),
                 kind="file",
                 help="Series directory (or its series.yaml); names the default clean room.",
@@ -826,6 +842,61 @@ COMMANDS: dict[str, Command] = {
                 opts=("--dry-run",),
                 kind="flag",
                 help="Check and show the parts; write nothing.",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--series",),
+                kind="file",
+                help="Series directory (or its series.yaml); names the default clean room.",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--workdir",),
+                kind="file",
+                help="Clean-room directory (default: cleanroom/<series name>).",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--json",),
+                kind="flag",
+                help="Print a JSON report on stdout.",
+                choices=(),
+                multiple=False,
+            ),
+        ),
+        subcommands=(),
+    ),
+    "status": Command(
+        help="Which patches of the series another upstream already has (patch-id, DEP-3 trailers, reverse apply); the clean room's own state is `patchctl cleanroom status`.",
+        params=(
+            Param(
+                opts=("--upstreamed",),
+                kind="flag",
+                help="Report each patch as merged, partly merged or needed in the --onto upstream.",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--onto",),
+                kind="plain",
+                help="NAME==VERSION (a PyPI sdist), an archive (.tar.*/.zip path or https URL), or a git repository (path or URL) with --commit.",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--commit",),
+                kind="plain",
+                help="git: the commit to compare with (id, branch or tag).",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--subdir",),
+                kind="plain",
+                help="The directory inside the sdist/archive/repository that holds the tree, e.g. vendor/llama.cpp; for an sdist or archive, relative to its single top directory (which is stripped; naming it too also works). Default: the series' own.",
                 choices=(),
                 multiple=False,
             ),
