@@ -18,21 +18,22 @@ ROOT_HELP = (
     "  --help     Show this message and exit.\n"
     "\n"
     "Commands:\n"
-    "  build           Build the clean room; the build dir is keyed by its git...\n"
-    "  capture         Write everything the clean room changed since the...\n"
-    "  check-prefixes  Apply and build the series up to each patch in turn;...\n"
-    "  ci              The CI gate: apply strictly, verify --all, docs...\n"
-    "  docs            Regenerate the series README (## Current series) and...\n"
-    "  export          Export the verified series: --sdist writes the patched...\n"
-    "  import          Import an existing series on top of the stack, keeping...\n"
-    "  init            Start a series: pin UPSTREAM (sha256 and tree...\n"
-    "  new             Add patch ID at the top of the stack; edit the clean...\n"
-    "  rebase          Rebase the series onto another upstream (three-way, one...\n"
-    "  refresh         Rewrite drifted patches (offset, fuzz) from the clean...\n"
-    "  split           Split patch ID into consecutive patches by files...\n"
-    "  status          Which patches of the series another upstream already...\n"
-    "  verify          Round-trip check (forward, reverse, re-export, markers)...\n"
-    "  cleanroom       Create, update and inspect the clean room of a series.\n"
+    "  bisect-upstream  Name the first upstream commit (git upstreams) on...\n"
+    "  build            Build the clean room; the build dir is keyed by its...\n"
+    "  capture          Write everything the clean room changed since the...\n"
+    "  check-prefixes   Apply and build the series up to each patch in turn;...\n"
+    "  ci               The CI gate: apply strictly, verify --all, docs...\n"
+    "  docs             Regenerate the series README (## Current series) and...\n"
+    "  export           Export the verified series: --sdist writes the patched...\n"
+    "  import           Import an existing series on top of the stack, keeping...\n"
+    "  init             Start a series: pin UPSTREAM (sha256 and tree...\n"
+    "  new              Add patch ID at the top of the stack; edit the clean...\n"
+    "  rebase           Rebase the series onto another upstream (three-way,...\n"
+    "  refresh          Rewrite drifted patches (offset, fuzz) from the clean...\n"
+    "  split            Split patch ID into consecutive patches by files...\n"
+    "  status           Which patches of the series another upstream already...\n"
+    "  verify           Round-trip check (forward, reverse, re-export,...\n"
+    "  cleanroom        Create, update and inspect the clean room of a series.\n"
 )
 
 COMMANDS: dict[str, Command] = {
@@ -55,6 +56,7 @@ COMMANDS: dict[str, Command] = {
             ),
         ),
         subcommands=(
+            "bisect-upstream",
             "build",
             "capture",
             "check-prefixes",
@@ -71,6 +73,41 @@ COMMANDS: dict[str, Command] = {
             "verify",
             "cleanroom",
         ),
+    ),
+    "bisect-upstream": Command(
+        help="Name the first upstream commit (git upstreams) on which the patch stops applying, with the hunks that fail there.",
+        params=(
+            Param(opts=(), kind="plain", help="The patch's id.", choices=(), multiple=False),
+            Param(
+                opts=("--good",),
+                kind="plain",
+                help="A commit, tag or branch it applies on.",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--bad",),
+                kind="plain",
+                help="A later one it does not apply on.",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--series",),
+                kind="file",
+                help="Series directory (or its series.yaml); names the default clean room.",
+                choices=(),
+                multiple=False,
+            ),
+            Param(
+                opts=("--json",),
+                kind="flag",
+                help="Print a JSON report on stdout.",
+                choices=(),
+                multiple=False,
+            ),
+        ),
+        subcommands=(),
     ),
     "build": Command(
         help="Build the clean room; the build dir is keyed by its git tree id and the config.",
