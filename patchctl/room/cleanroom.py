@@ -195,7 +195,7 @@ def is_cleanroom(path: Path) -> bool:
 
 
 def rebase_dir(path: Path) -> Path:
-    """Where the state of a rebase of the clean room at `path` lives (ops/rebase/state.py)."""
+    """Where the state of a rebase of the clean room at `path` lives (room/rebasestate.py)."""
     return path / ".git" / REBASE_DIRNAME
 
 

@@ -109,7 +109,7 @@ def rebase_summary(room: Cleanroom) -> dict[str, Any] | None:
     """Where a rebase in progress in `room` stands (None when there is none): its state, the
     old and new upstream, the patches moved of all, and the patch it stopped at."""
     from patchctl.errors import PatchctlError
-    from patchctl.ops.rebase import state as rebasestate
+    from patchctl.room import rebasestate
     from patchctl.series.model import Upstream
 
     if not rebasestate.in_progress(room.path):

@@ -25,7 +25,7 @@ How (in the series' clean room, under the series and clean-room locks for every 
    printed. The clean room ends on the new base with the rebased patches applied.
 
 Until step 4 nothing in the series directory is written: new bytes are staged under the
-clean room's .git (ops/rebase/state.py), whose journal records each step atomically, so a rebase
+clean room's .git (room/rebasestate.py), whose journal records each step atomically, so a rebase
 killed at any point is resumed by `--continue` or undone by `--abort`.
 """
 
@@ -52,10 +52,9 @@ from patchctl.gitlayer.index import Index, temp_index
 from patchctl.gitlayer.objects import scratch_repo
 from patchctl.gitlayer.pipes import CommitWriter, ObjectReader
 from patchctl.gitlayer.trees import Entry, Found, TreeStore
-from patchctl.ops.rebase import state as rebasestate
-from patchctl.ops.rebase.state import Done, Journal, Stop
 from patchctl.ops.rebase.upstreamed import MERGED, NEEDED, Upstreamed, detect, history_between
 from patchctl.progress import Progress, or_null
+from patchctl.room import rebasestate
 from patchctl.room.cleanroom import (
     BASE_REF,
     BRANCH,
@@ -68,6 +67,7 @@ from patchctl.room.cleanroom import (
     repin_marker,
     same_pin,
 )
+from patchctl.room.rebasestate import Done, Journal, Stop
 from patchctl.room.snapshot import outside_root, worktree_snapshot
 from patchctl.series.gitapply import (
     TreePatcher,

@@ -36,10 +36,10 @@ from patchctl.gitlayer.index import temp_index
 from patchctl.ops.capture import capture
 from patchctl.ops.cleanroom.apply import cleanroom_apply
 from patchctl.ops.rebase import rebase as rebase_module
-from patchctl.ops.rebase import state as rebasestate
 from patchctl.ops.rebase.rebase import rebase, rebase_abort, rebase_continue, rebase_skip
 from patchctl.ops.refresh import refresh
 from patchctl.ops.verify import verify_series
+from patchctl.room import rebasestate
 from patchctl.room.cleanroom import load_cleanroom, repin_marker, same_pin
 from patchctl.room.journal import command
 from patchctl.series.gitapply import FUZZ_CONTEXT, apply_flags
