@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from patchctl.git import Git
+from patchctl.gitlayer.git import Git
 
 from .test_longctx_smoke import smollm2  # noqa: F401  (the SmolLM2-135M fixture)
 from .wheel import PROJECT, Wheel
