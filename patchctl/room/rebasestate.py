@@ -54,6 +54,7 @@ class Done:
     # (--skip) | "upstreamed" (the new upstream has it; dropped by --drop-merged)
     sha256: str  # of its new bytes
     staged: bool  # new bytes staged under patches/ (False: the old bytes are kept)
+    seconds: float = 0.0  # wall time spent moving it (its hand resolution not counted)
 
 
 @dataclass(frozen=True)

@@ -163,6 +163,13 @@ def report_lines(report: RebaseReport) -> list[str]:
     if report.state == "stopped":
         return lines + stop_lines(report)
     lines.append(f"done: {report.series} is on {report.new}")
+    if report.patches:
+        spent = sum(d.seconds for d in report.patches)
+        slowest = sorted(report.patches, key=lambda d: d.seconds, reverse=True)[:3]
+        lines.append(
+            f"time moving the patches: {spent:.1f} s; slowest: "
+            + ", ".join(f"{d.id} {d.seconds:.2f} s" for d in slowest)
+        )
     lines.append(f"range-diff (old vs new patches) saved to {report.range_diff}; in short:")
     lines += ["  " + line.strip() for line in summary_lines(report.range_diff_text)]
     lines.append(f"clean room {report.cleanroom}: new base plus the rebased series")

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import time
 from contextlib import closing
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -130,7 +131,14 @@ class RebaseReport:
             "old": self.old,
             "new": self.new,
             "patches": [
-                {"id": d.id, "how": d.how, "commit": d.commit, "tree": d.tree, "sha256": d.sha256}
+                {
+                    "id": d.id,
+                    "how": d.how,
+                    "commit": d.commit,
+                    "tree": d.tree,
+                    "sha256": d.sha256,
+                    "seconds": d.seconds,
+                }
                 for d in self.patches
             ],
             "stop": None if stop is None else _stop_json(stop),
@@ -517,6 +525,7 @@ def _advance(
         step = _Step(scratch, index, writer, store, reader)
         step.prepare(journal, series.root)
         while (pid := journal.current) is not None:
+            started = time.perf_counter()
             if journal.drop_merged and _known_merged(journal, pid):
                 outcome: Done | Stop = _upstreamed_done(journal, pid)
             else:
@@ -529,6 +538,7 @@ def _advance(
                 report.done("rebase")
                 _keep_head(room, journal)
                 return _stop_here(room, journal, outcome)
+            outcome = replace(outcome, seconds=round(time.perf_counter() - started, 3))
             journal = rebasestate.save(room.path, replace(journal, done=(*journal.done, outcome)))
             report.advance("rebase")
     _keep_head(room, journal)

@@ -233,7 +233,13 @@ def test_drop_merged_drops_what_upstream_has_and_names_it(tmp_path: Path) -> Non
     assert done.state == "done" and "0001-readme" not in load_series(series_dir).ids()
     assert [u.id for u in done.upstreamed] == ["0001-readme"]
     assert done.skipped and done.skipped[0].name == "0001-readme.patch"  # kept aside
-    assert "dropped by --drop-merged: 0001-readme" in "\n".join(report_lines(done))
+    text = "\n".join(report_lines(done))
+    assert "dropped by --drop-merged: 0001-readme" in text
+    assert "time moving the patches: " in text and "slowest: " in text
+    moved = [d for d in done.patches if d.how not in ("upstreamed", "resolved")]
+    assert moved and all(d.seconds > 0 for d in moved)  # each move timed, in the journal too
+    entries = done.to_json()["patches"]
+    assert isinstance(entries, list) and all("seconds" in entry for entry in entries)
 
 
 def test_status_reprints_the_stop_and_cleanroom_status_names_the_rebase(
