@@ -33,6 +33,7 @@ import json
 import os
 import platform
 import random
+import resource
 import shutil
 import statistics
 import subprocess
@@ -151,11 +152,20 @@ def git_side(room: Path, work: Path, base: str, files: list[Path]) -> tuple[Path
     return repo, Git(repo).rev_parse("HEAD")
 
 
-def run_git_rebase(repo: Path, tip: str, old_base: str, new_base: str) -> float:
-    """Reset the branch to the generated tip (not timed), then time `git rebase --onto`."""
+def children_cpu() -> float:
+    """CPU seconds (user + system) of this process's finished children so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_git_rebase(repo: Path, tip: str, old_base: str, new_base: str) -> tuple[float, float]:
+    """Reset the branch to the generated tip (not timed), then time `git rebase --onto`:
+    (wall seconds, CPU seconds of git and its children)."""
     git(repo, "checkout", "-q", "-f", "-B", "series", tip)
-    return timed(["git", "-C", str(repo), "rebase", "-q", "--onto", new_base, old_base, "series"],
+    cpu = children_cpu()
+    wall = timed(["git", "-C", str(repo), "rebase", "-q", "--onto", new_base, old_base, "series"],
                  hermetic_env(repo))  # fmt: skip
+    return wall, children_cpu() - cpu
 
 
 def fresh_copy(saved: Path, series_dir: Path) -> None:
@@ -192,14 +202,18 @@ def main() -> None:
            "--series", str(series_dir), "--json"]  # fmt: skip
     rebase_s: list[float] = []
     git_s: list[float] = []
+    rebase_cpu: list[float] = []
+    git_cpu: list[float] = []
     hows: dict[str, int] = {}
     final_tree = git_tree = ""
+    load_before = os.getloadavg()
     for round_no in range(args.repeat):
         if round_no:
             fresh_copy(saved, series_dir)
-        start = time.perf_counter()
+        cpu, start = children_cpu(), time.perf_counter()
         done = subprocess.run(cmd, capture_output=True, text=True)
         rebase_s.append(time.perf_counter() - start)
+        rebase_cpu.append(children_cpu() - cpu)
         if done.returncode != 0:
             sys.exit(f"patchctl rebase exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
         result = json.loads(done.stdout)
@@ -210,7 +224,9 @@ def main() -> None:
         room = Git(report.cleanroom)
         new_base = room.rev_parse(BASE_REF)
         git(repo, "fetch", "-q", str(report.cleanroom), f"{new_base}:refs/bench/new-base")
-        git_s.append(run_git_rebase(repo, tip, report.base_commit, new_base))
+        wall, cpu = run_git_rebase(repo, tip, report.base_commit, new_base)
+        git_s.append(wall)
+        git_cpu.append(cpu)
         git_tree = Git(repo).tree_of("HEAD")
     out: dict[str, object] = {
         "benchmark": "patchctl rebase --onto vs git rebase --onto, generated series, llama.cpp",
@@ -231,6 +247,13 @@ def main() -> None:
         "patchctl_rebase_median_s": round(statistics.median(rebase_s), 3),
         "git_rebase_median_s": round(statistics.median(git_s), 3),
         "ratio_patchctl_over_git": round(statistics.median(rebase_s) / statistics.median(git_s), 2),
+        "ratio_per_round": [round(a / b, 2) for a, b in zip(rebase_s, git_s, strict=True)],
+        "patchctl_rebase_cpu_s": [round(x, 3) for x in rebase_cpu],
+        "git_rebase_cpu_s": [round(x, 3) for x in git_cpu],
+        "cpu_ratio_patchctl_over_git": round(
+            statistics.median(rebase_cpu) / statistics.median(git_cpu), 2
+        ),
+        "loadavg_before_rounds": load_before,
         "materialize_old_s": round(materialize_s, 1),
         "generate_and_capture_s": round(generate_s, 1),
         "machine": {

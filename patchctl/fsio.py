@@ -54,15 +54,22 @@ def write_atomic(path: Path, data: bytes, *, sync: bool = False) -> None:
     write_atomic_blocks(path, (data,), sync=sync)
 
 
-def sync_write(path: Path, data: bytes) -> None:
-    """Create `path` (which must not exist; never through a symlink) with `data`, synced."""
+def sync_write(path: Path, data: bytes, *, sync_dir: bool = True) -> None:
+    """Create `path` (which must not exist; never through a symlink) with `data`, synced
+    (`sync_dir=False`: its folder is not; the caller syncs it, once for many files)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, _NEW, 0o666)
     with os.fdopen(fd, "wb") as out:
         out.write(data)
         out.flush()
         os.fsync(out.fileno())
-    _sync_dir(path.parent)
+    if sync_dir:
+        _sync_dir(path.parent)
+
+
+def sync_dir(folder: Path) -> None:
+    """Sync a folder's entries (the names just created or renamed in it) to disk."""
+    _sync_dir(folder)
 
 
 def _sync_dir(folder: Path) -> None:

@@ -370,6 +370,18 @@ class Git:
                 self.delete_ref(ref)
         return parse_merge_tree(out)
 
+    def merge_commits(self, ours: str, theirs: str) -> Merged:
+        """`merge-tree --write-tree` of commits `ours` and `theirs`, their merge base found
+        from their parents (one process; nothing else written). A cherry-pick of commit C
+        onto tree T is this merge with `ours` a commit of T whose parent is C's parent: the
+        result is `merge_trees(C's parent's tree, T, C's tree)`. Conflict markers name the
+        sides by commit id: for a conflict shown to a user, `merge_trees` gives labels."""
+        out = self.run(
+            "merge-tree", "--write-tree", "-z", "--end-of-options",
+            object_id(ours), object_id(theirs), ok=(0, 1),
+        )  # fmt: skip
+        return parse_merge_tree(out)
+
     def range_diff(self, old: tuple[str, str], new: tuple[str, str]) -> bytes:
         """`git range-diff old_base..old_tip new_base..new_tip` without color (commit ids)."""
         ranges = [f"{object_id(a)}..{object_id(b)}" for a, b in (old, new)]
@@ -385,6 +397,29 @@ class Git:
             "log", "--reverse", "-z", f"--format={fmt}", "--end-of-options", revisions, "--"
         )
         return raw.decode("utf-8").split("\0")
+
+    def patch_ids(self, revisions: str, prefix: str = "") -> dict[str, str]:
+        """commit -> `git patch-id --stable` of each non-merge commit in `revisions`, over the
+        paths under `prefix` (named relative to it; "" for the whole tree)."""
+        relative = (f"--relative={prefix.strip('/')}/",) if prefix.strip("/.") else ()
+        log = self.run(
+            "log", "-p", "--no-merges", "--no-color", "--no-ext-diff", "--no-textconv",
+            "--format=commit %H", *relative, "--end-of-options", revisions, "--",
+        )  # fmt: skip
+        out = self.run("patch-id", "--stable", stdin=log).decode("ascii")
+        return {commit: pid for pid, commit in (line.split() for line in out.splitlines())}
+
+    def patch_ids_of(self, patches: Sequence[bytes]) -> list[str]:
+        """`git patch-id --stable` of each patch (bytes of a patch file), in order ("" for one
+        without a diff git reads), in one process: each is fed after a `commit <n>` line."""
+        if not patches:
+            return []
+        feed = b"".join(b"commit %040x\n" % (n + 1) + data for n, data in enumerate(patches))
+        out = self.run("patch-id", "--stable", stdin=feed).decode("ascii")
+        found = {
+            int(commit, 16) - 1: pid for pid, commit in (line.split() for line in out.splitlines())
+        }
+        return [found.get(n, "") for n in range(len(patches))]
 
     def tree_entries(self, tree: str) -> dict[str, str]:
         """Every file of `tree` (recursively): path -> "mode object-id"."""
@@ -402,6 +437,37 @@ class Git:
         flags = ("-r", "--name-only", "-z", "--no-renames")
         out = self.run("diff-tree", *flags, "--end-of-options", pre, post, "--")
         return [os.fsdecode(name) for name in out.split(b"\0") if name]
+
+    def raw_changes(
+        self, pairs: Sequence[tuple[str, str]]
+    ) -> list[dict[bytes, tuple[tuple[str, str] | None, tuple[str, str] | None]]]:
+        """For each (old tree, new tree) pair, in one `diff-tree --stdin` process: every
+        path whose entry differs, as path -> (old (mode, id) or None, new (mode, id) or
+        None). git echoes each input line before that pair's records."""
+        if not pairs:
+            return []
+        query = "".join(f"{object_id(a)} {object_id(b)}\n" for a, b in pairs).encode("ascii")
+        out = self.run("diff-tree", "-r", "-z", "--no-renames", "--stdin", stdin=query)
+        found: list[dict[bytes, tuple[tuple[str, str] | None, tuple[str, str] | None]]] = []
+        pos = 0
+        for a, b in pairs:
+            head = f"{a} {b}\n".encode("ascii")
+            if not out.startswith(head, pos):
+                raise GitFailed(["git", "diff-tree", "--stdin"], 0, out[pos : pos + 200])
+            pos += len(head)
+            changes: dict[bytes, tuple[tuple[str, str] | None, tuple[str, str] | None]] = {}
+            while out.startswith(b":", pos):
+                meta_end = out.index(b"\0", pos)
+                path_end = out.index(b"\0", meta_end + 1)
+                old_mode, new_mode, old_oid, new_oid, _status = (
+                    out[pos + 1 : meta_end].decode("ascii").split(" ")
+                )
+                old = None if old_mode == "000000" else (old_mode.lstrip("0"), old_oid)
+                new = None if new_mode == "000000" else (new_mode.lstrip("0"), new_oid)
+                changes[out[meta_end + 1 : path_end]] = (old, new)
+                pos = path_end + 1
+            found.append(changes)
+        return found
 
     def canonical_diff(
         self, pre: str, post: str, root: str = ".", paths: Sequence[str] = ()
@@ -471,6 +537,12 @@ class Git:
         """Load `tree` into the index (`reset`: drop unmerged entries; `update`: and the files)."""
         flags = [*(["--reset"] if reset else []), *(["-u"] if update else [])]
         self.run("read-tree", *flags, "--end-of-options", tree)
+
+    def switch_tree(self, old: str, new: str) -> None:
+        """The index holds tree `old` and the work tree its files: make both hold `new`,
+        rewriting only the files that differ (`read-tree -m -u`, a two-tree merge as `git
+        checkout` makes it; git refuses when a file to rewrite is not as the index says)."""
+        self.run("read-tree", "-m", "-u", "--end-of-options", old, new)
 
     def refresh_index(self) -> None:
         """Refresh the index's stat data so later status/diff calls hash only changed files."""

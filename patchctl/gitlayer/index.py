@@ -35,6 +35,23 @@ class Index:
         """Replace the index's content with `tree`."""
         self.run("read-tree", "--end-of-options", tree)
 
+    def move(self, old: str, new: str) -> None:
+        """The index holds tree `old`: make it hold tree `new`, rewriting only the entries
+        that differ (`diff-tree -r` of the two trees into `update-index --index-info`; much
+        less than a `read-tree` of a large tree when few paths changed)."""
+        if old == new:
+            return
+        raw = self.git.run("diff-tree", "-r", "-z", "--no-renames", "--end-of-options", old, new)
+        fields = raw.split(b"\0")
+        lines = []
+        for meta, path in zip(fields[0::2], fields[1::2], strict=False):
+            if not meta.startswith(b":"):
+                continue
+            _old_mode, mode, _old_oid, oid, _status = meta[1:].decode("ascii").split(" ")
+            lines.append(f"{mode} {oid}\t".encode("ascii") + path + b"\0")
+        if lines:
+            self.run("update-index", "-z", "--index-info", stdin=b"".join(lines))
+
     def add_all(self) -> None:
         """Stage the whole work tree: modified, new, deleted files (ignored files stay out)."""
         self.run("add", "-A", "--", ".")

@@ -72,6 +72,13 @@ def share_objects(
     return missing
 
 
+def loose_missing(target: Git, oids: Iterable[str]) -> list[str]:
+    """The ids among `oids` that `target` does not hold as loose object files, in order (an
+    object it holds only packed counts as missing): what `share_objects` would give it."""
+    dst = objects_dir(target.git_dir())
+    return [o for o in oids if not os.path.isfile(f"{dst}/{o[:2]}/{o[2:]}")]
+
+
 def _loose_ids(objects: Path) -> set[str]:
     found: set[str] = set()
     for fan in os.listdir(objects):

@@ -1,21 +1,29 @@
 """Long-lived git processes spoken to over stdin/stdout, for work that touches many objects
 (one process instead of one per object): `Pipe`, and on it `IndexFeed` (`update-index
---stdin`), `ObjectReader` (`cat-file --batch-command`) and `TreeWriter` (`mktree --batch`).
+--stdin`), `ObjectReader` (`cat-file --batch-command`), `TreeWriter` (`mktree --batch`) and
+`CommitWriter` (`hash-object -t commit --stdin-paths`).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Mapping
 from contextlib import suppress
 from pathlib import Path
 
-from patchctl.errors import GitFailed
+from patchctl.errors import GitFailed, PatchctlError
 from patchctl.gitlayer.batch import read_record
 from patchctl.gitlayer.git import Git
-from patchctl.gitlayer.runner import hermetic_env, object_id
+from patchctl.gitlayer.runner import (
+    IDENTITY_EMAIL,
+    IDENTITY_NAME,
+    hermetic_env,
+    object_id,
+    temp_prefix,
+)
 
 
 class Pipe:
@@ -166,6 +174,46 @@ class ObjectReader:
     def close(self) -> None:
         """End the process."""
         self._pipe.close()
+
+
+class CommitWriter:
+    """Writes commit objects through one `git hash-object -t commit -w --stdin-paths` process
+    (one process for many commits instead of one `commit-tree` each). A commit is written
+    as `commit-tree` writes it under the pinned identity and fixed date, so its id is the
+    one `Git.commit_tree` gives for the same tree, parents and message; hash-object checks
+    the object's format before it is stored."""
+
+    def __init__(self, git: Git) -> None:
+        self._dir = Path(tempfile.mkdtemp(prefix=temp_prefix("index")))
+        self._pipe = Pipe(git, "hash-object", "-t", "commit", "-w", "--stdin-paths")
+        self._count = 0
+
+    def __enter__(self) -> CommitWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def commit(self, tree: str, message: bytes, parents: tuple[str, ...] = ()) -> str:
+        """The id of the commit of `tree` with `parents` and `message` (stored)."""
+        who = f"{IDENTITY_NAME} <{IDENTITY_EMAIL}> 0 +0000"
+        head = f"tree {object_id(tree)}\n"
+        head += "".join(f"parent {object_id(p)}\n" for p in parents)
+        head += f"author {who}\ncommitter {who}\n\n"
+        self._count += 1
+        path = self._dir / f"c{self._count}"
+        path.write_bytes(head.encode("ascii") + message)
+        if "\n" in str(path):
+            raise PatchctlError("a temporary path contains a line break; not using it")
+        self._pipe.ask(os.fsencode(path) + b"\n")
+        oid = object_id(self._pipe.line().decode("ascii"))
+        path.unlink()
+        return oid
+
+    def close(self) -> None:
+        """End the process and remove its temporary files."""
+        self._pipe.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
 
 
 # The object type a tree entry's mode stands for (any other mode is a blob).

@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import IO
 
@@ -142,6 +142,13 @@ def empty_home() -> Path:
     return home
 
 
+@lru_cache(maxsize=64)
+def _ceiling(repo: str) -> str:
+    """The parent of `repo` resolved (git looks for no repository above it); asked once per
+    repository and process: a rebase calls git hundreds of times in the same few."""
+    return str(Path(repo).resolve().parent)
+
+
 def hermetic_env(repo: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment for a git call: inherited GIT_* removed, user config unreachable."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
@@ -155,7 +162,7 @@ def hermetic_env(repo: Path, extra: Mapping[str, str] | None = None) -> dict[str
             "GIT_CONFIG_GLOBAL": "/dev/null",
             "GIT_CONFIG_NOSYSTEM": "1",
             "GIT_ATTR_NOSYSTEM": "1",
-            "GIT_CEILING_DIRECTORIES": str(repo.resolve().parent),
+            "GIT_CEILING_DIRECTORIES": _ceiling(str(repo)),
             "GIT_TERMINAL_PROMPT": "0",
             # Only these transports, whatever a url, a redirect or a submodule asks for.
             "GIT_ALLOW_PROTOCOL": ":".join(GIT_SCHEMES),

@@ -81,13 +81,14 @@ class Cleanroom:
         """The tree of the current commit."""
         return self.git.tree_of("HEAD")
 
-    def stack(self) -> list[tuple[str, str, str | None]]:
-        """(commit, patch id, patch sha256) for each commit above the base, oldest first."""
+    def stack(self, base: str = BASE_REF) -> list[tuple[str, str, str | None]]:
+        """(commit, patch id, patch sha256) for each commit above the base (`base`: another
+        one, e.g. a rebase's new base), oldest first."""
         fmt = (
             f"%H%x00%(trailers:key={ID_TRAILER},valueonly,separator=%x2C)"
             f"%x00%(trailers:key={SHA_TRAILER},valueonly,separator=%x2C)%x00"
         )
-        fields = self.git.log_records(fmt, f"{BASE_REF}..HEAD")
+        fields = self.git.log_records(fmt, f"{base}..HEAD")
         entries = []
         for i in range(0, len(fields) - 3, 4):
             commit, pid, sha = (fields[i + j].strip() for j in range(3))
@@ -194,7 +195,7 @@ def is_cleanroom(path: Path) -> bool:
 
 
 def rebase_dir(path: Path) -> Path:
-    """Where the state of a rebase of the clean room at `path` lives (ops/rebase/state.py)."""
+    """Where the state of a rebase of the clean room at `path` lives (room/rebasestate.py)."""
     return path / ".git" / REBASE_DIRNAME
 
 

@@ -1,7 +1,7 @@
 """Journal files, and the clean room's journal.
 
 Every journal patchctl writes (the series journal of txn/journal.py, the clean room's
-`RoomJournal` below, a rebase's state in ops/rebase/state.py) is JSON signed with this user's
+`RoomJournal` below, a rebase's state in room/rebasestate.py) is JSON signed with this user's
 key (`<cache>/journal.key`): a journal that arrived from elsewhere, committed beside a series
 in a shared repository, is never acted on, whatever paths it names. It is read within
 PATCHCTL_MAX_JOURNAL_BYTES before anything else. `Recovered` and `tell` are what a run found of

@@ -157,8 +157,10 @@ def regenerated(
     root: str = ".",
     *,
     git_style: bool = False,
+    diff: bytes | None = None,
 ) -> bytes:
-    """The bytes of `patch` for trees `pre` -> `post`, its diff made with the pinned flags.
+    """The bytes of `patch` for trees `pre` -> `post`, its diff made with the pinned flags
+    (`diff`: that diff, made already, e.g. by `diff_tree_pairs` for many patches at once).
 
     An imported patch keeps its own header and trailer (`old`, the file's current bytes) and,
     unless `git_style`, its own diff dialect (in_dialect: plain `diff -u`, quilt's `Index:`
@@ -166,7 +168,8 @@ def regenerated(
     the series metadata, as `capture` writes it. `git` must read both trees (a scratch
     repository: no attributes apply).
     """
-    diff = diff_trees(git, pre, post, root)
+    if diff is None:
+        diff = diff_trees(git, pre, post, root)
     if patch.imported and old is not None:
         if not git_style:
             diff = in_dialect(split_patch(old).diff, diff)

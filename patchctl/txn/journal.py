@@ -34,7 +34,7 @@ import errno
 import os
 import re
 import secrets
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +42,14 @@ from typing import Any
 
 from patchctl import killpoint
 from patchctl.errors import DirtyTree, PatchctlError
-from patchctl.fsio import locked_dir, refuse_overwrite, sync_write, temp_files, write_atomic
+from patchctl.fsio import (
+    locked_dir,
+    refuse_overwrite,
+    sync_dir,
+    sync_write,
+    temp_files,
+    write_atomic,
+)
 from patchctl.gitlayer.git import Git
 from patchctl.room.journal import VERSION, Recovered, file_sha256, sha256, signed, verified
 
@@ -112,6 +119,33 @@ class Journal:
         killpoint.reached(f"stage {target.name}")
         target.parent.mkdir(parents=True, exist_ok=True)
         sync_write(staged, data)
+
+    def stage_files(self, items: Sequence[tuple[Path, bytes]]) -> None:
+        """`stage_file` for many targets with one journal write: the journal names every
+        staged copy before any exists, then each copy is written and synced (its folder
+        synced once at the end, before anything can commit)."""
+        planned: list[tuple[Path, bytes]] = []
+        for target, data in items:
+            earlier = self.pending().get(target)
+            if earlier is not None:
+                self.effects.remove(earlier)
+                earlier.staged.unlink(missing_ok=True)
+            self.staged_count += 1
+            staged = target.with_name(f".{target.name}.patchctl-{self.token}-{self.staged_count}")
+            old = earlier.old if earlier is not None else file_sha256(target)
+            self.effects.append(FileWrite(target, staged, old, sha256(data)))
+            planned.append((staged, data))
+        if not planned:
+            return
+        self._save(STAGING)
+        folders: dict[Path, None] = {}
+        for staged, data in planned:
+            killpoint.reached(f"stage {staged.name}")
+            staged.parent.mkdir(parents=True, exist_ok=True)
+            sync_write(staged, data, sync_dir=False)
+            folders[staged.parent] = None
+        for folder in folders:
+            sync_dir(folder)
 
     def stage_remove(self, target: Path) -> None:
         """Stage removing `target`, an existing file (it goes when the journal commits)."""

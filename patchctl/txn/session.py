@@ -22,7 +22,7 @@ status, build) load without the lock: every write is an atomic rename, so they s
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -120,6 +120,14 @@ class SeriesSession:
             return False
         self.journal.stage_file(path, data)
         return True
+
+    def write_patches(self, items: Sequence[tuple[Path, bytes]]) -> list[Path]:
+        """`write_patch` for many files, staged with one journal write; the paths staged
+        (those that did not already hold their bytes)."""
+        self.check_unchanged()
+        todo = [(path, data) for path, data in items if not self._holds(path, data)]
+        self.journal.stage_files(todo)
+        return [path for path, _data in todo]
 
     def write_new_patch(self, path: Path, data: bytes) -> bool:
         """Stage a patch file that must not exist yet (DirtyTree, exit 8, if it does)."""

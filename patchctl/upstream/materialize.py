@@ -22,7 +22,7 @@ from patchctl.errors import (
     UnsafeArchive,
 )
 from patchctl.gitlayer.git import Git
-from patchctl.gitlayer.objects import share_objects, unsound_objects
+from patchctl.gitlayer.objects import loose_missing, share_objects, unsound_objects
 from patchctl.gitlayer.pipes import IndexFeed
 from patchctl.limits import ARCHIVE_BYTES, ARCHIVE_MEMBERS, human
 from patchctl.progress import Progress, or_null
@@ -158,6 +158,7 @@ def tree_from_cache(up: Upstream, repo: Git) -> Materialized | None:
     try:
         trees = Git(trees_path)
         objects = [commit, *trees.tree_objects(trees.tree_of(commit))]
+        objects = loose_missing(repo, objects)  # what `repo` holds already is not taken
         if unsound_objects(trees, objects):
             return None  # a damaged cache: extract again, nothing taken from it
         packed = share_objects(trees, repo, objects)

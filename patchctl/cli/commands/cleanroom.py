@@ -104,6 +104,21 @@ def status_command(
     render_status(cleanroom_status(series, workdir), as_json)
 
 
+def rebase_line(rebase: dict[str, Any]) -> str:
+    """The `rebase` line of a clean room's status while a rebase is in progress."""
+    if rebase["state"] == "unreadable":
+        return "  rebase   in progress (its journal is unreadable): `patchctl rebase --abort`"
+    where = f"{rebase['moved']} of {rebase['patches']} patch(es) moved"
+    if rebase["stopped_at"]:
+        files = ", ".join(rebase["files"])
+        what = f"{rebase['reason']}: {files}" if files else rebase["reason"]
+        where += f"; stopped at {rebase['stopped_at']} ({what})"
+    return (
+        f"  rebase   in progress ({rebase['state']}): {rebase['old']} -> {rebase['new']}; {where};"
+        " `patchctl rebase --status` shows the stop, `--continue` / `--skip` / `--abort` go on"
+    )
+
+
 def render_status(status: CleanroomStatus, as_json: bool) -> None:
     """A clean-room status, as JSON or for humans."""
     from patchctl.cli.console import out, print_json
@@ -118,6 +133,9 @@ def render_status(status: CleanroomStatus, as_json: bool) -> None:
     if data["pin_matches_series"] is False:
         out.print("  note     series.yaml pins another upstream: `cleanroom apply` will rebuild")
     out.print(f"  base     {data['base_commit'][:12]} (tree {data['base_tree']})")
+    rebase = data["rebase"]
+    if rebase is not None:
+        out.print(rebase_line(rebase), markup=False)
     for entry in data["applied"]:
         mark = "  (patch file changed)" if entry["id"] in data["stale"] else ""
         out.print(f"  applied  {entry['commit'][:12]} {entry['id'] or '(not patchctl)'}{mark}")
@@ -125,7 +143,8 @@ def render_status(status: CleanroomStatus, as_json: bool) -> None:
         out.print(f"  pending  {pid}")
     out.print(f"  head     {data['head'][:12]} (tree {data['tree']})")
     dirty = data["dirty"]
-    out.print(f"  unsaved  {len(dirty)} path(s)" + (": " + ", ".join(dirty[:10]) if dirty else ""))
+    what = "  unsaved " if rebase is None else "  rebase work"  # the stop's files, not lost work
+    out.print(f"{what} {len(dirty)} path(s)" + (": " + ", ".join(dirty[:10]) if dirty else ""))
     if data["interrupted"]:
         from patchctl.room.journal import command
 

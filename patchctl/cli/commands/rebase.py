@@ -46,23 +46,55 @@ def rebase_command(
     abort: Annotated[
         bool, typer.Option("--abort", help="Put the series and the clean room back as they were.")
     ] = False,
+    status: Annotated[
+        bool,
+        typer.Option(
+            "--status", help="Show the rebase in progress (the stop again); change nothing."
+        ),
+    ] = False,
+    drop_merged: Annotated[
+        bool,
+        typer.Option(
+            "--drop-merged",
+            help="With --onto: drop each patch the new upstream already has (patch-id, DEP-3"
+            " trailers, reverse apply); the report names each, with its evidence.",
+        ),
+    ] = False,
     series: SeriesOpt = DEFAULT_SERIES,
     workdir: WorkdirOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Rebase the series onto another upstream (three-way, one patch at a time); stops at a
     conflict with a report."""
-    if sum((onto is not None, resume, skip, abort)) != 1:
-        raise typer.BadParameter("give exactly one of --onto, --continue, --skip, --abort")
-    if onto is None and (commit is not None or subdir is not None):
-        raise typer.BadParameter("--commit and --subdir go with --onto")
+    if sum((onto is not None, resume, skip, abort, status)) != 1:
+        raise typer.BadParameter(
+            "give exactly one of --onto, --continue, --skip, --abort, --status"
+        )
+    if onto is None and (commit is not None or subdir is not None or drop_merged):
+        raise typer.BadParameter("--commit, --subdir and --drop-merged go with --onto")
     from patchctl.cli.console import RichProgress
-    from patchctl.ops.rebase.rebase import rebase, rebase_abort, rebase_continue, rebase_skip
+    from patchctl.ops.rebase.rebase import (
+        rebase,
+        rebase_abort,
+        rebase_continue,
+        rebase_skip,
+        rebase_status,
+    )
+
+    if status:
+        render_status(rebase_status(series, workdir), as_json)
+        return
 
     with RichProgress(enabled=False if as_json else None) as progress:
         if onto is not None:
             report = rebase(
-                series, onto, commit=commit, subdir=subdir, workdir=workdir, progress=progress
+                series,
+                onto,
+                commit=commit,
+                subdir=subdir,
+                workdir=workdir,
+                progress=progress,
+                drop_merged=drop_merged,
             )
         elif resume:
             report = rebase_continue(series, workdir, progress)
@@ -87,6 +119,24 @@ def render_rebase(report: RebaseReport, as_json: bool) -> None:
         print_json(report.to_json())
 
 
+def render_status(report: RebaseReport, as_json: bool) -> None:
+    """`rebase --status`: the report as it stands, exit 0 (a stop is shown, not raised)."""
+    from patchctl.cli.console import print_json
+
+    if as_json:
+        print_json(report.to_json())
+        return
+    if report.state == "stopped":
+        lines = report_lines(report)
+    else:
+        lines = [
+            f"rebase {report.series.parent.name}: {report.old} -> {report.new} ({report.state})"
+        ]
+        lines += [f"  {d.how:10} {d.id}" for d in report.patches]
+    for line in lines:
+        print_line(line)
+
+
 def print_line(line: str) -> None:
     """One line on stdout, no markup."""
     from patchctl.cli.console import out
@@ -105,17 +155,42 @@ def report_lines(report: RebaseReport) -> list[str]:
             lines.append(f"  the work tree's edits were saved to {report.backup.ref}")
         return lines + [f"  restored {p}" for p in report.changed]
     lines = [f"rebase {report.series.parent.name}: {report.old} -> {report.new}"]
-    lines += [f"  {d.how:9} {d.id}" for d in report.patches]
+    lines += [f"  {d.how:10} {d.id}" for d in report.patches]
+    lines += upstreamed_lines(report)
     lines += [f"  skipped   {p.name}: its file moved to {p}" for p in report.skipped]
     if report.backup is not None:
         lines.append(f"  the work tree's edits were saved to {report.backup.ref}")
     if report.state == "stopped":
         return lines + stop_lines(report)
     lines.append(f"done: {report.series} is on {report.new}")
+    if report.patches:
+        spent = sum(d.seconds for d in report.patches)
+        slowest = sorted(report.patches, key=lambda d: d.seconds, reverse=True)[:3]
+        lines.append(
+            f"time moving the patches: {spent:.1f} s; slowest: "
+            + ", ".join(f"{d.id} {d.seconds:.2f} s" for d in slowest)
+        )
     lines.append(f"range-diff (old vs new patches) saved to {report.range_diff}; in short:")
     lines += ["  " + line.strip() for line in summary_lines(report.range_diff_text)]
     lines.append(f"clean room {report.cleanroom}: new base plus the rebased series")
     return [*lines, "next: `patchctl verify --all`, then build and test"]
+
+
+def upstreamed_lines(report: RebaseReport) -> list[str]:
+    """The patches the new upstream has, wholly or partly, with the evidence, and what
+    --drop-merged did (or would do) with them."""
+    from patchctl.ops.rebase.upstreamed import MERGED, report_lines
+
+    if not report.upstreamed:
+        return []
+    lines = ["upstream already has (wholly or partly):", *report_lines(report.upstreamed)]
+    dropped = {d.id for d in report.patches if d.how == "upstreamed"}
+    keep = [u.id for u in report.upstreamed if u.state == MERGED and u.id not in dropped]
+    if dropped:
+        lines.append(f"  dropped by --drop-merged: {', '.join(sorted(dropped))}")
+    if keep:
+        lines.append(f"  still in the series: {', '.join(keep)} (rebase --drop-merged drops them)")
+    return lines
 
 
 def stop_lines(report: RebaseReport) -> list[str]:

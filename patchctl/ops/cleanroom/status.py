@@ -12,7 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from patchctl.limits import JOURNAL_BYTES, read_bounded
-from patchctl.room.cleanroom import Cleanroom, default_workdir, load_cleanroom, same_pin
+from patchctl.room.cleanroom import (
+    BASE_REF,
+    Cleanroom,
+    default_workdir,
+    load_cleanroom,
+    same_pin,
+)
 from patchctl.room.journal import room_journal_path
 from patchctl.series.gitapply import patch_sha256
 from patchctl.series.model import Series, load_series, read_patch_file, series_dir, series_file
@@ -29,6 +35,7 @@ class CleanroomStatus:
     stack: list[tuple[str, str, str | None]]
     dirty: list[str]
     entries: tuple[Entry, ...] = ()  # the series' stack (stack.py), extended series first
+    rebase: dict[str, Any] | None = None  # a rebase in progress (rebase_summary)
 
     def pending(self) -> list[str]:
         """Patches of the series' stack not applied in the clean room."""
@@ -64,6 +71,7 @@ class CleanroomStatus:
             "stale": self.stale(),
             "dirty": self.dirty,
             "interrupted": self.interrupted(),
+            "rebase": self.rebase,
         }
 
     def interrupted(self) -> str | None:
@@ -91,4 +99,33 @@ def cleanroom_status(series_path: Path, workdir: Path | None = None) -> Cleanroo
     there = path.exists() or path.is_symlink()
     series = load_series(path, check_files=False) if there else None
     entries = () if series is None else load_stack(series).entries
-    return CleanroomStatus(room, series, room.stack(), room.dirty_paths(), entries)
+    rebase = rebase_summary(room)
+    # During a rebase the stack is the patches moved so far, on the new base.
+    stack = room.stack() if rebase is None else room.stack(rebase["new_base"])
+    return CleanroomStatus(room, series, stack, room.dirty_paths(), entries, rebase)
+
+
+def rebase_summary(room: Cleanroom) -> dict[str, Any] | None:
+    """Where a rebase in progress in `room` stands (None when there is none): its state, the
+    old and new upstream, the patches moved of all, and the patch it stopped at."""
+    from patchctl.errors import PatchctlError
+    from patchctl.room import rebasestate
+    from patchctl.series.model import Upstream
+
+    if not rebasestate.in_progress(room.path):
+        return None
+    try:
+        journal = rebasestate.load(room.path)
+    except PatchctlError:
+        return {"state": "unreadable", "new_base": BASE_REF, "stopped_at": None}
+    return {
+        "state": journal.state,
+        "old": Upstream(**journal.old_upstream).describe(),
+        "new": Upstream(**journal.new_upstream).describe(),
+        "new_base": journal.new_base,
+        "moved": len(journal.done),
+        "patches": len(journal.ids),
+        "stopped_at": None if journal.stop is None else journal.stop.id,
+        "reason": None if journal.stop is None else journal.stop.reason,
+        "files": [] if journal.stop is None else list(journal.stop.files),
+    }

@@ -25,7 +25,7 @@ How (in the series' clean room, under the series and clean-room locks for every 
    printed. The clean room ends on the new base with the rebased patches applied.
 
 Until step 4 nothing in the series directory is written: new bytes are staged under the
-clean room's .git (ops/rebase/state.py), whose journal records each step atomically, so a rebase
+clean room's .git (room/rebasestate.py), whose journal records each step atomically, so a rebase
 killed at any point is resumed by `--continue` or undone by `--abort`.
 """
 
@@ -33,12 +33,15 @@ from __future__ import annotations
 
 import re
 import shutil
+import time
+from contextlib import closing
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from patchctl.errors import (
     DirtyTree,
+    GitFailed,
     NotFound,
     NothingToCapture,
     PatchctlError,
@@ -48,9 +51,11 @@ from patchctl.errors import (
 from patchctl.gitlayer.git import Git, Merged
 from patchctl.gitlayer.index import Index, temp_index
 from patchctl.gitlayer.objects import scratch_repo
-from patchctl.ops.rebase import state as rebasestate
-from patchctl.ops.rebase.state import Done, Journal, Stop
+from patchctl.gitlayer.pipes import CommitWriter, ObjectReader
+from patchctl.gitlayer.trees import Entry, Found, TreeStore
+from patchctl.ops.rebase.upstreamed import MERGED, NEEDED, Upstreamed, detect, history_between
 from patchctl.progress import Progress, or_null
+from patchctl.room import rebasestate
 from patchctl.room.cleanroom import (
     BASE_REF,
     BRANCH,
@@ -63,6 +68,7 @@ from patchctl.room.cleanroom import (
     repin_marker,
     same_pin,
 )
+from patchctl.room.rebasestate import Done, Journal, Stop
 from patchctl.room.snapshot import outside_root, worktree_snapshot
 from patchctl.series.gitapply import (
     TreePatcher,
@@ -72,6 +78,7 @@ from patchctl.series.gitapply import (
     patch_sha256,
     replay_tree,
 )
+from patchctl.series.misfit import misfits
 from patchctl.series.model import (
     Patch,
     Series,
@@ -81,6 +88,7 @@ from patchctl.series.model import (
     series_to_dict,
 )
 from patchctl.series.parts import regenerated
+from patchctl.series.patchfile import diff_tree_pairs
 from patchctl.txn.session import SeriesSession, series_session
 from patchctl.upstream.materialize import materialize, tree_from_cache
 from patchctl.upstream.pinning import Where, parse_upstream, pin
@@ -110,6 +118,7 @@ class RebaseReport:
     changed: tuple[Path, ...] = ()
     backup: Backup | None = None
     skipped: tuple[Path, ...] = ()  # where the files of the patches --skip dropped were kept
+    upstreamed: tuple[Upstreamed, ...] = ()  # patches the new upstream has, wholly or partly
 
     def to_json(self) -> dict[str, object]:
         """Plain data for --json."""
@@ -122,7 +131,14 @@ class RebaseReport:
             "old": self.old,
             "new": self.new,
             "patches": [
-                {"id": d.id, "how": d.how, "commit": d.commit, "tree": d.tree, "sha256": d.sha256}
+                {
+                    "id": d.id,
+                    "how": d.how,
+                    "commit": d.commit,
+                    "tree": d.tree,
+                    "sha256": d.sha256,
+                    "seconds": d.seconds,
+                }
                 for d in self.patches
             ],
             "stop": None if stop is None else _stop_json(stop),
@@ -131,6 +147,7 @@ class RebaseReport:
             "changed": [str(p) for p in self.changed],
             "backup": None if self.backup is None else self.backup.ref,
             "skipped": [str(p) for p in self.skipped],
+            "upstreamed": [u.to_json() for u in self.upstreamed],
         }
 
 
@@ -161,8 +178,10 @@ def rebase(
     subdir: str | None = None,
     workdir: Path | None = None,
     progress: Progress | None = None,
+    drop_merged: bool = False,
 ) -> RebaseReport:
-    """`patchctl rebase --onto UPSTREAM`: start a rebase and run it until done or stopped."""
+    """`patchctl rebase --onto UPSTREAM`: start a rebase and run it until done or stopped
+    (`drop_merged`: a patch the new upstream already has is dropped, and reported so)."""
     with series_session(series_path, op="rebase --onto") as session:
         path = session.lock_cleanroom(workdir, rebasing=True)
         if rebasestate.in_progress(path):
@@ -175,7 +194,7 @@ def rebase(
         where = Where(series_dir=series.dir, cwd=Path.cwd())
         wanted = parse_upstream(onto, where, commit=commit, subdir=subdir, current=series.upstream)
         pinned = pin(wanted, series.dir, progress)
-        base, tree, dropped = _new_base(room, series, pinned, progress)
+        base, tree, dropped = new_base(room, series, pinned, progress)
         pinned = replace(pinned, tree=tree, key_order=series.upstream.key_order)
         if _identity(pinned) == _identity(series.upstream) and tree == room.base_tree():
             raise PatchctlError(
@@ -183,6 +202,7 @@ def rebase(
                 hint="name another upstream release or commit",
             )
         journal = _start(session, room, pinned, base, dropped)
+        journal = _history_evidence(room, session.series, pinned, journal, drop_merged)
         journal = _advance(room, _old_series(room, session), journal, progress)
         return _conclude(session, room, journal, progress)
 
@@ -224,6 +244,15 @@ def rebase_skip(
         )
         journal = _advance(room, _old_series(room, session), journal, progress)
         return replace(_conclude(session, room, journal, progress), backup=backup)
+
+
+def rebase_status(series_path: Path, workdir: Path | None = None) -> RebaseReport:
+    """`patchctl rebase --status`: the report of the rebase in progress as it stands (the stop
+    again, when it is stopped); nothing is written."""
+    with series_session(series_path, op="rebase --status") as session:
+        room, journal = _resume(session, workdir, aborting=True)
+        state = "stopped" if journal.state in ("stopping", "stopped") else journal.state
+        return _report(session, room, journal, state)
 
 
 def rebase_abort(series_path: Path, workdir: Path | None = None) -> RebaseReport:
@@ -277,7 +306,7 @@ def _old_cleanroom(series: Series, path: Path, progress: Progress | None) -> Cle
     return room
 
 
-def _new_base(
+def new_base(
     room: Cleanroom, series: Series, upstream: Upstream, progress: Progress | None
 ) -> tuple[str, str, tuple[str, ...]]:
     """Materialize `upstream` next to the clean room and bring its tree in as a commit:
@@ -354,17 +383,37 @@ def _start(
 
 def _old_commits(room: Cleanroom, series: Series) -> list[str]:
     """One commit per patch on the old base, as `cleanroom apply` would make them (a drifted
-    patch replayed at its offset or with fuzz, as it applies elsewhere)."""
+    patch replayed at its offset or with fuzz, as it applies elsewhere). The clean room's own
+    stack is those commits when it holds the series' patches in order, each commit naming
+    its patch file's sha256 and giving the post tree series.yaml records: then it is used
+    as it is, and nothing is replayed."""
+    digests = [patch_sha256(read_patch_file(series.patch_path(p))) for p in series.patches]
+    reused = _stack_commits(room, series, digests)
+    if reused is not None:
+        return reused
     commits: list[str] = []
     parent, tree = room.base_commit(), room.base_tree()
     hint = "the series does not apply to its own upstream: fix it before rebasing"
-    with TreePatcher(room.git) as patcher:
-        for patch in series.patches:
+    with TreePatcher(room.git) as patcher, CommitWriter(room.git) as writer:
+        for patch, sha in zip(series.patches, digests, strict=True):
             data = read_patch_file(series.patch_path(patch))
             tree = replay_tree(patcher, tree, data, series.root, patch.id, hint=hint).post
-            message = commit_message(patch, patch_sha256(data))
-            parent = room.git.commit_tree(tree, message, (parent,))
+            parent = writer.commit(tree, commit_message(patch, sha), (parent,))
             commits.append(parent)
+    return commits
+
+
+def _stack_commits(room: Cleanroom, series: Series, digests: list[str]) -> list[str] | None:
+    """The clean room's patch commits when they are exactly the series' patches (ids and
+    sha256 in order, each tree the post tree series.yaml records); None otherwise."""
+    stack = room.stack()
+    ids = [pid for _c, pid, _s in stack]
+    if ids != list(series.ids()) or [s for _c, _p, s in stack] != digests:
+        return None
+    commits = [c for c, _p, _s in stack]
+    trees = room.git.trees_of(commits) if commits else []
+    if any(p.post_tree != t for p, t in zip(series.patches, trees, strict=True)):
+        return None
     return commits
 
 
@@ -427,7 +476,19 @@ def _old_series(room: Cleanroom, session: SeriesSession) -> Series:
     """The series as it was when the rebase started (from the copies kept under old/), with
     its real path: what the rebase works from, whatever state the series directory is in."""
     copy = rebasestate.directory(room.path) / "old" / session.path.name
-    return replace(load_series(copy, check_files=False), path=session.path)
+    raw = copy.read_bytes()
+    if raw == session.seen:
+        return session.series  # the series file is still as the rebase found it
+    key = (str(copy), raw)
+    if key not in _OLD_SERIES:
+        _OLD_SERIES.clear()  # one entry: the rebase of this run
+        _OLD_SERIES[key] = load_series(copy, check_files=False)
+    return replace(_OLD_SERIES[key], path=session.path)
+
+
+# The old series parsed once per run (keyed by the copy's path and bytes): a run reads it
+# when it starts moving patches and again when it finishes.
+_OLD_SERIES: dict[tuple[str, bytes], Series] = {}
 
 
 def _save_edits(room: Cleanroom, journal: Journal) -> Backup | None:
@@ -454,43 +515,196 @@ def _advance(
     report = or_null(progress)
     report.start("rebase", len(journal.ids))
     report.advance("rebase", len(journal.done))
-    with scratch_repo([room.path]) as scratch, temp_index(room.git) as index:
+    with (
+        scratch_repo([room.path]) as scratch,
+        temp_index(room.git) as index,
+        CommitWriter(room.git) as writer,
+        TreeStore(room.git) as store,
+        closing(ObjectReader(room.git)) as reader,
+    ):
+        step = _Step(scratch, index, writer, store, reader)
+        step.prepare(journal, series.root)
         while (pid := journal.current) is not None:
-            outcome = _rebase_one(room, scratch, index, series, series.patch(pid), journal)
+            started = time.perf_counter()
+            if journal.drop_merged and _known_merged(journal, pid):
+                outcome: Done | Stop = _upstreamed_done(journal, pid)
+            else:
+                outcome = _rebase_one(room, step, series, series.patch(pid), journal)
+            if isinstance(outcome, Stop):
+                journal = _stop_evidence(room, step, series, journal, outcome)
+                if journal.drop_merged and _known_merged(journal, pid):
+                    outcome = _upstreamed_done(journal, pid)
             if isinstance(outcome, Stop):
                 report.done("rebase")
+                _keep_head(room, journal)
                 return _stop_here(room, journal, outcome)
-            room.git.update_ref(f"{REFS}head", outcome.commit)
+            outcome = replace(outcome, seconds=round(time.perf_counter() - started, 3))
             journal = rebasestate.save(room.path, replace(journal, done=(*journal.done, outcome)))
             report.advance("rebase")
+    _keep_head(room, journal)
     report.done("rebase")
     return journal
 
 
+DROPS = ("dropped", "upstreamed")  # the hows of patches that leave the series
+
+
+def upstreamed_of(journal: Journal) -> list[Upstreamed]:
+    """The patches found merged or partly merged upstream so far, in series order."""
+    found = {u["patch"]: u for u in journal.upstreamed}
+    return [
+        Upstreamed(pid, u["state"], tuple(u["evidence"]), tuple(u["left"]))
+        for pid in journal.ids
+        if (u := found.get(pid)) is not None
+    ]
+
+
+def _known_merged(journal: Journal, pid: str) -> bool:
+    return any(u["patch"] == pid and u["state"] == MERGED for u in journal.upstreamed)
+
+
+def _upstreamed_done(journal: Journal, pid: str) -> Done:
+    """A patch --drop-merged drops: the tip stays where it is."""
+    return Done(pid, journal.head, _head_tree(journal), "upstreamed", "", False)
+
+
+def _with_evidence(journal: Journal, found: list[Upstreamed]) -> Journal:
+    """The journal with `found` recorded (merged or partly merged ones; a later finding for
+    a patch replaces an earlier one)."""
+    keep = {u["patch"]: u for u in journal.upstreamed}
+    for result in found:
+        if result.state == NEEDED:
+            continue
+        entry = result.to_json()
+        earlier = keep.get(result.id)
+        if earlier is not None:  # evidence found earlier (patch-id, trailers) stays
+            evidence = list(dict.fromkeys([*earlier["evidence"], *result.evidence]))
+            merged = MERGED in (earlier["state"], result.state)
+            entry = {
+                **entry,
+                "state": MERGED if merged else result.state,
+                "evidence": evidence,
+                "left": [] if merged else list(result.left),
+            }
+        keep[result.id] = entry
+    return replace(journal, upstreamed=tuple(keep.values()))
+
+
+def _history_evidence(
+    room: Cleanroom, series: Series, new: Upstream, journal: Journal, drop_merged: bool
+) -> Journal:
+    """As the rebase starts: the patches whose patch-id or header trailers match an upstream
+    commit between the two pins (git upstreams; no patch is applied for it)."""
+    journal = replace(journal, drop_merged=drop_merged)
+    commits = history_between(series, new)
+    if commits:
+        patches = [(pid, _old_bytes(room, series.patch(pid))) for pid in journal.ids]
+        with temp_index(room.git) as index:
+            found = detect(
+                index, patches, journal_tree(journal), series.root, commits, reverse=False
+            )
+        journal = _with_evidence(journal, found)
+    return rebasestate.save(room.path, journal)
+
+
+def _stop_evidence(
+    room: Cleanroom, step: _Step, series: Series, journal: Journal, stop: Stop
+) -> Journal:
+    """At a conflict or an empty patch: whether the new upstream has the patch, wholly or
+    partly (its file sections reverse-applied to the new upstream tree), recorded."""
+    patch = series.patch(stop.id)
+    found = detect(step.index, [(patch.id, _old_bytes(room, patch))], journal_tree(journal),
+                   series.root)  # fmt: skip
+    step.held = journal_tree(journal)  # detect left the new upstream's tree in the index
+    return rebasestate.save(room.path, _with_evidence(journal, found))
+
+
+def _keep_head(room: Cleanroom, journal: Journal) -> None:
+    """`refs/patchctl/rebase/head` at the rebased tip: its commits stay reachable (a `git gc`
+    run by hand while the rebase is stopped keeps them). Moved when the run ends or stops,
+    not after each patch: the journal, written after each, is what a resumed run reads."""
+    if journal.done:
+        room.git.update_ref(f"{REFS}head", journal.head)
+
+
+class _Step:
+    """What moving one patch after another reuses: a scratch repository for the diffs, an
+    index that holds `held` (the tree last put in it: the next patch's tree before it is
+    usually that one, and only the paths that differ are rewritten), one commit writer."""
+
+    def __init__(
+        self,
+        scratch: Git,
+        index: Index,
+        writer: CommitWriter,
+        store: TreeStore,
+        reader: ObjectReader,
+    ) -> None:
+        self.scratch, self.index, self.writer, self.store = scratch, index, writer, store
+        self.reader = reader
+        self.held: str | None = None
+        self.old_trees: list[str] = []  # the old base's tree, then each old patch commit's
+        self.old_diffs: dict[str, bytes] = {}  # patch id -> its diff on the old base
+        self.old_changes: dict[str, dict[bytes, tuple[Entry | None, Entry | None]]] = {}
+
+    def prepare(self, journal: Journal, root: str) -> None:
+        """The old trees of every patch and the diffs of those still to move (two processes
+        for the whole series)."""
+        self.old_trees = self.scratch.trees_of([journal.old_base, *journal.old_commits])
+        todo = range(len(journal.done), len(journal.ids))
+        pairs = [(self.old_trees[i], self.old_trees[i + 1]) for i in todo]
+        diffs = diff_tree_pairs(self.scratch, pairs, root)
+        self.old_diffs = {journal.ids[i]: d for i, d in zip(todo, diffs, strict=True)}
+        changes = self.scratch.raw_changes(pairs)
+        self.old_changes = {journal.ids[i]: c for i, c in zip(todo, changes, strict=True)}
+
+    def hold(self, tree: str) -> None:
+        """Make the index hold `tree`."""
+        if self.held is None:
+            self.index.read_tree(tree)
+        else:
+            self.index.move(self.held, tree)
+        self.held = tree
+
+
+def _head_tree(journal: Journal) -> str:
+    """The tree of the rebased tip (the new upstream's before the first patch)."""
+    return journal.done[-1].tree if journal.done else journal_tree(journal)
+
+
 def _rebase_one(
-    room: Cleanroom, scratch: Git, index: Index, series: Series, patch: Patch, journal: Journal
+    room: Cleanroom, step: _Step, series: Series, patch: Patch, journal: Journal
 ) -> Done | Stop:
     """One patch onto the current tip: its Done, or the Stop that needs the user."""
     data = _old_bytes(room, patch)
-    pre = room.git.tree_of(journal.head)
-    index.read_tree(pre)
-    exact = apply_to_index(index, data, series.root)
-    if exact.ok and not exact.drift():
-        post, how = index.write_tree(), "applied"
+    pre = _head_tree(journal)
+    same = _untouched(step, journal, patch, data, pre)
+    if same is not None:
+        return _record(room, journal, patch, data, data, same, "unchanged", step.writer)
+    exact = None
+    if not misfits(step.store, step.reader, data, pre, series.root):  # else: merge at once
+        step.hold(pre)
+        exact = apply_to_index(step.index, data, series.root)
+        applied = step.index.write_tree() if exact.ok else pre  # (maybe at an offset)
+        step.held = applied
+    if exact is not None and exact.ok and not exact.drift():
+        post, how = applied, "applied"
     else:
-        merged = _merge(room, journal, patch, pre)
+        merged = _merge(room, step.writer, journal, patch, pre)
         if not merged.clean:
-            return _conflict(room, index, series, patch, data, pre, merged)
+            step.hold(pre)
+            labelled = _merge_labelled(room, journal, patch, pre)
+            return _conflict(room, step.index, series, patch, data, pre, labelled)
         post, how = merged.tree, "merged"
     if post == pre:
         return Stop(patch.id, "empty", pre)
     if how == "applied" and patch.imported:
         new = data  # applies exactly: every byte kept
     else:
-        new = regenerated(scratch, patch, data, pre, post, series.root)
+        new = regenerated(step.scratch, patch, data, pre, post, series.root)
     if new == data:
         how = "unchanged"
-    return _record(room, journal, patch, data, new, post, how)
+    return _record(room, journal, patch, data, new, post, how, step.writer)
 
 
 def _old_bytes(room: Cleanroom, patch: Patch) -> bytes:
@@ -500,8 +714,43 @@ def _old_bytes(room: Cleanroom, patch: Patch) -> bytes:
     return data
 
 
-def _merge(room: Cleanroom, journal: Journal, patch: Patch, pre: str) -> Merged:
-    """The patch's old commit merged onto `pre` (a cherry-pick, from its old parent)."""
+def _untouched(step: _Step, journal: Journal, patch: Patch, data: bytes, pre: str) -> str | None:
+    """The tree after the patch, without applying it, when nothing it touches changed: every
+    path it sets or removes is the same in `pre` as in its old tree before it (the entry, or
+    the file in the way of it), and its bytes are exactly the diff of its old trees (so they
+    apply to those paths exactly, at their line numbers, and the new bytes are the old).
+    The result is the old change set on `pre`: the tree `git apply` writes. None otherwise."""
+    diff, changes = step.old_diffs.get(patch.id), step.old_changes.get(patch.id)
+    if not diff or not changes:
+        return None
+    i = journal.ids.index(patch.id)
+    old_pre, old_post = step.old_trees[i], step.old_trees[i + 1]
+    if regenerated(step.scratch, patch, data, old_pre, old_post, diff=diff) != data:
+        return None
+    for path, (before, _after) in changes.items():
+        now = step.store.find(pre, path)
+        if before is not None and now != Found(before):
+            return None
+        if before is None and now != step.store.find(old_pre, path):
+            return None
+    post = step.store.edit(pre, {path: after for path, (_b, after) in changes.items()})
+    return post if post != pre else None
+
+
+def _merge(
+    room: Cleanroom, writer: CommitWriter, journal: Journal, patch: Patch, pre: str
+) -> Merged:
+    """The patch's old commit merged onto `pre` (a cherry-pick, from its old parent): two
+    processes, a commit of `pre` on the old parent and the merge of the two commits."""
+    i = journal.ids.index(patch.id)
+    old_parent = journal.old_commits[i - 1] if i else journal.old_base
+    ours = writer.commit(pre, b"patchctl merge side\n", (old_parent,))
+    return room.git.merge_commits(ours, journal.old_commits[i])
+
+
+def _merge_labelled(room: Cleanroom, journal: Journal, patch: Patch, pre: str) -> Merged:
+    """`_merge` again with the sides named in the conflict markers (`onto-<new>` and the
+    patch id), for the files a conflict hands to the user."""
     i = journal.ids.index(patch.id)
     old_post = room.git.tree_of(journal.old_commits[i])
     old_pre = room.git.tree_of(journal.old_commits[i - 1] if i else journal.old_base)
@@ -509,14 +758,25 @@ def _merge(room: Cleanroom, journal: Journal, patch: Patch, pre: str) -> Merged:
 
 
 def _record(
-    room: Cleanroom, journal: Journal, patch: Patch, old: bytes, new: bytes, tree: str, how: str
+    room: Cleanroom,
+    journal: Journal,
+    patch: Patch,
+    old: bytes,
+    new: bytes,
+    tree: str,
+    how: str,
+    writer: CommitWriter | None = None,
 ) -> Done:
     """Stage the new bytes and commit the patch on the new tip."""
     staged = new != old
     if staged:
         rebasestate.stage(room.path, patch.file, new)
     sha = patch_sha256(new)
-    commit = room.git.commit_tree(tree, commit_message(patch, sha), (journal.head,))
+    message = commit_message(patch, sha)
+    if writer is not None:
+        commit = writer.commit(tree, message, (journal.head,))
+    else:
+        commit = room.git.commit_tree(tree, message, (journal.head,))
     return Done(patch.id, commit, tree, how, sha, staged)
 
 
@@ -561,7 +821,16 @@ def _move_worktree(room: Cleanroom, tree: str) -> None:
     first set to what the work tree holds, and its stat data refreshed, so every file that
     differs is rewritten and no other (unchanged files keep their mtimes, as `reset --keep`
     keeps them in `cleanroom apply`: incremental builds stay incremental)."""
-    room.git.read_tree(room.git.snapshot_worktree(), reset=True)
+    held = room.git.snapshot_worktree()
+    try:
+        indexed = room.git.write_tree()
+    except GitFailed:  # an index with unmerged entries
+        indexed = None
+    if indexed == held:  # the index already says what the work tree holds
+        room.git.switch_tree(held, tree)  # only the files that differ are written
+        room.git.refresh_index()
+        return
+    room.git.read_tree(held, reset=True)
     room.git.refresh_index()
     room.git.read_tree(tree, reset=True, update=True)
     room.git.refresh_index()
@@ -651,6 +920,7 @@ def _report(
         _describe(journal.new_upstream),
         patches=journal.done,
         stop=journal.stop,
+        upstreamed=tuple(upstreamed_of(journal)),
         **extra,
     )
 
@@ -675,7 +945,7 @@ def _finish(
     rebasestate.remove(room.path)
     report.done("finish")
     path = new.dir / range_diff_name(journal)
-    skipped = [d.id for d in journal.done if d.how == "dropped"]
+    skipped = [d.id for d in journal.done if d.how in DROPS]
     return _report(
         session,
         room,
@@ -692,21 +962,21 @@ def _range_diff(room: Cleanroom, old: Series, journal: Journal) -> bytes:
     """`git range-diff` of the old and the new patch commits, each made again with the message
     `<id>: <title>` alone (the sha256 trailer would mark every rewritten patch as changed)."""
 
-    def chain(base: str, trees: list[tuple[str, str]]) -> str:
-        tip = base
-        for pid, tree in trees:
-            title = old.patch(pid).title or pid
-            tip = room.git.commit_tree(tree, f"{pid}: {title}\n".encode(), (tip,))
-        return tip
+    with CommitWriter(room.git) as writer:
 
-    before = [
-        (pid, room.git.tree_of(c)) for pid, c in zip(journal.ids, journal.old_commits, strict=True)
-    ]
-    after = [(d.id, d.tree) for d in journal.done if d.how != "dropped"]
-    return room.git.range_diff(
-        (journal.old_base, chain(journal.old_base, before)),
-        (journal.new_base, chain(journal.new_base, after)),
-    )
+        def chain(base: str, trees: list[tuple[str, str]]) -> str:
+            tip = base
+            for pid, tree in trees:
+                title = old.patch(pid).title or pid
+                tip = writer.commit(tree, f"{pid}: {title}\n".encode(), (tip,))
+            return tip
+
+        old_trees = room.git.trees_of(list(journal.old_commits)) if journal.old_commits else []
+        before = list(zip(journal.ids, old_trees, strict=True))
+        after = [(d.id, d.tree) for d in journal.done if d.how not in DROPS]
+        old_tip = chain(journal.old_base, before)
+        new_tip = chain(journal.new_base, after)
+    return room.git.range_diff((journal.old_base, old_tip), (journal.new_base, new_tip))
 
 
 def range_diff_name(journal: Journal) -> str:
@@ -721,7 +991,7 @@ def _new_series(old: Series, journal: Journal) -> Series:
     patches = []
     pre = journal_tree(journal)
     for done in journal.done:
-        if done.how == "dropped":
+        if done.how in DROPS:
             continue
         entry = old.patch(done.id)
         sha = done.sha256 if entry.imported else entry.sha256
@@ -745,16 +1015,16 @@ def _write_series(
 ) -> list[Path]:
     """The new patch bytes, the range-diff, series.yaml and the docs; the paths written."""
     changed: list[Path] = []
+    writes: list[tuple[Path, bytes]] = []
     for done in journal.done:
         entry = old.patch(done.id)
         path = old.patch_path(entry)
-        if done.how == "dropped":
+        if done.how in DROPS:
             changed += _keep_skipped(session, room, old, journal, entry.file)
-        elif done.staged and session.write_patch(path, rebasestate.staged(room.path, entry.file)):
-            changed.append(path)
-    rd = old.dir / range_diff_name(journal)
-    if session.write_patch(rd, range_diff):
-        changed.append(rd)
+        elif done.staged:
+            writes.append((path, rebasestate.staged(room.path, entry.file)))
+    writes.append((old.dir / range_diff_name(journal), range_diff))
+    changed += session.write_patches(writes)  # one journal write for all of them
     return changed + session.save(new)
 
 

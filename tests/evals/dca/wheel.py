@@ -44,7 +44,10 @@ from .trees import Say, dca_room, test_cpu_mode
 
 PROJECT = Path(__file__).resolve().parents[3]
 PYTHON_SERIES = PROJECT / "patches" / "llama-cpp-python"
-EXPORTER = (PROJECT / "patchctl" / "export.py", PROJECT / "patchctl" / "sdist.py")
+EXPORTER = (
+    PROJECT / "patchctl" / "ops" / "export.py",
+    PROJECT / "patchctl" / "upstream" / "sdist.py",
+)
 CMAKE_ARGS = "-DLLAVA_BUILD=OFF"
 JOBS = "2"
 

@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 from support.paths import REPO
-from support.repos import Repo
+from support.repos import Repo, new_repo
 from support.series import write_series
 
 from patchctl.errors import ConfigError, GitFailed, PatchctlError
 from patchctl.gitlayer.git import Git
 from patchctl.gitlayer.index import Index, temp_index
-from patchctl.gitlayer.objects import scratch_repo, share_objects, unsound_objects
+from patchctl.gitlayer.objects import loose_missing, scratch_repo, share_objects, unsound_objects
+from patchctl.gitlayer.pipes import CommitWriter
 from patchctl.gitlayer.runner import PINNED_CONFIG, hermetic_env
 from patchctl.series.markers import markers_in_tree
 from patchctl.series.model import Upstream, load_series
@@ -306,6 +307,7 @@ def test_share_objects_links_loose_objects_and_names_packed_ones(
     for oid in objects:
         assert os.path.samefile(_object_file(source.git, oid), _object_file(target, oid))
     assert target.has_tree(source.tree)
+
     # Another file system: copied (then renamed into place), same bytes.
     def cross_device(*_args: object) -> None:
         raise OSError(18, "Invalid cross-device link")
@@ -343,3 +345,84 @@ def test_read_patch_names_the_corrupt_line_and_changes_nothing(tmp_path: Path) -
         code, err = git.read_patch(good.replace(b"@@ -1 +1 @@", b"@@ -1,2 +1,2 @@") + b"zz\n")
         assert code != 0 and b"corrupt patch at line 7" in err
         assert git.run("rev-list", "--all") == b""  # no object, no ref written
+
+
+# ----------------------------------------------------------------------------- rebase plumbing
+
+
+def test_commit_writer_writes_the_commit_commit_tree_writes(
+    make_repo: Callable[..., Repo],
+) -> None:
+    repo = make_repo({"a.txt": b"one\n"})
+    message = b"0001-x: title\n\nPatchctl-Id: 0001-x\n"
+    with CommitWriter(repo.git) as writer:
+        root = writer.commit(repo.tree, message)
+        child = writer.commit(repo.tree, b"two\n", (root, repo.commit))
+    assert root == repo.git.commit_tree(repo.tree, message)
+    assert child == repo.git.commit_tree(repo.tree, b"two\n", (root, repo.commit))
+    assert repo.git.cat_file("commit", child).count(b"\nparent ") == 2  # two parent lines
+    with CommitWriter(repo.git) as writer, pytest.raises(ValueError):
+        writer.commit("HEAD", b"x\n")  # only full ids reach the object
+
+
+def test_merge_commits_is_the_cherry_pick_merge_trees_makes(
+    make_repo: Callable[..., Repo],
+) -> None:
+    lines = b"".join(b"line %d\n" % n for n in range(30))
+    repo = make_repo({"f.c": lines, "g.c": b"g\n"}, name="r")
+    git = repo.git
+    old_pre = repo.tree
+    patched = new_repo(repo.path, {"f.c": lines.replace(b"line 20\n", b"line 20 patched\n")})
+    upstream = new_repo(repo.path, {"f.c": b"new top\n" + lines, "g.c": b"g2\n"}).tree
+    with CommitWriter(git) as writer:
+        ours = writer.commit(upstream, b"side\n", (repo.commit,))
+    merged = git.merge_commits(ours, patched.commit)
+    expected = git.merge_trees(old_pre, upstream, patched.tree, ("onto-x", "0001-p"))
+    assert merged.clean and merged.tree == expected.tree
+    text = git.cat_file("blob", git.rev_parse(f"{merged.tree}:f.c"))
+    assert text.startswith(b"new top\n") and b"line 20 patched\n" in text
+
+
+def test_index_move_rewrites_only_what_differs(make_repo: Callable[..., Repo]) -> None:
+    first = make_repo({"a": b"a\n", "d/b": b"b\n", "gone": b"x\n"}, name="m")
+    second = new_repo(first.path, {"a": b"A\n", "d/c": b"c\n", "gone": None})
+    with temp_index(first.git) as index:
+        index.read_tree(first.tree)
+        index.move(first.tree, second.tree)
+        assert index.write_tree() == second.tree
+        index.move(second.tree, second.tree)  # nothing to do
+        assert index.write_tree() == second.tree
+
+
+def test_raw_changes_lists_each_pair_in_order(make_repo: Callable[..., Repo]) -> None:
+    first = make_repo({"a": b"a\n", "d/b": b"b\n"}, name="c")
+    second = new_repo(first.path, {"a": b"A\n", "d/new": b"n\n"})
+    changes = first.git.raw_changes(
+        [(first.tree, second.tree), (first.tree, first.tree), (second.tree, first.tree)]
+    )
+    assert len(changes) == 3 and changes[1] == {}
+    forward, back = changes[0], changes[2]
+    blob = first.git.rev_parse(f"{second.tree}:d/new")
+    assert forward[b"d/new"] == (None, ("100644", blob))
+    assert back[b"d/new"] == (("100644", blob), None)
+    assert set(forward) == {b"a", b"d/new"}
+
+
+def test_switch_tree_keeps_untouched_files(make_repo: Callable[..., Repo]) -> None:
+    first = make_repo({"keep": b"k\n", "change": b"1\n"}, name="s")
+    second = new_repo(first.path, {"change": b"2\n"})
+    first.git.read_tree(first.tree, reset=True, update=True)
+    os.utime(first.path / "keep", ns=(1, 1))
+    first.git.refresh_index()
+    first.git.switch_tree(first.tree, second.tree)
+    assert (first.path / "change").read_bytes() == b"2\n"
+    assert os.stat(first.path / "keep").st_mtime_ns == 1  # not rewritten
+    assert first.git.write_tree() == second.tree
+
+
+def test_loose_missing_names_what_target_lacks(make_repo: Callable[..., Repo]) -> None:
+    source = make_repo({"a": b"shared\n", "b": b"only here\n"}, name="src")
+    target = make_repo({"a": b"shared\n"}, name="dst")
+    shared = source.git.rev_parse(f"{source.tree}:a")
+    only = source.git.rev_parse(f"{source.tree}:b")
+    assert loose_missing(target.git, [shared, only]) == [only]

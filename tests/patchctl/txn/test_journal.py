@@ -43,6 +43,31 @@ def test_staged_writes_are_invisible_until_commit_then_all_land(tmp_path: Path) 
     assert hidden(tmp_path) == []  # no journal, no staged copy
 
 
+def test_stage_files_stages_many_with_one_journal_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_bytes(b"old a\n")
+    journal = Journal(tmp_path / JOURNAL, "test")
+    journal.stage_file(a, b"first a\n")
+    saves: list[str] = []
+    real = Journal._save
+
+    def counting(self: Journal, state: str) -> None:
+        saves.append(state)
+        real(self, state)
+
+    monkeypatch.setattr(Journal, "_save", counting)
+    journal.stage_files([(a, b"new a\n"), (b, b"new b\n")])
+    assert saves == ["staging"]  # one write names both staged copies
+    assert a.read_bytes() == b"old a\n" and not b.exists()
+    _op, state, effects = read_journal(tmp_path / JOURNAL)
+    assert (state, len(effects)) == ("staging", 2)  # the earlier stage of a was replaced
+    assert journal.commit() == [a, b]
+    assert (a.read_bytes(), b.read_bytes()) == (b"new a\n", b"new b\n")
+    assert hidden(tmp_path) == []
+
+
 def test_a_target_changed_before_the_commit_point_refuses_and_writes_nothing(
     tmp_path: Path,
 ) -> None:
@@ -220,9 +245,20 @@ def test_a_signed_journal_still_names_only_staged_siblings(tmp_path: Path) -> No
     victim = tmp_path / "victim.txt"
     victim.write_bytes(b"mine\n")
     data = {
-        "version": 1, "op": "capture", "pid": 1, "state": "staging",
-        "effects": [{"kind": "file", "target": str(tmp_path / "s" / "a.patch"),
-                     "staged": str(victim), "old": None, "new": "0" * 64, "create": True}],
+        "version": 1,
+        "op": "capture",
+        "pid": 1,
+        "state": "staging",
+        "effects": [
+            {
+                "kind": "file",
+                "target": str(tmp_path / "s" / "a.patch"),
+                "staged": str(victim),
+                "old": None,
+                "new": "0" * 64,
+                "create": True,
+            }
+        ],
     }
     (tmp_path / "s").mkdir()
     (tmp_path / "s" / JOURNAL).write_bytes(signed(data))

@@ -36,10 +36,10 @@ from patchctl.gitlayer.index import temp_index
 from patchctl.ops.capture import capture
 from patchctl.ops.cleanroom.apply import cleanroom_apply
 from patchctl.ops.rebase import rebase as rebase_module
-from patchctl.ops.rebase import state as rebasestate
 from patchctl.ops.rebase.rebase import rebase, rebase_abort, rebase_continue, rebase_skip
 from patchctl.ops.refresh import refresh
 from patchctl.ops.verify import verify_series
+from patchctl.room import rebasestate
 from patchctl.room.cleanroom import load_cleanroom, repin_marker, same_pin
 from patchctl.room.journal import command
 from patchctl.series.gitapply import FUZZ_CONTEXT, apply_flags
@@ -201,6 +201,70 @@ def test_a_patch_upstream_already_has_stops_as_empty(tmp_path: Path) -> None:
         rebase_continue(series_dir)
     report = rebase_skip(series_dir)
     assert report.stop is not None and report.stop.id == "0004-c-10"  # then the conflict
+
+
+def test_a_patch_upstream_merged_is_reported_with_evidence_and_kept(tmp_path: Path) -> None:
+    series_dir, _onto = rebase_ready(tmp_path)
+    merged = new_repo(tmp_path / "upstream", {"README": b"demo project\npatched\n"},
+                      message=b"README: say patched (#42)\n")  # fmt: skip
+    report = rebase(series_dir, merged.commit)
+    assert report.stop is not None and (report.stop.id, report.stop.reason) == (
+        "0001-readme",
+        "empty",
+    )
+    (found,) = report.upstreamed
+    assert (found.id, found.state) == ("0001-readme", "merged")
+    assert any(e.startswith("patch-id ") and "(#42)" in e for e in found.evidence)
+    assert any(e.startswith("reverse-applies cleanly") for e in found.evidence)
+    text = "\n".join(report_lines(report))
+    assert "merged        0001-readme" in text and "rebase --drop-merged drops them" in text
+    assert load_series(series_dir).ids()[0] == "0001-readme"  # never dropped silently
+
+
+def test_drop_merged_drops_what_upstream_has_and_names_it(tmp_path: Path) -> None:
+    series_dir, _onto = rebase_ready(tmp_path)
+    merged = new_repo(tmp_path / "upstream", {"README": b"demo project\npatched\n"},
+                      message=b"README: say patched (#42)\n")  # fmt: skip
+    report = rebase(series_dir, merged.commit, drop_merged=True)
+    assert next((d.id, d.how) for d in report.patches) == ("0001-readme", "upstreamed")
+    assert report.stop is not None and report.stop.id == "0004-c-10"  # then the conflict
+    resolve_conflicts(room_of(series_dir) / "src" / "c.c", "c = 10;")
+    done = rebase_continue(series_dir)
+    assert done.state == "done" and "0001-readme" not in load_series(series_dir).ids()
+    assert [u.id for u in done.upstreamed] == ["0001-readme"]
+    assert done.skipped and done.skipped[0].name == "0001-readme.patch"  # kept aside
+    text = "\n".join(report_lines(done))
+    assert "dropped by --drop-merged: 0001-readme" in text
+    assert "time moving the patches: " in text and "slowest: " in text
+    moved = [d for d in done.patches if d.how not in ("upstreamed", "resolved")]
+    assert moved and all(d.seconds > 0 for d in moved)  # each move timed, in the journal too
+    entries = done.to_json()["patches"]
+    assert isinstance(entries, list) and all("seconds" in entry for entry in entries)
+
+
+def test_status_reprints_the_stop_and_cleanroom_status_names_the_rebase(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    series_dir, onto = rebase_ready(tmp_path)
+    assert main(["rebase", "--series", str(series_dir), "--onto", onto]) == 3
+    stop_text = capsys.readouterr().out
+    assert main(["rebase", "--series", str(series_dir), "--status"]) == 0
+    again = capsys.readouterr().out
+    assert "stopped at 0004-c-10: conflict in 1 file(s)" in again and again == stop_text
+    assert main(["rebase", "--series", str(series_dir), "--status", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["state"] == "stopped" and data["stop"]["patch"] == "0004-c-10"
+    assert main(["cleanroom", "status", "--series", str(series_dir)]) == 0
+    status = capsys.readouterr().out
+    assert "rebase   in progress (stopped)" in status and "3 of 4 patch(es) moved" in status
+    assert "stopped at 0004-c-10 (conflict: src/c.c)" in status
+    assert "(not patchctl)" not in status and "unsaved" not in status
+    assert "applied " in status and "0003-b-30" in status  # the moved patches, on the new base
+    assert main(["cleanroom", "status", "--series", str(series_dir), "--json"]) == 0
+    rebase_json = json.loads(capsys.readouterr().out)["rebase"]
+    assert (rebase_json["moved"], rebase_json["stopped_at"]) == (3, "0004-c-10")
+    rebase_abort(series_dir)
+    assert main(["rebase", "--series", str(series_dir), "--status"]) != 0  # none in progress
 
 
 def test_a_run_killed_between_two_patches_is_continued(

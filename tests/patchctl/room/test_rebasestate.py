@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from patchctl.errors import ConfigError, NotFound, PatchctlError
-from patchctl.ops.rebase import state as rebasestate
-from patchctl.ops.rebase.state import Done, Journal, Stop
+from patchctl.room import rebasestate
+from patchctl.room.rebasestate import Done, Journal, Stop
 
 
 def journal() -> Journal:

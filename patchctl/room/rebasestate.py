@@ -25,7 +25,7 @@ import os
 import shutil
 import stat
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,9 +50,11 @@ class Done:
     id: str
     commit: str  # the commit on the new base (the previous one for a dropped patch)
     tree: str
-    how: str  # "kept" (bytes unchanged) | "merged" | "resolved" | "dropped"
+    how: str  # "applied" | "unchanged" | "merged" (three-way) | "resolved" | "dropped"
+    # (--skip) | "upstreamed" (the new upstream has it; dropped by --drop-merged)
     sha256: str  # of its new bytes
     staged: bool  # new bytes staged under patches/ (False: the old bytes are kept)
+    seconds: float = 0.0  # wall time spent moving it (its hand resolution not counted)
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,8 @@ class Journal:
     stop: Stop | None = None
     dropped: tuple[str, ...] = ()  # names dropped when the new upstream was extracted
     restore_series: bool = False  # set before the series directory is first written
+    drop_merged: bool = False  # --drop-merged: a patch the new upstream has is dropped
+    upstreamed: tuple[dict[str, Any], ...] = ()  # upstreamed.Upstreamed.to_json of each found
     version: int = field(default=VERSION)
 
     @property
@@ -102,8 +106,12 @@ class Journal:
         return self.ids[len(self.done)] if len(self.done) < len(self.ids) else None
 
     def to_json(self) -> dict[str, Any]:
-        """Plain data (what journal.json holds)."""
-        return asdict(self)
+        """Plain data (what journal.json holds): `asdict`'s result, built without its deep
+        copy of every field (the journal is written after every patch)."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["done"] = tuple(dict(d.__dict__) for d in self.done)
+        data["stop"] = None if self.stop is None else asdict(self.stop)
+        return data
 
 
 def directory(room: Path) -> Path:
@@ -146,6 +154,7 @@ def _journal(data: Any) -> Journal:
             "ids": tuple(data["ids"]),
             "labels": tuple(data["labels"]),
             "dropped": tuple(data.get("dropped", ())),
+            "upstreamed": tuple(data.get("upstreamed", ())),
             "done": tuple(Done(**d) for d in data["done"]),
             "stop": None if stop is None else _stop(stop),
         }
@@ -166,7 +175,9 @@ def _stop(data: dict[str, Any]) -> Stop:
 
 def save(room: Path, journal: Journal) -> Journal:
     """Write journal.json atomically; the journal itself."""
-    data = json.dumps(journal.to_json(), indent=2).encode("utf-8") + b"\n"
+    # Compact: json's C encoder (an indented dump runs the pure-Python one, and the journal
+    # is written after every patch).
+    data = json.dumps(journal.to_json(), separators=(",", ":")).encode("utf-8") + b"\n"
     write_atomic(directory(room) / "journal.json", data)
     return journal
 
