@@ -19,6 +19,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from .processes import stop_process
+
 START_TIMEOUT_S = 180.0
 REQUEST_TIMEOUT_S = 600.0
 
@@ -78,14 +80,7 @@ class LlamaServer:
         )
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=20)
+        stop_process(self.proc)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from .processes import stop_process
+
 START_TIMEOUT_S = 60.0
 PORT_ATTEMPTS = 5
 HOST = "127.0.0.1"
@@ -123,14 +125,7 @@ class RpcServer:
             self.proc.wait(timeout=20)
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=20)
+        stop_process(self.proc)
 
     def __enter__(self) -> RpcServer:
         return self.start()
