@@ -94,6 +94,11 @@ WorkdirOpt = Annotated[
         callback=_workdir,
     ),
 ]
+# `rebase` and `status --upstreamed`: the other upstream, and its subdir (default: the series' own)
+OntoOpt = Annotated[str | None, typer.Option("--onto", metavar="UPSTREAM", help=UPSTREAM_HELP)]
+OntoSubdirOpt = Annotated[
+    str | None, typer.Option("--subdir", help=SUBDIR_HELP + " Default: the series' own.")
+]
 JsonOpt = Annotated[
     bool,
     typer.Option("--json", help="Print a JSON report on stdout.", callback=_record_json),

@@ -9,9 +9,9 @@ import typer
 
 from patchctl.cli.options import (
     DEFAULT_SERIES,
-    SUBDIR_HELP,
-    UPSTREAM_HELP,
     JsonOpt,
+    OntoOpt,
+    OntoSubdirOpt,
     SeriesOpt,
     WorkdirOpt,
 )
@@ -26,16 +26,12 @@ def register(app: typer.Typer) -> None:
 
 
 def rebase_command(
-    onto: Annotated[
-        str | None, typer.Option("--onto", metavar="UPSTREAM", help=UPSTREAM_HELP)
-    ] = None,
+    onto: OntoOpt = None,
     commit: Annotated[
         str | None,
         typer.Option("--commit", help="git: the commit to rebase onto (id, branch or tag)."),
     ] = None,
-    subdir: Annotated[
-        str | None, typer.Option("--subdir", help=SUBDIR_HELP + " Default: the series' own.")
-    ] = None,
+    subdir: OntoSubdirOpt = None,
     resume: Annotated[
         bool,
         typer.Option("--continue", help="Take the resolved work tree as the patch and go on."),

@@ -8,9 +8,9 @@ import typer
 
 from patchctl.cli.options import (
     DEFAULT_SERIES,
-    SUBDIR_HELP,
-    UPSTREAM_HELP,
     JsonOpt,
+    OntoOpt,
+    OntoSubdirOpt,
     SeriesOpt,
     WorkdirOpt,
 )
@@ -29,16 +29,12 @@ def status_command(
             help="Report each patch as merged, partly merged or needed in the --onto upstream.",
         ),
     ] = False,
-    onto: Annotated[
-        str | None, typer.Option("--onto", metavar="UPSTREAM", help=UPSTREAM_HELP)
-    ] = None,
+    onto: OntoOpt = None,
     commit: Annotated[
         str | None,
         typer.Option("--commit", help="git: the commit to compare with (id, branch or tag)."),
     ] = None,
-    subdir: Annotated[
-        str | None, typer.Option("--subdir", help=SUBDIR_HELP + " Default: the series' own.")
-    ] = None,
+    subdir: OntoSubdirOpt = None,
     series: SeriesOpt = DEFAULT_SERIES,
     workdir: WorkdirOpt = None,
     as_json: JsonOpt = False,
