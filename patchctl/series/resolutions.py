@@ -214,7 +214,20 @@ def learn(patch: str, path: str, merged: bytes, resolved: bytes) -> Learned:
         text = b"".join(done[before + 1 : after])
         records.append(Record(patch, path, block.ours, block.base or b"", block.theirs, text))
     rebuilt = _rebuild(lines, [(b, b"".join(done[s:e])) for b, s, e in spans])
-    return Learned(tuple(records), unclear, unclear > 0 or rebuilt != resolved)
+    unique, ambiguous = _one_per_key(records)
+    return Learned(unique, unclear + ambiguous, unclear > 0 or rebuilt != resolved)
+
+
+def _one_per_key(records: Sequence[Record]) -> tuple[tuple[Record, ...], int]:
+    """One record per key (the same block met twice in a file and resolved alike is one
+    record); the blocks of a key resolved in two ways are dropped (a replay could not tell
+    which is meant) and counted."""
+    by_key: dict[tuple[str, ...], list[Record]] = {}
+    for record in records:
+        by_key.setdefault(record.key(), []).append(record)
+    kept = [same[0] for same in by_key.values() if len({r.resolved for r in same}) == 1]
+    dropped = sum(len(same) for same in by_key.values() if len({r.resolved for r in same}) > 1)
+    return tuple(kept), dropped
 
 
 def _matched_lines(a: Sequence[bytes], b: Sequence[bytes]) -> dict[int, int]:

@@ -196,6 +196,8 @@ def rebase(
                 hint="`patchctl rebase --continue` after resolving, or `patchctl rebase --abort`",
             )
         series = session.series
+        if replay:  # a record that does not read is refused before anything is written
+            resolutions.check_records(series.dir, series.ids())
         room = _old_cleanroom(series, path, progress)
         where = Where(series_dir=series.dir, cwd=Path.cwd())
         wanted = parse_upstream(onto, where, commit=commit, subdir=subdir, current=series.upstream)

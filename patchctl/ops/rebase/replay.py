@@ -45,6 +45,13 @@ class Again:
         return bool(self.used) and not self.merged.conflicts
 
 
+def check_records(series_dir: Path, patch_ids: Sequence[str]) -> None:
+    """Read every record of `patch_ids` (ResolutionInvalid naming the first that does not
+    read): a rebase checks them before it writes anything."""
+    for pid in patch_ids:
+        resolutions.load_patch_records(series_dir, pid)
+
+
 def replay_conflict(
     git: Git, store: TreeStore, series_dir: Path, patch_id: str, merged: Merged, enabled: bool
 ) -> Again:

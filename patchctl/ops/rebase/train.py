@@ -105,7 +105,7 @@ def train(
                     f"{one.path}: a series that extends another cannot be trained yet",
                     hint="train the series it extends, whose patches hold the conflicts",
                 )
-        with tempfile.TemporaryDirectory(prefix=temp_prefix("train")) as tmp:
+        with tempfile.TemporaryDirectory(prefix=temp_prefix("scratch")) as tmp:
             git = Git.init(Path(tmp) / "train.git", bare=True)
             old = _trees(git, series, Path(tmp), progress)
             new = _trees(git, moved, Path(tmp), progress)

@@ -166,3 +166,13 @@ def test_check_store_names_each_stale_orphan_or_damaged_file_and_its_fix(tmp_pat
     path.with_name("renamed-0123456789ab.yaml").write_bytes(good.dump())
     [problem] = resolutions.check_store(series_dir, touched)
     assert "its key gives the name" in problem
+
+
+def test_the_same_block_twice_in_a_file_is_one_record_unless_resolved_two_ways() -> None:
+    block = b"<<<<<<< a\nA\n||||||| b\nB\n=======\nC\n>>>>>>> c\n"
+    merged = block + b"one\n" + block
+    learned = learn("0001-a", "f", merged, b"AC\none\nAC\n")
+    assert len(learned.records) == 1 and learned.unclear == 0
+    assert replay("0001-a", "f", merged, learned.records).text == b"AC\none\nAC\n"
+    learned = learn("0001-a", "f", merged, b"AC\none\nCA\n")
+    assert learned.records == () and learned.unclear == 2
