@@ -17,6 +17,10 @@ labels are not part of the key: the same conflict met in another rebase, on anot
 or by another maintainer is the same record. Replaying a record puts its resolved text in
 place of the block, byte for byte.
 
+A record also says whether the file needed edits outside its conflict blocks when it was
+resolved (`outside_edits`): a replay of such a record puts the block in but leaves the file to
+the user, since no record holds those edits.
+
 The file is YAML with sorted keys: each text as a literal block scalar when YAML keeps its
 bytes, a double-quoted escaped string otherwise, and `{base64: ...}` when it is not UTF-8;
 each text's sha256 beside it. A record is written only when it reads back to the same bytes,
@@ -34,7 +38,7 @@ import difflib
 import hashlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +49,8 @@ from patchctl.errors import ResolutionInvalid
 FORMAT = 1
 DIRECTORY = "resolutions"
 TEXTS = ("ours", "base", "theirs", "resolved")
-KEYS = frozenset(("format", "patch", "file", *TEXTS, *(f"{t}_sha256" for t in TEXTS)))
+FLAG = "outside_edits"  # the file's resolution also needed edits outside its blocks
+KEYS = frozenset(("format", "patch", "file", FLAG, *TEXTS, *(f"{t}_sha256" for t in TEXTS)))
 RECORD_BYTES = 4 << 20  # a record file larger than this is refused unread
 # A conflict-marker line as git writes one: seven `<`, `|`, `=` or `>` at the start of the
 # line, then whitespace or the end of the line.
@@ -79,6 +84,7 @@ class Record:
     base: bytes
     theirs: bytes
     resolved: bytes
+    outside_edits: bool = False  # the file also needed edits outside its blocks (not here)
 
     def key(self) -> tuple[str, str, str, str, str]:
         """The key of the block it resolves (Block.key)."""
@@ -96,6 +102,7 @@ class Record:
     def dump(self) -> bytes:
         """The record's bytes (sorted keys); refused when they would not read back as given."""
         data: dict[str, Any] = {"format": FORMAT, "patch": self.patch, "file": self.file}
+        data[FLAG] = self.outside_edits
         for name in TEXTS:
             value: bytes = getattr(self, name)
             data[name] = _text_value(value)
@@ -214,8 +221,11 @@ def learn(patch: str, path: str, merged: bytes, resolved: bytes) -> Learned:
         text = b"".join(done[before + 1 : after])
         records.append(Record(patch, path, block.ours, block.base or b"", block.theirs, text))
     rebuilt = _rebuild(lines, [(b, b"".join(done[s:e])) for b, s, e in spans])
+    outside = unclear > 0 or rebuilt != resolved
+    if outside:
+        records = [replace(r, outside_edits=True) for r in records]
     unique, ambiguous = _one_per_key(records)
-    return Learned(unique, unclear + ambiguous, unclear > 0 or rebuilt != resolved)
+    return Learned(unique, unclear + ambiguous, outside)
 
 
 def _one_per_key(records: Sequence[Record]) -> tuple[tuple[Record, ...], int]:
@@ -351,13 +361,15 @@ def parse_record(raw: bytes, name: str) -> Record:
         raise ValueError(f"patch {patch!r} is not a patch id")
     if not isinstance(file, str) or not _safe_path(file):
         raise ValueError(f"file {file!r} is not a relative path inside the tree")
+    if not isinstance(data[FLAG], bool):
+        raise ValueError(f"{FLAG}: true or false was expected")
     texts = {}
     for text in TEXTS:
         value = _text_bytes(data[text], text)
         if data[f"{text}_sha256"] != sha256(value):
             raise ValueError(f"{text} does not hash to its {text}_sha256 (edited by hand?)")
         texts[text] = value
-    return Record(patch, file, **texts)
+    return Record(patch, file, **texts, outside_edits=data[FLAG])
 
 
 def _safe_path(path: str) -> bool:

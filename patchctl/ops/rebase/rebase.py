@@ -710,7 +710,8 @@ def _rebase_one(
             if not again.whole or refused:
                 merged = labelled if refused else again.merged
                 stop = _conflict(room, step.index, series, patch, data, pre, merged)
-                return replace(stop, replayed=again.used, messages=stop.messages + refused)
+                notes = stop.messages + again.notes + refused
+                return replace(stop, replayed=again.used, messages=notes)
             post, how, replayed = again.merged.tree, "replayed", again.used
         else:
             post, how = merged.tree, "merged"

@@ -38,6 +38,7 @@ class Again:
 
     merged: Merged
     used: tuple[str, ...]
+    notes: tuple[str, ...] = ()  # files left to the user although every block was replayed
 
     @property
     def whole(self) -> bool:
@@ -63,6 +64,7 @@ def replay_conflict(
         return Again(merged, ())
     left: list[str] = []
     used: list[Record] = []
+    notes: list[str] = []
     changes: dict[bytes, Entry | None] = {}
     for path in merged.conflicts:
         entry = store.find(merged.tree, path.encode("utf-8", "surrogateescape")).entry
@@ -79,9 +81,16 @@ def replay_conflict(
             used += again.used
         if again.left or not again.used:
             left.append(path)
+        elif any(r.outside_edits for r in again.used):
+            left.append(path)
+            notes.append(
+                f"{path}: every conflict block was replayed from resolutions/, but when they"
+                " were recorded the file also needed edits outside its blocks, which no record"
+                " holds: make them (the series the records came from has them), then --continue"
+            )
     tree = store.edit(merged.tree, changes)
     names = tuple(r.relpath() for r in used)
-    return Again(Merged(tree, tuple(left), merged.messages), names)
+    return Again(Merged(tree, tuple(left), merged.messages), names, tuple(notes))
 
 
 def record_resolution(git: Git, room: Path, stop: Stop, post: str) -> tuple[Learned, ...]:

@@ -79,6 +79,8 @@ def test_the_labels_of_the_marker_lines_are_not_part_of_the_key() -> None:
 def test_edits_outside_the_blocks_are_reported_not_recorded() -> None:
     learned = learn("0001-a", "src/a.c", MERGED + b"end\n", RESOLVED + b"end, edited\n")
     assert learned.outside_edits and len(learned.records) == 2
+    assert all(r.outside_edits for r in learned.records)
+    assert not any(r.outside_edits for r in learn("0001-a", "src/a.c", MERGED, RESOLVED).records)
     # a block whose neighbouring lines were edited too cannot be told apart
     touching = RESOLVED.replace(b"middle\n", b"middle, edited\n")
     learned = learn("0001-a", "src/a.c", MERGED, touching)

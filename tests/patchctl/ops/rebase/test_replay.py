@@ -16,8 +16,8 @@ from patchctl.cli.main import main
 from patchctl.errors import ResolutionInvalid
 from patchctl.gitlayer.git import Git, Merged
 from patchctl.gitlayer.trees import TreeStore
-from patchctl.ops.rebase.replay import replay_conflict
 from patchctl.ops.rebase.rebase import rebase, rebase_continue, rebase_skip
+from patchctl.ops.rebase.replay import replay_conflict
 from patchctl.ops.verify import store_problems, verify
 from patchctl.series.model import load_series
 from patchctl.series.resolutions import Record, load_patch_records
