@@ -20,7 +20,9 @@ INDEX_FILE = Path(__file__).with_name("cliindex.json")
 
 def _command(raw: dict[str, Any]) -> Command:
     params = tuple(
-        Param(tuple(p["opts"]), p["kind"], p["help"], tuple(p["choices"]), bool(p["multiple"]))
+        Param(
+            tuple(p["opts"]), p["kind"], p["help"], tuple(p["choices"]), bool(p["multiple"])
+        )
         for p in raw["params"]
     )
     return Command(raw["help"], params, tuple(raw["subcommands"]))

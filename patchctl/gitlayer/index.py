@@ -19,7 +19,6 @@ from patchctl.gitlayer.runner import temp_prefix
 if TYPE_CHECKING:
     from patchctl.gitlayer.git import Git
 
-
 class Index:
     """An index file patchctl owns (never a repository's own): the staging area of one job."""
 

@@ -173,7 +173,9 @@ def refresh(
                 f"{session.series.upstream.describe()}",
                 hint="run `patchctl cleanroom apply` first (it re-creates the clean room)",
             )
-        updated, results = refresh_patches(session.series, room, ids, progress, git_style=git_style)
+        updated, results = refresh_patches(
+            session.series, room, ids, progress, git_style=git_style
+        )
         reports = tuple(report for report, _data in results)
         if dry_run:
             return RefreshResult(updated, reports, (), dry_run=True)

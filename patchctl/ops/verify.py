@@ -83,7 +83,8 @@ class PatchReport:
             "id": self.id,
             "ok": self.ok,
             "steps": [
-                {"step": s.step, "ok": s.ok, "detail": s.detail, "note": s.note} for s in self.steps
+                {"step": s.step, "ok": s.ok, "detail": s.detail, "note": s.note}
+                for s in self.steps
             ],
         }
 

@@ -19,7 +19,6 @@ MBOX_FROM = f"From {ZERO_COMMIT} Mon Sep 17 00:00:00 2001"
 HEADER_FROM = "From: patchctl <patchctl@invalid>"
 HEADER_DATE = "Date: Thu, 1 Jan 1970 00:00:00 +0000"
 
-
 def diff_trees(git: Git, pre: str, post: str, root: str = ".", paths: Sequence[str] = ()) -> bytes:
     """The canonical diff bytes from tree `pre` to tree `post` (optionally under `root`, and
     only of the tree paths `paths`, taken literally, when given)."""

@@ -147,6 +147,8 @@ class Sink(Protocol):
 # ----------------------------------------------------------------------------- checking
 
 
+
+
 class _TreeCheck:
     """The tree so far, as members come: refuses a path named twice, a member under a file or
     link, and a change of type; with `fold` (how the file system compares names, when it does
@@ -205,6 +207,7 @@ class _TreeCheck:
 
 
 TWICE = "appears twice in the archive, the copies differing (in type, mode, target or bytes)"
+
 
 
 def _check_hardlinks(archive: Path, members: list[Member]) -> dict[str, Member]:

@@ -220,8 +220,8 @@ def stop_lines(report: RebaseReport) -> list[str]:
     lines = [head]
     if stop.replayed:
         lines.append(
-            f"  {len(stop.replayed)} conflict block(s) replayed from resolutions/; the blocks"
-            " below are left (`--no-replay` with --onto declines replays)"
+            f"  {len(stop.replayed)} conflict block(s) replayed from resolutions/; what is"
+            " listed below is left to you (`--no-replay` with --onto declines replays)"
         )
     for path in stop.files:
         hunks = [f"#{h}" for f, h in stop.hunks if f == path and h is not None]

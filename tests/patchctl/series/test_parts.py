@@ -90,11 +90,8 @@ def test_a_regenerated_diff_keeps_a_quilt_patchs_sections_and_git_only_changes_s
     new = (
         b"diff --git a/src/x.c b/src/x.c\nindex " + b"1" * 40 + b".." + b"2" * 40 + b" 100644\n"
         b"--- a/src/x.c\n+++ b/src/x.c\n@@ -5,2 +5,2 @@\n a\n-b\n+c\n"
-        b"diff --git a/src/new.c b/src/new.c\nnew file mode 100644\nindex "
-        + b"0" * 40
-        + b".."
-        + b"3" * 40
-        + b"\n--- /dev/null\n+++ b/src/new.c\n@@ -0,0 +1 @@\n+n\n"
+        b"diff --git a/src/new.c b/src/new.c\nnew file mode 100644\nindex " + b"0" * 40 + b".."
+        + b"3" * 40 + b"\n--- /dev/null\n+++ b/src/new.c\n@@ -0,0 +1 @@\n+n\n"
         b"diff --git a/run.sh b/run.sh\nold mode 100644\nnew mode 100755\n"
     )
     assert in_dialect(old, new) == (
