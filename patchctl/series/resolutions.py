@@ -36,8 +36,9 @@ import base64
 import binascii
 import difflib
 import hashlib
+import itertools
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -48,10 +49,14 @@ from patchctl.errors import ResolutionInvalid
 
 FORMAT = 1
 DIRECTORY = "resolutions"
-TEXTS = ("ours", "base", "theirs", "resolved")
+TEXTS = ("ours", "base", "theirs", "resolved", "before", "after")
 FLAG = "outside_edits"  # the file's resolution also needed edits outside its blocks
 KEYS = frozenset(("format", "patch", "file", FLAG, *TEXTS, *(f"{t}_sha256" for t in TEXTS)))
-RECORD_BYTES = 4 << 20  # a record file larger than this is refused unread
+RECORD_BYTES = 4 << 20
+# How far (in lines) from a block an edit outside every block may be and still go with the
+# block's record (the lines between are then kept in it twice: `before`/`after` and
+# `resolved`); a farther edit is left out, and a replay leaves its file to the user.
+REACH = 120
 # A conflict-marker line as git writes one: seven `<`, `|`, `=` or `>` at the start of the
 # line, then whitespace or the end of the line.
 MARKER = re.compile(rb"^(<{7}|\|{7}|={7}|>{7})(?:[ \t].*)?\r?\n?\Z", re.DOTALL)
@@ -85,6 +90,8 @@ class Record:
     theirs: bytes
     resolved: bytes
     outside_edits: bool = False  # the file also needed edits outside its blocks (not here)
+    before: bytes = b""  # the merged file's lines just before the block that `resolved` replaces
+    after: bytes = b""  # and just after it (edits near the block, outside it)
 
     def key(self) -> tuple[str, str, str, str, str]:
         """The key of the block it resolves (Block.key)."""
@@ -201,31 +208,92 @@ class Learned:
 
 def learn(patch: str, path: str, merged: bytes, resolved: bytes) -> Learned:
     """The records of the blocks of `merged` (a file with conflict blocks) as `resolved`
-    resolves them. A block's resolution is what `resolved` holds between the lines around
-    the block (the merged file's lines just before and after it, matched line by line)."""
+    resolves them.
+
+    The two files are matched line by line; each stretch that differs belongs to the block
+    it overlaps, or else to the nearest block: a block's record then also covers the merged
+    lines between the block and that edit (`before`, `after`), and its `resolved` text is what
+    `resolved` holds in their place. So the records together turn `merged` into `resolved`.
+    Blocks whose stretches would overlap are not recorded (counted as unclear)."""
     lines, done = lines_of(merged), lines_of(resolved)
     found = blocks(lines)
     if not found:
         return Learned((), 0, merged != resolved)
     anchors = _matched_lines(lines, done)
+    spans = _spans(found, _changed(anchors, len(lines), len(done)))
     records: list[Record] = []
+    kept: list[tuple[Block, int, int]] = []
     unclear = 0
-    spans: list[tuple[Block, int, int]] = []
-    for block in found:
-        before = -1 if block.start == 0 else anchors.get(block.start - 1)
-        after = len(done) if block.end == len(lines) else anchors.get(block.end)
-        if before is None or after is None or after < before + 1:
+    for k, (block, (start, end)) in enumerate(zip(found, spans, strict=True)):
+        if any(m != k and o[0] < end and start < o[1] for m, o in enumerate(spans)):
             unclear += 1
             continue
-        spans.append((block, before + 1, after))
-        text = b"".join(done[before + 1 : after])
-        records.append(Record(patch, path, block.ours, block.base or b"", block.theirs, text))
-    rebuilt = _rebuild(lines, [(b, b"".join(done[s:e])) for b, s, e in spans])
-    outside = unclear > 0 or rebuilt != resolved
+        first = 0 if start == 0 else anchors[start - 1] + 1
+        last = len(done) if end == len(lines) else anchors[end]
+        kept.append((block, start, end))
+        records.append(
+            Record(
+                patch,
+                path,
+                block.ours,
+                block.base or b"",
+                block.theirs,
+                b"".join(done[first:last]),
+                before=b"".join(lines[start : block.start]),
+                after=b"".join(lines[block.end : end]),
+            )
+        )
+    outside = unclear > 0 or _apply_spans(lines, records, kept) != resolved
     if outside:
         records = [replace(r, outside_edits=True) for r in records]
     unique, ambiguous = _one_per_key(records)
     return Learned(unique, unclear + ambiguous, outside)
+
+
+def _changed(anchors: dict[int, int], size: int, done: int) -> list[tuple[int, int]]:
+    """The stretches [a, b) of the merged lines that differ from the resolved file (an
+    insertion is an empty stretch at its place), from the matched lines."""
+    pairs = [(-1, -1), *sorted(anchors.items()), (size, done)]
+    return [
+        (i0 + 1, i1)
+        for (i0, j0), (i1, j1) in itertools.pairwise(pairs)
+        if i1 - i0 > 1 or j1 - j0 > 1
+    ]
+
+
+def _spans(found: Sequence[Block], changed: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Each block's stretch of merged lines: the block, the changed stretches overlapping it,
+    and the stretches outside every block that are nearer to it than to any other."""
+    spans = [[b.start, b.end] for b in found]
+    for a, b in changed:
+        hit = [k for k, block in enumerate(found) if a < block.end and block.start < b]
+        if not hit:
+            near = min(range(len(found)), key=lambda k: _distance(found[k], a, b))
+            if _distance(found[near], a, b) > REACH:
+                continue  # too far from every block: left out (the file is flagged)
+            hit = [near]
+        for k in hit:
+            spans[k] = [min(spans[k][0], a), max(spans[k][1], b)]
+    return [(s, e) for s, e in spans]
+
+
+def _distance(block: Block, a: int, b: int) -> int:
+    return a - block.end if a >= block.end else block.start - b
+
+
+def _apply_spans(
+    lines: Sequence[bytes], records: Sequence[Record], spans: Sequence[tuple[Block, int, int]]
+) -> bytes:
+    out: list[bytes] = []
+    at = 0
+    for record, (_block, start, end) in sorted(
+        zip(records, spans, strict=True), key=lambda item: item[1][1]
+    ):
+        out += lines[at:start]
+        out.append(record.resolved)
+        at = end
+    out += lines[at:]
+    return b"".join(out)
 
 
 def _one_per_key(records: Sequence[Record]) -> tuple[tuple[Record, ...], int]:
@@ -258,17 +326,6 @@ def _matched_lines(a: Sequence[bytes], b: Sequence[bytes]) -> dict[int, int]:
     return pairs
 
 
-def _rebuild(lines: Sequence[bytes], replaced: Iterable[tuple[Block, bytes]]) -> bytes:
-    out: list[bytes] = []
-    at = 0
-    for block, text in sorted(replaced, key=lambda item: item[0].start):
-        out += lines[at : block.start]
-        out.append(text)
-        at = block.end
-    out += lines[at:]
-    return b"".join(out)
-
-
 @dataclass(frozen=True)
 class Replayed:
     """A merged file with the recorded blocks put in: the new text, the records used and the
@@ -280,17 +337,34 @@ class Replayed:
 
 
 def replay(patch: str, path: str, merged: bytes, store: Sequence[Record]) -> Replayed:
-    """`merged` with each block that has a record in `store` replaced by its resolved text."""
+    """`merged` with each block that has a record in `store` (and the lines around it the
+    record names, as they are) replaced by its resolved text."""
     by_key = {r.key(): r for r in store}
     lines = lines_of(merged)
     found = blocks(lines)
-    used: list[tuple[Block, Record]] = []
+    used: list[tuple[int, int, Record]] = []
     for block in found:
         record = by_key.get(block.key(patch, path))
-        if record is not None:
-            used.append((block, record))
-    text = _rebuild(lines, [(b, r.resolved) for b, r in used]) if used else merged
-    return Replayed(text, tuple(r for _b, r in used), len(found) - len(used))
+        if record is None:
+            continue
+        start = block.start - len(lines_of(record.before))
+        end = block.end + len(lines_of(record.after))
+        if start < 0 or b"".join(lines[start : block.start]) != record.before:
+            continue
+        if b"".join(lines[block.end : end]) != record.after:
+            continue
+        if used and start < used[-1][1]:
+            continue  # overlaps the span of the block replayed before it
+        used.append((start, end, record))
+    out: list[bytes] = []
+    at = 0
+    for start, end, record in used:
+        out += lines[at:start]
+        out.append(record.resolved)
+        at = end
+    out += lines[at:]
+    text = b"".join(out) if used else merged
+    return Replayed(text, tuple(r for _s, _e, r in used), len(found) - len(used))
 
 
 # ----------------------------------------------------------------------------- the files

@@ -229,7 +229,7 @@ def stop_lines(report: RebaseReport) -> list[str]:
         what = f"hunks {', '.join(hunks)} no longer apply" if hunks else "conflict"
         at = f"; conflict markers at line(s) {', '.join(marks)}" if marks else ""
         lines.append(f"  {path}: {what}{at}")
-    lines += [f"  git: {m}" for m in stop.messages]
+    lines += [f"  {'git: ' if m.startswith('CONFLICT') else ''}{m}" for m in stop.messages]
     lines.append(
         f"edit the files in {report.cleanroom} (`git diff` there shows the patch as it "
         "would be), then `patchctl rebase --continue`; `--skip` drops the patch, "

@@ -76,15 +76,25 @@ def test_the_labels_of_the_marker_lines_are_not_part_of_the_key() -> None:
     assert replay("0001-a", "src/a.c", relabelled, learned.records).text == RESOLVED
 
 
-def test_edits_outside_the_blocks_are_reported_not_recorded() -> None:
-    learned = learn("0001-a", "src/a.c", MERGED + b"end\n", RESOLVED + b"end, edited\n")
-    assert learned.outside_edits and len(learned.records) == 2
-    assert all(r.outside_edits for r in learned.records)
-    assert not any(r.outside_edits for r in learn("0001-a", "src/a.c", MERGED, RESOLVED).records)
-    # a block whose neighbouring lines were edited too cannot be told apart
+def test_an_edit_outside_the_blocks_goes_with_the_nearest_block() -> None:
+    merged, resolved = MERGED + b"end\n", RESOLVED + b"end, edited\n"
+    learned = learn("0001-a", "src/a.c", merged, resolved)
+    assert not learned.outside_edits and learned.unclear == 0
+    first, second = learned.records
+    assert (first.before, first.after) == (b"", b"")
+    assert (second.before, second.after) == (b"", b"tail\nend\n")  # the edited line too
+    assert second.resolved == b"x = 2; // patched\ntail\nend, edited\n"
+    assert replay("0001-a", "src/a.c", merged, learned.records).text == resolved
+    # the lines the record covers around its block differ: that block is left as it is
+    other = merged.replace(b"tail\n", b"tail, changed upstream\n")
+    again = replay("0001-a", "src/a.c", other, learned.records)
+    assert (
+        again.left == 1 and len(again.used) == 1 and b">>>>>>> 0001-a\ntail, changed" in again.text
+    )
+    # an edit between two blocks whose stretches meet cannot be told apart
     touching = RESOLVED.replace(b"middle\n", b"middle, edited\n")
     learned = learn("0001-a", "src/a.c", MERGED, touching)
-    assert learned.unclear == 2 and learned.records == ()
+    assert learned.unclear == 2 and learned.records == () and learned.outside_edits
 
 
 def test_a_block_at_the_start_or_end_of_the_file() -> None:
@@ -109,11 +119,21 @@ def test_a_block_at_the_start_or_end_of_the_file() -> None:
     ],
 )
 def test_a_record_reads_back_byte_for_byte(resolved: bytes) -> None:
-    record = Record("0001-a", "src/dir/a b.c", b"ours\n", b"base\n", b"theirs\r\n", resolved)
+    record = Record(
+        "0001-a",
+        "src/dir/a b.c",
+        b"ours\n",
+        b"base\n",
+        b"theirs\r\n",
+        resolved,
+        True,
+        resolved,
+        b"a\n",
+    )
     raw = record.dump()
     assert parse_record(raw, record.name) == record
     assert record.dump() == raw  # deterministic
-    assert raw.decode("utf-8").splitlines()[0].startswith("base:")  # sorted keys
+    assert raw.decode("utf-8").splitlines()[0].startswith("after:")  # sorted keys
     assert record.name.startswith("a_b.c-") and record.name.endswith(".yaml")
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from support.drift import rebase_ready, resolve_conflicts
 
+from patchctl.cli.commands.rebase import report_lines
 from patchctl.cli.main import main
 from patchctl.errors import ResolutionInvalid
 from patchctl.gitlayer.git import Git, Merged
@@ -59,6 +60,9 @@ def test_continue_records_the_block_and_a_second_rebase_replays_it(tmp_path: Pat
     assert replayed.replayed == (f"resolutions/{PATCH}/{record.name}",)
     assert (second / f"{PATCH}.patch").read_bytes() == (first / f"{PATCH}.patch").read_bytes()
     assert report.to_json()["patches"][3]["replayed"] == [f"resolutions/{PATCH}/{record.name}"]
+    assert f"  replayed   {PATCH} (1 conflict block(s) replayed from resolutions/)" in report_lines(
+        report
+    )
     verify(second).raise_if_failed()
 
 
