@@ -207,6 +207,10 @@ class PatchChanged(VerifyFailed):
     """A patch file's bytes differ from the sha256 series.yaml records for it (exit 12)."""
 
 
+class ResolutionInvalid(VerifyFailed):
+    """A recorded conflict resolution that does not read, hash or belong where it is (exit 12)."""
+
+
 class RoundTripFailed(VerifyFailed):
     """VerifyFailed (exit 12) carrying the whole report, so `--json` prints one document."""
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import posixpath
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from patchctl.cache import cache_dir
-from patchctl.errors import DocsOutOfDate, NotFound, RoundTripFailed
+from patchctl.errors import DocsOutOfDate, NotFound, ResolutionInvalid, RoundTripFailed
 from patchctl.fsio import write_atomic
 from patchctl.gitlayer.git import Git
 from patchctl.gitlayer.objects import scratch_repo
@@ -43,6 +44,7 @@ from patchctl.series.markers import (
 )
 from patchctl.series.model import Patch, Series, load_series, read_patch_file
 from patchctl.series.patchfile import diff_tree_pairs, render_patch
+from patchctl.series.resolutions import check_store
 from patchctl.series.stack import Stack, compose, load_stack
 
 STEPS = ("chain", "forward", "reverse", "reexport", "markers")
@@ -566,17 +568,31 @@ class VerifyOutcome:
 
     report: VerifyReport
     stale_docs: tuple[Path, ...]
+    resolutions: tuple[str, ...] = ()  # the problems of the recorded resolutions, one a line
 
     def raise_if_failed(self) -> None:
-        """VerifyFailed (exit 12) for a failed check, else StaleDocs (exit 16) for stale docs;
-        both carry the whole report, so `--json` prints one document."""
+        """VerifyFailed (exit 12) for a failed check or a bad recorded resolution, else
+        StaleDocs (exit 16) for stale docs; each carries the whole report, so `--json` prints
+        one document."""
         self.report.raise_if_failed()
+        if self.resolutions:
+            more = f" (and {len(self.resolutions) - 1} more)" if len(self.resolutions) > 1 else ""
+            error = ResolutionInvalid(
+                f"recorded resolution: {self.resolutions[0]}{more}",
+                hint="each line names the file and its fix; `patchctl resolutions list` shows"
+                " the records",
+            )
+            raise error.attach("report", self)
         if self.stale_docs:
             raise DocsOutOfDate(list(self.stale_docs), {"report": self.report.to_json()})
 
     def to_json(self) -> dict[str, object]:
         """Plain data for --json."""
-        return {**self.report.to_json(), "stale_docs": [str(p) for p in self.stale_docs]}
+        return {
+            **self.report.to_json(),
+            "stale_docs": [str(p) for p in self.stale_docs],
+            "resolutions": list(self.resolutions),
+        }
 
 
 def verify(
@@ -597,7 +613,17 @@ def verify(
         docs = pool.submit(stale_docs, series)  # pure Python: overlaps the git processes
         report = verify_stack(stack, sources, ids, progress, base)
         stale = docs.result()
-    return VerifyOutcome(report, tuple(stale))
+    return VerifyOutcome(report, tuple(stale), tuple(store_problems(series)))
+
+
+def store_problems(series: Series) -> list[str]:
+    """The problems of the series' recorded resolutions (series/resolutions.py): each must
+    read, hash, and belong to a patch of the series and a path that patch changes."""
+    touched = {}
+    for patch in series.patches:
+        paths = touched_paths(read_patch_file(series.patch_path(patch)))
+        touched[patch.id] = [posixpath.normpath(posixpath.join(series.root, p)) for p in paths]
+    return check_store(series.dir, touched)
 
 
 def _cleanroom(series: Series, workdir: Path | None, *, required: bool) -> Cleanroom | None:

@@ -50,11 +50,14 @@ class Done:
     id: str
     commit: str  # the commit on the new base (the previous one for a dropped patch)
     tree: str
-    how: str  # "applied" | "unchanged" | "merged" (three-way) | "resolved" | "dropped"
-    # (--skip) | "upstreamed" (the new upstream has it; dropped by --drop-merged)
+    how: str  # "applied" | "unchanged" | "merged" (three-way) | "replayed" (its conflicts
+    # resolved by recorded resolutions) | "resolved" | "dropped" (--skip) | "upstreamed" (the
+    # new upstream has it; dropped by --drop-merged)
     sha256: str  # of its new bytes
     staged: bool  # new bytes staged under patches/ (False: the old bytes are kept)
     seconds: float = 0.0  # wall time spent moving it (its hand resolution not counted)
+    replayed: tuple[str, ...] = ()  # the recorded resolutions replayed (series-relative paths)
+    recorded: tuple[str, ...] = ()  # the resolutions recorded from the user's (staged)
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,7 @@ class Stop:
     hunks: tuple[tuple[str, int | None], ...] = ()
     markers: tuple[tuple[str, int], ...] = ()  # (file, line of a `<<<<<<<` marker)
     messages: tuple[str, ...] = ()
+    replayed: tuple[str, ...] = ()  # recorded resolutions already put in (what is left stays)
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,7 @@ class Journal:
     restore_series: bool = False  # set before the series directory is first written
     drop_merged: bool = False  # --drop-merged: a patch the new upstream has is dropped
     upstreamed: tuple[dict[str, Any], ...] = ()  # upstreamed.Upstreamed.to_json of each found
+    replay: bool = True  # recorded resolutions are replayed (off: --no-replay)
     version: int = field(default=VERSION)
 
     @property
@@ -155,10 +160,15 @@ def _journal(data: Any) -> Journal:
             "labels": tuple(data["labels"]),
             "dropped": tuple(data.get("dropped", ())),
             "upstreamed": tuple(data.get("upstreamed", ())),
-            "done": tuple(Done(**d) for d in data["done"]),
+            "done": tuple(_done(d) for d in data["done"]),
             "stop": None if stop is None else _stop(stop),
         }
     )
+
+
+def _done(data: dict[str, Any]) -> Done:
+    extra = {k: tuple(data.get(k, ())) for k in ("replayed", "recorded")}
+    return Done(**{**data, **extra})
 
 
 def _stop(data: dict[str, Any]) -> Stop:
@@ -169,6 +179,7 @@ def _stop(data: dict[str, Any]) -> Stop:
             "hunks": tuple((f, h) for f, h in data["hunks"]),
             "markers": tuple((f, n) for f, n in data["markers"]),
             "messages": tuple(data["messages"]),
+            "replayed": tuple(data.get("replayed", ())),
         }
     )
 

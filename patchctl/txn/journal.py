@@ -130,6 +130,8 @@ class Journal:
             if earlier is not None:
                 self.effects.remove(earlier)
                 earlier.staged.unlink(missing_ok=True)
+                # the same target twice in `items`: its first copy is not written at all
+                planned = [(path, raw) for path, raw in planned if path != earlier.staged]
             self.staged_count += 1
             staged = target.with_name(f".{target.name}.patchctl-{self.token}-{self.staged_count}")
             old = earlier.old if earlier is not None else file_sha256(target)

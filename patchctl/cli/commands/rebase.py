@@ -18,6 +18,7 @@ from patchctl.cli.options import (
 
 if TYPE_CHECKING:
     from patchctl.ops.rebase.rebase import RebaseReport
+    from patchctl.room.rebasestate import Done
 
 
 def register(app: typer.Typer) -> None:
@@ -56,6 +57,14 @@ def rebase_command(
             " trailers, reverse apply); the report names each, with its evidence.",
         ),
     ] = False,
+    no_replay: Annotated[
+        bool,
+        typer.Option(
+            "--no-replay",
+            help="With --onto: stop at every conflict, even where resolutions/ of the series"
+            " has a recorded resolution for it.",
+        ),
+    ] = False,
     series: SeriesOpt = DEFAULT_SERIES,
     workdir: WorkdirOpt = None,
     as_json: JsonOpt = False,
@@ -66,8 +75,8 @@ def rebase_command(
         raise typer.BadParameter(
             "give exactly one of --onto, --continue, --skip, --abort, --status"
         )
-    if onto is None and (commit is not None or subdir is not None or drop_merged):
-        raise typer.BadParameter("--commit, --subdir and --drop-merged go with --onto")
+    if onto is None and (commit is not None or subdir is not None or drop_merged or no_replay):
+        raise typer.BadParameter("--commit, --subdir, --drop-merged and --no-replay go with --onto")
     from patchctl.cli.console import RichProgress
     from patchctl.ops.rebase.rebase import (
         rebase,
@@ -91,6 +100,7 @@ def rebase_command(
                 workdir=workdir,
                 progress=progress,
                 drop_merged=drop_merged,
+                replay=not no_replay,
             )
         elif resume:
             report = rebase_continue(series, workdir, progress)
@@ -128,7 +138,7 @@ def render_status(report: RebaseReport, as_json: bool) -> None:
         lines = [
             f"rebase {report.series.parent.name}: {report.old} -> {report.new} ({report.state})"
         ]
-        lines += [f"  {d.how:10} {d.id}" for d in report.patches]
+        lines += [done_line(d) for d in report.patches]
     for line in lines:
         print_line(line)
 
@@ -151,7 +161,7 @@ def report_lines(report: RebaseReport) -> list[str]:
             lines.append(f"  the work tree's edits were saved to {report.backup.ref}")
         return lines + [f"  restored {p}" for p in report.changed]
     lines = [f"rebase {report.series.parent.name}: {report.old} -> {report.new}"]
-    lines += [f"  {d.how:10} {d.id}" for d in report.patches]
+    lines += [done_line(d) for d in report.patches]
     lines += upstreamed_lines(report)
     lines += [f"  skipped   {p.name}: its file moved to {p}" for p in report.skipped]
     if report.backup is not None:
@@ -170,6 +180,16 @@ def report_lines(report: RebaseReport) -> list[str]:
     lines += ["  " + line.strip() for line in summary_lines(report.range_diff_text)]
     lines.append(f"clean room {report.cleanroom}: new base plus the rebased series")
     return [*lines, "next: `patchctl verify --all`, then build and test"]
+
+
+def done_line(done: Done) -> str:
+    """One moved patch, with the recorded resolutions it replayed or recorded."""
+    line = f"  {done.how:10} {done.id}"
+    if done.replayed:
+        line += f" ({len(done.replayed)} conflict block(s) replayed from resolutions/)"
+    if done.recorded:
+        line += f" ({len(done.recorded)} resolution(s) recorded in resolutions/)"
+    return line
 
 
 def upstreamed_lines(report: RebaseReport) -> list[str]:
@@ -198,13 +218,18 @@ def stop_lines(report: RebaseReport) -> list[str]:
     else:
         head = f"stopped at {stop.id}: conflict in {len(stop.files)} file(s)"
     lines = [head]
+    if stop.replayed:
+        lines.append(
+            f"  {len(stop.replayed)} conflict block(s) replayed from resolutions/; what is"
+            " listed below is left to you (`--no-replay` with --onto declines replays)"
+        )
     for path in stop.files:
         hunks = [f"#{h}" for f, h in stop.hunks if f == path and h is not None]
         marks = [str(n) for f, n in stop.markers if f == path]
         what = f"hunks {', '.join(hunks)} no longer apply" if hunks else "conflict"
         at = f"; conflict markers at line(s) {', '.join(marks)}" if marks else ""
         lines.append(f"  {path}: {what}{at}")
-    lines += [f"  git: {m}" for m in stop.messages]
+    lines += [f"  {'git: ' if m.startswith('CONFLICT') else ''}{m}" for m in stop.messages]
     lines.append(
         f"edit the files in {report.cleanroom} (`git diff` there shows the patch as it "
         "would be), then `patchctl rebase --continue`; `--skip` drops the patch, "

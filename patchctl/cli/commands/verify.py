@@ -60,6 +60,8 @@ def render_verify(outcome: VerifyOutcome, as_json: bool) -> None:
         fix = "run `patchctl docs`" if outcome.report.ok else "fix the failing patches first"
         for path in outcome.stale_docs:
             out.print(f"STALE {path} ({fix})", markup=False)
+        for problem in outcome.resolutions:
+            out.print(f"RECORD {problem}", markup=False)
         out.print(_summary(outcome), markup=False)
     outcome.raise_if_failed()
     if as_json:

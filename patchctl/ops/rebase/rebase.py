@@ -53,6 +53,7 @@ from patchctl.gitlayer.index import Index, temp_index
 from patchctl.gitlayer.objects import scratch_repo
 from patchctl.gitlayer.pipes import CommitWriter, ObjectReader
 from patchctl.gitlayer.trees import Entry, Found, TreeStore
+from patchctl.ops.rebase import replay as resolutions
 from patchctl.ops.rebase.upstreamed import MERGED, NEEDED, Upstreamed, detect, history_between
 from patchctl.progress import Progress, or_null
 from patchctl.room import rebasestate
@@ -138,6 +139,8 @@ class RebaseReport:
                     "tree": d.tree,
                     "sha256": d.sha256,
                     "seconds": d.seconds,
+                    "replayed": list(d.replayed),
+                    "recorded": list(d.recorded),
                 }
                 for d in self.patches
             ],
@@ -159,6 +162,7 @@ def _stop_json(stop: Stop) -> dict[str, object]:
         "hunks": [{"file": f, "hunk": h} for f, h in stop.hunks],
         "markers": [{"file": f, "line": n} for f, n in stop.markers],
         "messages": list(stop.messages),
+        "replayed": list(stop.replayed),
     }
 
 
@@ -179,9 +183,11 @@ def rebase(
     workdir: Path | None = None,
     progress: Progress | None = None,
     drop_merged: bool = False,
+    replay: bool = True,
 ) -> RebaseReport:
     """`patchctl rebase --onto UPSTREAM`: start a rebase and run it until done or stopped
-    (`drop_merged`: a patch the new upstream already has is dropped, and reported so)."""
+    (`drop_merged`: a patch the new upstream already has is dropped, and reported so;
+    `replay`: conflicts with a recorded resolution are resolved by it)."""
     with series_session(series_path, op="rebase --onto") as session:
         path = session.lock_cleanroom(workdir, rebasing=True)
         if rebasestate.in_progress(path):
@@ -190,6 +196,8 @@ def rebase(
                 hint="`patchctl rebase --continue` after resolving, or `patchctl rebase --abort`",
             )
         series = session.series
+        if replay:  # a record that does not read is refused before anything is written
+            resolutions.check_records(series.dir, series.ids())
         room = _old_cleanroom(series, path, progress)
         where = Where(series_dir=series.dir, cwd=Path.cwd())
         wanted = parse_upstream(onto, where, commit=commit, subdir=subdir, current=series.upstream)
@@ -201,7 +209,7 @@ def rebase(
                 f"the series is already on {pinned.describe()} (tree {tree})",
                 hint="name another upstream release or commit",
             )
-        journal = _start(session, room, pinned, base, dropped)
+        journal = replace(_start(session, room, pinned, base, dropped), replay=replay)
         journal = _history_evidence(room, session.series, pinned, journal, drop_merged)
         journal = _advance(room, _old_series(room, session), journal, progress)
         return _conclude(session, room, journal, progress)
@@ -678,6 +686,7 @@ def _rebase_one(
     """One patch onto the current tip: its Done, or the Stop that needs the user."""
     data = _old_bytes(room, patch)
     pre = _head_tree(journal)
+    replayed: tuple[str, ...] = ()
     same = _untouched(step, journal, patch, data, pre)
     if same is not None:
         return _record(room, journal, patch, data, data, same, "unchanged", step.writer)
@@ -694,8 +703,18 @@ def _rebase_one(
         if not merged.clean:
             step.hold(pre)
             labelled = _merge_labelled(room, journal, patch, pre)
-            return _conflict(room, step.index, series, patch, data, pre, labelled)
-        post, how = merged.tree, "merged"
+            again = resolutions.replay_conflict(
+                room.git, step.store, series.dir, patch.id, labelled, journal.replay
+            )
+            refused = _refused_replay(room, series, patch, pre, again)
+            if not again.whole or refused:
+                merged = labelled if refused else again.merged
+                stop = _conflict(room, step.index, series, patch, data, pre, merged)
+                notes = stop.messages + again.notes + refused
+                return replace(stop, replayed=again.used, messages=notes)
+            post, how, replayed = again.merged.tree, "replayed", again.used
+        else:
+            post, how = merged.tree, "merged"
     if post == pre:
         return Stop(patch.id, "empty", pre)
     if how == "applied" and patch.imported:
@@ -704,7 +723,22 @@ def _rebase_one(
         new = regenerated(step.scratch, patch, data, pre, post, series.root)
     if new == data:
         how = "unchanged"
-    return _record(room, journal, patch, data, new, post, how, step.writer)
+    done = _record(room, journal, patch, data, new, post, how, step.writer)
+    return replace(done, replayed=replayed)
+
+
+def _refused_replay(
+    room: Cleanroom, series: Series, patch: Patch, pre: str, again: resolutions.Again
+) -> tuple[str, ...]:
+    """Why a wholly replayed merge is not taken (it is checked as a hand resolution is); ()
+    when it is taken or was not whole."""
+    if not again.whole:
+        return ()
+    try:
+        _check_resolution(room, series, patch, pre, again.merged.tree)
+    except PatchctlError as exc:
+        return (f"the recorded resolutions were not taken: {exc}",)
+    return ()
 
 
 def _old_bytes(room: Cleanroom, patch: Patch) -> bytes:
@@ -843,10 +877,13 @@ def _take_resolution(room: Cleanroom, series: Series, journal: Journal) -> Journ
     pre = room.git.tree_of(journal.head)
     post = worktree_snapshot(room.git, room.git.tree_of(journal.new_base))
     _check_resolution(room, series, patch, pre, post)
+    learned = resolutions.record_resolution(room.git, room.path, stop, post)
     data = _old_bytes(room, patch)
     with scratch_repo([room.path]) as scratch:
         new = regenerated(scratch, patch, data, pre, post, series.root)
     done = _record(room, journal, patch, data, new, post, "resolved")
+    recorded = tuple(r.relpath() for one in learned for r in one.records)
+    done = replace(done, replayed=stop.replayed, recorded=recorded)
     room.git.update_ref(f"{REFS}head", done.commit)
     room.git.read_tree(post, reset=True)
     room.git.refresh_index()
@@ -1021,9 +1058,12 @@ def _write_series(
         path = old.patch_path(entry)
         if done.how in DROPS:
             changed += _keep_skipped(session, room, old, journal, entry.file)
+            kept = skipped_path(old, journal, resolutions.DIRECTORY)
+            changed += resolutions.move_records(session, old.dir, done.id, kept)
         elif done.staged:
             writes.append((path, rebasestate.staged(room.path, entry.file)))
     writes.append((old.dir / range_diff_name(journal), range_diff))
+    writes += resolutions.staged_writes(room.path, old.dir)
     changed += session.write_patches(writes)  # one journal write for all of them
     return changed + session.save(new)
 

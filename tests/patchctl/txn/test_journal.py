@@ -68,6 +68,14 @@ def test_stage_files_stages_many_with_one_journal_write(
     assert hidden(tmp_path) == []
 
 
+def test_stage_files_naming_a_target_twice_leaves_no_staged_copy_behind(tmp_path: Path) -> None:
+    a = tmp_path / "a.txt"
+    journal = Journal(tmp_path / JOURNAL, "test")
+    journal.stage_files([(a, b"first\n"), (a, b"second\n")])
+    assert journal.commit() == [a]
+    assert a.read_bytes() == b"second\n" and hidden(tmp_path) == []
+
+
 def test_a_target_changed_before_the_commit_point_refuses_and_writes_nothing(
     tmp_path: Path,
 ) -> None:

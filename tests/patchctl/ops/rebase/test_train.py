@@ -1,0 +1,166 @@
+"""ops/rebase/train.py: resolutions learned from a move already made, then replayed by a rebase
+of the series onto the same upstream; on a synthetic project and on the real llamafile series
+(its five-patch state on llama-cpp-python 0.3.36 and its copy moved to 0.3.35)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+from support.drift import rebase_ready, resolve_conflicts
+
+from patchctl.cli.main import main
+from patchctl.errors import ConfigError
+from patchctl.ops.cleanroom.apply import cleanroom_apply
+from patchctl.ops.rebase.rebase import rebase, rebase_continue
+from patchctl.ops.rebase.train import list_records, train
+from patchctl.ops.verify import store_problems
+from patchctl.series.model import load_series
+
+PATCH = "0004-c-10"
+
+
+def test_train_learns_a_moved_copy_and_the_rebase_replays_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    series_dir, onto = rebase_ready(tmp_path)
+    moved = series_dir.parent / "demo-moved"
+    shutil.copytree(series_dir, moved)
+    room = tmp_path / "rooms" / "moved"
+    assert rebase(moved, onto, workdir=room).state == "stopped"
+    resolve_conflicts(room / "src" / "c.c", "C 10, moved by hand")
+    assert rebase_continue(moved, workdir=room).state == "done"
+    assert len(list((moved / "resolutions" / PATCH).iterdir())) == 1  # the copy's own record
+
+    dry = train(series_dir, moved, dry_run=True)
+    assert dry.totals() == {"blocks": 1, "recorded": 1, "unclear": 0} and dry.written == ()
+    assert not (series_dir / "resolutions").exists()
+    code = main(["resolutions", "train", "--series", str(series_dir), "--moved", str(moved),
+                 "--json"])  # fmt: skip
+    assert code == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["blocks"], data["recorded"], len(data["written"])) == (1, 1, 1)
+    [(path, record)] = list_records(series_dir)
+    assert record.patch == PATCH and record.resolved == b"C 10, moved by hand\n"
+    assert path.is_file() and store_problems(load_series(series_dir)) == []
+    # training again writes nothing new (the same bytes)
+    assert train(series_dir, moved).written == ()
+
+    report = rebase(series_dir, onto)
+    assert report.state == "done"
+    assert {d.id: d.how for d in report.patches}[PATCH] == "replayed"
+    new = (series_dir / f"{PATCH}.patch").read_bytes()
+    assert new == (moved / f"{PATCH}.patch").read_bytes()
+    assert main(["resolutions", "list", "--series", str(series_dir)]) == 0
+    assert "1 record(s)" in capsys.readouterr().out
+
+
+def test_train_refuses_a_series_that_extends_another(tmp_path: Path) -> None:
+    series_dir, _onto = rebase_ready(tmp_path)
+    child = series_dir.parent / "child"
+    child.mkdir()
+    text = (series_dir / "series.yaml").read_text()
+    head = text[: text.index("\npatches:")]
+    (child / "series.yaml").write_text(
+        head + "\nextends:\n  series: demo\n  root: .\npatches: []\n"
+    )
+    with pytest.raises(ConfigError, match="extends another"):
+        train(child, series_dir)
+
+
+# ----------------------------------------------------------------------------- the real series
+
+REPO = Path(__file__).resolve().parents[4]
+FIVE_PATCHES = "9604bfd"  # patches/llamafile split into five patches, on 0.3.36
+REAL_HOME = Path(pwd.getpwuid(os.getuid()).pw_dir)
+TEST_CACHE = Path(os.environ.get("PATCHCTL_TEST_CACHE", REAL_HOME / ".cache" / "patchctl-test"))
+
+
+def old_series(commit: str, into: Path) -> None:
+    """patches/llamafile as it was at `commit` (read from the repository's history)."""
+    raw = subprocess.run(
+        ["git", "-C", str(REPO), "archive", "--format=tar", commit, "patches/llamafile"],
+        check=True,
+        capture_output=True,
+    ).stdout
+    with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
+        for member in tar.getmembers():
+            if member.isfile():
+                data = tar.extractfile(member)
+                assert data is not None
+                target = into / Path(member.name).name
+                target.write_bytes(data.read())
+
+
+@pytest.mark.integration
+def test_the_real_move_to_0335_is_learned_and_replayed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATCHCTL_CACHE_DIR", str(TEST_CACHE))
+    patches = tmp_path / "proj" / "patches"
+    old = patches / "llamafile"
+    old.mkdir(parents=True)
+    old_series(FIVE_PATCHES, old)
+    moved = patches / "llamafile-0.3.35"
+    shutil.copytree(REPO / "patches" / "llamafile-0.3.35", moved)
+    assert load_series(old).ids() == load_series(moved).ids()
+
+    learned = train(old, moved)
+    assert learned.totals() == {"blocks": 23, "recorded": 22, "unclear": 0}
+    per_patch = {p.id: p.blocks for p in learned.patches}
+    assert per_patch == {
+        "0078-cuda-graph-structure": 0,
+        "0079-ggml-flash-attn-lse": 4,
+        "0080-cuda-flash-attn-lse": 13,
+        "0082-llama-dca": 2,
+        "0083-dca-tools": 4,
+    }
+    assert store_problems(load_series(old)) == []
+
+    room = tmp_path / "room"
+    cleanroom_apply(old, room)
+    report = rebase(old, "llama-cpp-python==0.3.35", workdir=room)
+    # Every conflict block is replayed. A file the moved copy also edited far (more than
+    # resolutions.REACH lines) from its blocks is left to the user, with no marker in it and
+    # the reason: here taken from the moved copy at that patch, as a maintainer would.
+    moved_room = tmp_path / "moved-room"
+    stops = []
+    while report.state == "stopped":
+        stop = report.stop
+        assert stop is not None and stop.markers == ()
+        assert any("outside its blocks" in m for m in stop.messages)
+        stops.append((stop.id, stop.files, len(stop.replayed)))
+        cleanroom_apply(moved, moved_room, stop.id, True)
+        for path in stop.files:
+            shutil.copyfile(moved_room / path, room / path)
+        report = rebase_continue(old, workdir=room)
+    assert stops == [
+        ("0079-ggml-flash-attn-lse", ("tests/test-backend-ops.cpp",), 4),
+        ("0080-cuda-flash-attn-lse", ("ggml/src/ggml-cuda/fattn-common.cuh",), 13),
+    ]
+    hows = {d.id: (d.how, len(d.replayed)) for d in report.patches}
+    assert hows == {
+        "0078-cuda-graph-structure": ("merged", 0),
+        "0079-ggml-flash-attn-lse": ("resolved", 4),
+        "0080-cuda-flash-attn-lse": ("resolved", 13),
+        "0082-llama-dca": ("replayed", 2),  # its src/CMakeLists.txt edit near the block too
+        "0083-dca-tools": ("replayed", 4),
+    }
+    # every file that conflicted ends as in the moved copy, also where the moved copy edited it
+    # outside its conflict blocks (src/CMakeLists.txt lists the DCA sources in add_library);
+    # the moved copy also changed files that merged without a conflict, which no record covers
+    cleanroom_apply(moved, moved_room, None, True)
+    conflicted = {record.file for _path, record in list_records(old)}
+    assert len(conflicted) == 10  # 23 blocks in 10 files, as when the move was made by hand
+    for path in sorted(conflicted):
+        assert (room / path).read_bytes() == (moved_room / path).read_bytes(), path
+    for pid in ("0078-cuda-graph-structure", "0083-dca-tools"):
+        assert (old / f"{pid}.patch").read_bytes() == (moved / f"{pid}.patch").read_bytes()
+    assert store_problems(load_series(old)) == []
