@@ -51,7 +51,7 @@ from patchctl.errors import (
 from patchctl.gitlayer.git import Git, Merged
 from patchctl.gitlayer.index import Index, temp_index
 from patchctl.gitlayer.objects import scratch_repo
-from patchctl.gitlayer.pipes import CommitWriter, ObjectReader
+from patchctl.gitlayer.pipes import CommitWriter, ObjectReader, TreeDiffer
 from patchctl.gitlayer.trees import Entry, Found, TreeStore
 from patchctl.ops.rebase.upstreamed import MERGED, NEEDED, Upstreamed, detect, history_between
 from patchctl.progress import Progress, or_null
@@ -521,8 +521,9 @@ def _advance(
         CommitWriter(room.git) as writer,
         TreeStore(room.git) as store,
         closing(ObjectReader(room.git)) as reader,
+        TreeDiffer(scratch, series.root) as differ,
     ):
-        step = _Step(scratch, index, writer, store, reader)
+        step = _Step(scratch, index, writer, store, reader, differ)
         step.prepare(journal, series.root)
         while (pid := journal.current) is not None:
             started = time.perf_counter()
@@ -639,9 +640,10 @@ class _Step:
         writer: CommitWriter,
         store: TreeStore,
         reader: ObjectReader,
+        differ: TreeDiffer,
     ) -> None:
         self.scratch, self.index, self.writer, self.store = scratch, index, writer, store
-        self.reader = reader
+        self.reader, self.differ = reader, differ  # differ: the new diffs, one process
         self.held: str | None = None
         self.old_trees: list[str] = []  # the old base's tree, then each old patch commit's
         self.old_diffs: dict[str, bytes] = {}  # patch id -> its diff on the old base
@@ -701,7 +703,8 @@ def _rebase_one(
     if how == "applied" and patch.imported:
         new = data  # applies exactly: every byte kept
     else:
-        new = regenerated(step.scratch, patch, data, pre, post, series.root)
+        diff = step.differ.diff(pre, post)
+        new = regenerated(step.scratch, patch, data, pre, post, series.root, diff=diff)
     if new == data:
         how = "unchanged"
     return _record(room, journal, patch, data, new, post, how, step.writer)
