@@ -8,7 +8,10 @@ For each patch checked (all of them, or the ids asked for):
   reexport capturing pre -> post again reproduces the committed bytes (an imported patch's
            original bytes are kept verbatim, so for it this step is the byte check of forward
            and reverse only);
-  markers  each declared marker is absent from the pre-tree and present in the post-tree.
+  markers  each declared marker is absent from the pre-tree and present in the post-tree;
+  bases    each base blob the patch's `index` lines name is the file at that path in the
+           pre-tree, the series rebuilt from its upstream (series/baseblobs.py): the base a
+           three-way merge of the patch (a rebase) starts from.
 Tree ids are compared, so modes, symlinks and binaries count. The scratch repository borrows
 objects through `objects/info/alternates` and owns its indexes: the user's clean room (index,
 worktree, refs) is never touched. "The walk" below says what `verify ID` proves next to
@@ -30,8 +33,10 @@ from patchctl.errors import DocsOutOfDate, NotFound, RoundTripFailed
 from patchctl.fsio import write_atomic
 from patchctl.gitlayer.git import Git
 from patchctl.gitlayer.objects import scratch_repo
+from patchctl.gitlayer.trees import TreeStore
 from patchctl.progress import Progress, or_null
 from patchctl.room.cleanroom import Cleanroom, open_cleanroom
+from patchctl.series import baseblobs
 from patchctl.series.docs import stale_docs
 from patchctl.series.gitapply import Outcome, TreePatcher, drift_summary, patch_sha256
 from patchctl.series.markers import (
@@ -45,7 +50,7 @@ from patchctl.series.model import Patch, Series, load_series, read_patch_file
 from patchctl.series.patchfile import diff_tree_pairs, render_patch
 from patchctl.series.stack import Stack, compose, load_stack
 
-STEPS = ("chain", "forward", "reverse", "reexport", "markers")
+STEPS = ("chain", "forward", "reverse", "reexport", "markers", "bases")
 
 
 @dataclass(frozen=True)
@@ -138,6 +143,12 @@ def _failure_hint(pid: str, failed: Sequence[StepResult]) -> str:
         return (
             f"the file of {pid} is not the one series.yaml records: restore it from version "
             "control (e.g. `git restore` the patch file); capture would record the damage"
+        )
+    if any(step.step == "bases" for step in failed):
+        return (
+            f"the index lines of {pid} name blobs the series does not rebuild (the patch was "
+            "made on other file versions, or its index lines were edited): "
+            f"`patchctl capture {pid}` in a clean room with the series applied rewrites them"
         )
     return (
         f"if the file of {pid} changed by accident, restore it from version control (e.g. "
@@ -478,15 +489,40 @@ def _check_pass(
     jobs = [(str(i.pre), str(i.post), i.patch.markers, touched_paths(i.data)) for i in marked]
     checks = dict(zip([i.patch.id for i in marked], check_markers_batch(git, jobs), strict=True))
     results = {}
-    for item in items:
-        pid = item.patch.id
-        if item in ready:
-            results[pid] = [_reexport(item, diffs.get(pid)), _markers(item, checks.get(pid, ()))]
-        else:
-            why = "no readable pre/post tree (earlier step failed)"
-            results[pid] = [StepResult(s, False, why) for s in ("reexport", "markers")]
-        prog.advance("verify")
+    with TreeStore(git) as store:
+        for item in items:
+            pid = item.patch.id
+            if item in ready:
+                results[pid] = [
+                    _reexport(item, diffs.get(pid)),
+                    _markers(item, checks.get(pid, ())),
+                    _bases(store, series, item),
+                ]
+            else:
+                why = "no readable pre/post tree (earlier step failed)"
+                results[pid] = [StepResult(s, False, why) for s in ("reexport", "markers", "bases")]
+            prog.advance("verify")
     return results
+
+
+def _bases(store: TreeStore, series: Series, item: _Item) -> StepResult:
+    """The base blobs the patch's index lines name, reproduced by the tree before it (the
+    series rebuilt from its upstream): what a three-way merge of the patch starts from."""
+    found = baseblobs.check(store, str(item.pre), item.data, series.root)
+    if not found.ok:
+        detail = "; ".join(u.describe() for u in found.unreproduced)
+        return StepResult("bases", False, f"base blob not reproduced: {detail}")
+    if not found.named:
+        return StepResult("bases", True, "no index lines: the base is the rebuilt tree")
+    detail = f"{found.named} base blob(s) reproduced"
+    if found.abbreviated:
+        return StepResult(
+            "bases",
+            True,
+            f"{detail} ({found.abbreviated} abbreviated, checked by prefix)",
+            f"{found.abbreviated} abbreviated base id(s): only their prefix can be checked",
+        )
+    return StepResult("bases", True, detail)
 
 
 def _reexport(item: _Item, diff: bytes | None) -> StepResult:
@@ -542,7 +578,7 @@ def _assemble(
     reports = []
     for trip in trips:
         patch = trip.item.patch
-        reexport, marker = checks[patch.id]
+        reexport, marker, bases = checks[patch.id]
         extra = [f"{m!r} already in the upstream tree" for m in patch.markers if m in upstream]
         extra += [
             f"{m!r} also added by earlier patch {pid}"
@@ -552,7 +588,7 @@ def _assemble(
         if extra:
             detail = "; ".join(([marker.detail] if not marker.ok else []) + extra)
             marker = StepResult("markers", False, detail)
-        steps = (trip.chain, trip.forward, trip.reverse, reexport, marker)
+        steps = (trip.chain, trip.forward, trip.reverse, reexport, marker, bases)
         reports.append(PatchReport(patch.id, steps))
     return reports
 

@@ -93,6 +93,9 @@ class Journal:
     restore_series: bool = False  # set before the series directory is first written
     drop_merged: bool = False  # --drop-merged: a patch the new upstream has is dropped
     upstreamed: tuple[dict[str, Any], ...] = ()  # upstreamed.Upstreamed.to_json of each found
+    # the base blobs a patch's index lines name that its rebuilt old tree does not hold:
+    # {"patch", "path", "named", "rebuilt"} each (series/baseblobs.py)
+    bases: tuple[dict[str, Any], ...] = ()
     version: int = field(default=VERSION)
 
     @property
@@ -155,6 +158,7 @@ def _journal(data: Any) -> Journal:
             "labels": tuple(data["labels"]),
             "dropped": tuple(data.get("dropped", ())),
             "upstreamed": tuple(data.get("upstreamed", ())),
+            "bases": tuple(data.get("bases", ())),
             "done": tuple(Done(**d) for d in data["done"]),
             "stop": None if stop is None else _stop(stop),
         }

@@ -31,7 +31,7 @@ def verify_command(
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Round-trip check (forward, reverse, re-export, markers) in a scratch repository."""
+    """Round-trip check (forward, reverse, re-export, markers, bases) in a scratch repository."""
     if patch_id is not None and all_patches:
         raise typer.BadParameter("give an ID or --all, not both")
     from patchctl.cli.console import RichProgress

@@ -70,6 +70,7 @@ from patchctl.room.cleanroom import (
 )
 from patchctl.room.rebasestate import Done, Journal, Stop
 from patchctl.room.snapshot import outside_root, worktree_snapshot
+from patchctl.series import baseblobs
 from patchctl.series.gitapply import (
     TreePatcher,
     apply_to_index,
@@ -119,6 +120,7 @@ class RebaseReport:
     backup: Backup | None = None
     skipped: tuple[Path, ...] = ()  # where the files of the patches --skip dropped were kept
     upstreamed: tuple[Upstreamed, ...] = ()  # patches the new upstream has, wholly or partly
+    bases: tuple[dict[str, Any], ...] = ()  # named base blobs the old trees do not reproduce
 
     def to_json(self) -> dict[str, object]:
         """Plain data for --json."""
@@ -148,6 +150,7 @@ class RebaseReport:
             "backup": None if self.backup is None else self.backup.ref,
             "skipped": [str(p) for p in self.skipped],
             "upstreamed": [u.to_json() for u in self.upstreamed],
+            "bases_unreproduced": [dict(b) for b in self.bases],
         }
 
 
@@ -377,8 +380,28 @@ def _start(
         labels=(label(series.upstream), label(new)),
         worktree=room.git.snapshot_worktree(),
         dropped=dropped,
+        bases=_unreproduced_bases(room, series, old_commits),
     )
     return rebasestate.save(room.path, journal)
+
+
+def _unreproduced_bases(
+    room: Cleanroom, series: Series, old_commits: list[str]
+) -> tuple[dict[str, Any], ...]:
+    """The base blobs the patches' index lines name that the old series, rebuilt on the old
+    upstream, does not hold (series/baseblobs.py). Each patch's three-way merge starts from
+    that rebuilt tree, so it has its base whatever the new upstream holds; a blob listed here
+    means the patch was made on other file versions, and its merge starts from the version
+    it was applied to instead (reported, not refused: `verify` fails such a patch)."""
+    trees = room.git.trees_of([room.base_commit(), *old_commits])
+    found: list[dict[str, Any]] = []
+    with TreeStore(room.git) as store:
+        for patch, tree in zip(series.patches, trees, strict=False):
+            data = read_patch_file(series.patch_path(patch))
+            for miss in baseblobs.check(store, tree, data, series.root).unreproduced:
+                entry = {"patch": patch.id, "path": miss.path, "named": miss.named}
+                found.append({**entry, "rebuilt": miss.rebuilt})
+    return tuple(found)
 
 
 def _old_commits(room: Cleanroom, series: Series) -> list[str]:
@@ -744,7 +767,10 @@ def _merge(
     room: Cleanroom, writer: CommitWriter, journal: Journal, patch: Patch, pre: str
 ) -> Merged:
     """The patch's old commit merged onto `pre` (a cherry-pick, from its old parent): two
-    processes, a commit of `pre` on the old parent and the merge of the two commits."""
+    processes, a commit of `pre` on the old parent and the merge of the two commits. The
+    merge base is the old parent's tree, the series rebuilt on the old upstream: it holds the
+    base blobs the patch's index lines name (checked as the rebase starts), so the merge
+    never needs the new upstream to have them."""
     i = journal.ids.index(patch.id)
     old_parent = journal.old_commits[i - 1] if i else journal.old_base
     ours = writer.commit(pre, b"patchctl merge side\n", (old_parent,))
@@ -924,6 +950,7 @@ def _report(
         patches=journal.done,
         stop=journal.stop,
         upstreamed=tuple(upstreamed_of(journal)),
+        bases=journal.bases,
         **extra,
     )
 
