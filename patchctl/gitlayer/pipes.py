@@ -1,7 +1,8 @@
 """Long-lived git processes spoken to over stdin/stdout, for work that touches many objects
 (one process instead of one per object): `Pipe`, and on it `IndexFeed` (`update-index
 --stdin`), `ObjectReader` (`cat-file --batch-command`), `TreeWriter` (`mktree --batch`),
-`CommitWriter` (`hash-object -t commit --stdin-paths`) and `TreeDiffer` (`diff-tree --stdin`
+`CommitWriter` (`hash-object -t commit --stdin-paths`), `BlobWriter` (`hash-object
+--stdin-paths`) and `TreeDiffer` (`diff-tree --stdin`
 with the canonical diff flags).
 """
 
@@ -213,6 +214,39 @@ class CommitWriter:
         self._count += 1
         path = self._dir / f"c{self._count}"
         path.write_bytes(head.encode("ascii") + message)
+        if "\n" in str(path):
+            raise PatchctlError("a temporary path contains a line break; not using it")
+        self._pipe.ask(os.fsencode(path) + b"\n")
+        oid = object_id(self._pipe.line().decode("ascii"))
+        path.unlink()
+        return oid
+
+    def close(self) -> None:
+        """End the process and remove its temporary files."""
+        self._pipe.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+class BlobWriter:
+    """Writes blobs through one `git hash-object -w --stdin-paths --no-filters` process (one
+    process for many blobs; the bytes are stored as given, no attributes or filters apply)."""
+
+    def __init__(self, git: Git) -> None:
+        self._dir = Path(tempfile.mkdtemp(prefix=temp_prefix("index")))
+        self._pipe = Pipe(git, "hash-object", "-w", "--no-filters", "--stdin-paths")
+        self._count = 0
+
+    def __enter__(self) -> BlobWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def write(self, data: bytes) -> str:
+        """The id of the blob holding `data` (stored)."""
+        self._count += 1
+        path = self._dir / f"b{self._count}"
+        path.write_bytes(data)
         if "\n" in str(path):
             raise PatchctlError("a temporary path contains a line break; not using it")
         self._pipe.ask(os.fsencode(path) + b"\n")

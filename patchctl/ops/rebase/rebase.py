@@ -51,7 +51,7 @@ from patchctl.errors import (
 from patchctl.gitlayer.git import Git, Merged
 from patchctl.gitlayer.index import Index, temp_index
 from patchctl.gitlayer.objects import scratch_repo
-from patchctl.gitlayer.pipes import CommitWriter, ObjectReader, TreeDiffer
+from patchctl.gitlayer.pipes import BlobWriter, CommitWriter, ObjectReader, TreeDiffer
 from patchctl.gitlayer.trees import Entry, Found, TreeStore
 from patchctl.ops.rebase.upstreamed import MERGED, NEEDED, Upstreamed, detect, history_between
 from patchctl.progress import Progress, or_null
@@ -71,6 +71,8 @@ from patchctl.room.cleanroom import (
 from patchctl.room.rebasestate import Done, Journal, Stop
 from patchctl.room.snapshot import outside_root, worktree_snapshot
 from patchctl.series import baseblobs
+from patchctl.series.exactfit import applied as applied_in_memory
+from patchctl.series.exactfit import same_hunks
 from patchctl.series.gitapply import (
     TreePatcher,
     apply_to_index,
@@ -545,8 +547,10 @@ def _advance(
         TreeStore(room.git) as store,
         closing(ObjectReader(room.git)) as reader,
         TreeDiffer(scratch, series.root) as differ,
+        BlobWriter(room.git) as blobs,
     ):
         step = _Step(scratch, index, writer, store, reader, differ)
+        step.blobs = blobs
         step.prepare(journal, series.root)
         while (pid := journal.current) is not None:
             started = time.perf_counter()
@@ -667,6 +671,7 @@ class _Step:
     ) -> None:
         self.scratch, self.index, self.writer, self.store = scratch, index, writer, store
         self.reader, self.differ = reader, differ  # differ: the new diffs, one process
+        self.blobs: BlobWriter | None = None  # the blobs of patches applied in memory
         self.held: str | None = None
         self.old_trees: list[str] = []  # the old base's tree, then each old patch commit's
         self.old_diffs: dict[str, bytes] = {}  # patch id -> its diff on the old base
@@ -706,13 +711,17 @@ def _rebase_one(
     same = _untouched(step, journal, patch, data, pre)
     if same is not None:
         return _record(room, journal, patch, data, data, same, "unchanged", step.writer)
-    exact = None
+    exact = quick = None
     if not misfits(step.store, step.reader, data, pre, series.root):  # else: merge at once
-        step.hold(pre)
-        exact = apply_to_index(step.index, data, series.root)
-        applied = step.index.write_tree() if exact.ok else pre  # (maybe at an offset)
-        step.held = applied
-    if exact is not None and exact.ok and not exact.drift():
+        quick = _in_memory(step, data, pre, series.root)
+        if quick is None:
+            step.hold(pre)
+            exact = apply_to_index(step.index, data, series.root)
+            applied = step.index.write_tree() if exact.ok else pre  # (maybe at an offset)
+            step.held = applied
+    if quick is not None:
+        post, how = quick[0], "applied"
+    elif exact is not None and exact.ok and not exact.drift():
         post, how = applied, "applied"
     else:
         merged = _merge(room, step.writer, journal, patch, pre)
@@ -726,11 +735,23 @@ def _rebase_one(
     if how == "applied" and patch.imported:
         new = data  # applies exactly: every byte kept
     else:
-        diff = step.differ.diff(pre, post)
+        diff = quick[1] if quick is not None else step.differ.diff(pre, post)
         new = regenerated(step.scratch, patch, data, pre, post, series.root, diff=diff)
     if new == data:
         how = "unchanged"
     return _record(room, journal, patch, data, new, post, how, step.writer)
+
+
+def _in_memory(step: _Step, data: bytes, pre: str, root: str) -> tuple[str, bytes] | None:
+    """(tree, its canonical diff from `pre`) of the patch applied exactly without an index
+    (series/exactfit.py), when the diff proves it is what `git apply` writes; else None."""
+    if step.blobs is None:
+        return None
+    post = applied_in_memory(step.store, step.reader, step.blobs, data, pre, root)
+    if post is None or post == pre:
+        return None
+    diff = step.differ.diff(pre, post)
+    return (post, diff) if same_hunks(data, diff) else None
 
 
 def _old_bytes(room: Cleanroom, patch: Patch) -> bytes:
