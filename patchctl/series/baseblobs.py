@@ -24,9 +24,10 @@ and `verify` reports the patch.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from patchctl.gitlayer.trees import TREE_MODE, TreeStore
+from patchctl.gitlayer.trees import TREE_MODE, Entry, TreeStore
 from patchctl.patchfmt.parse import display, parse
 
 
@@ -70,13 +71,23 @@ def named_bases(data: bytes, root: str = ".") -> list[tuple[bytes, str]]:
     return found
 
 
-def check(store: TreeStore, tree: str, data: bytes, root: str = ".") -> BaseCheck:
+def check(
+    store: TreeStore,
+    tree: str,
+    data: bytes,
+    root: str = ".",
+    *,
+    known: Mapping[bytes, tuple[Entry | None, Entry | None]] | None = None,
+) -> BaseCheck:
     """Whether `tree` (the series rebuilt up to the patch before) holds every base blob that
-    patch bytes `data` name."""
+    patch bytes `data` name. `known`: the entries of `tree` already known at some paths (the
+    `before` side of the patch's own changes, as `Git.raw_changes` lists them), read
+    instead of the tree."""
     named = named_bases(data, root)
     missing = []
     for path, oid in named:
-        found = store.find(tree, path).entry
+        seen = known.get(path) if known is not None else None
+        found = seen[0] if seen is not None else store.find(tree, path).entry
         rebuilt = found[1] if found is not None and found[0] != TREE_MODE else None
         if rebuilt is None or not rebuilt.startswith(oid):
             missing.append(Unreproduced(display(path), oid, rebuilt))

@@ -31,6 +31,7 @@ killed at any point is resumed by `--continue` or undone by `--abort`.
 
 from __future__ import annotations
 
+import itertools
 import re
 import shutil
 import time
@@ -394,13 +395,16 @@ def _unreproduced_bases(
     upstream, does not hold (series/baseblobs.py). Each patch's three-way merge starts from
     that rebuilt tree, so it has its base whatever the new upstream holds; a blob listed here
     means the patch was made on other file versions, and its merge starts from the version
-    it was applied to instead (reported, not refused: `verify` fails such a patch)."""
+    it was applied to instead (reported, not refused: `verify` fails such a patch). The
+    entries before each patch come from one `diff-tree --stdin` of the old trees."""
     trees = room.git.trees_of([room.base_commit(), *old_commits])
+    changes = room.git.raw_changes(list(itertools.pairwise(trees)))
     found: list[dict[str, Any]] = []
     with TreeStore(room.git) as store:
-        for patch, tree in zip(series.patches, trees, strict=False):
+        for patch, pre, changed in zip(series.patches, trees, changes, strict=False):
             data = read_patch_file(series.patch_path(patch))
-            for miss in baseblobs.check(store, tree, data, series.root).unreproduced:
+            checked = baseblobs.check(store, pre, data, series.root, known=changed)
+            for miss in checked.unreproduced:
                 entry = {"patch": patch.id, "path": miss.path, "named": miss.named}
                 found.append({**entry, "rebuilt": miss.rebuilt})
     return tuple(found)

@@ -54,3 +54,16 @@ def test_check_reproduces_full_and_abbreviated_ids_and_names_the_rest(
         top = check(store, repo.tree, section("f.c", blob))  # root "." : no src/ prefix
         assert not top.ok and top.unreproduced[0].rebuilt is None
         assert check(store, repo.tree, new_file("src/n.c")).named == 0
+
+
+def test_known_entries_are_read_instead_of_the_tree(make_repo: Callable[..., Repo]) -> None:
+    repo = make_repo({"f.c": LINES})
+    blob = repo.git.rev_parse(f"{repo.tree}:f.c")
+    other = "e" * 40
+    with TreeStore(repo.git) as store:
+        data = section("f.c", blob)
+        assert check(store, repo.tree, data).ok
+        said = {b"f.c": (("100644", other), ("100644", blob))}  # the before side counts
+        found = check(store, repo.tree, data, known=said)
+        assert [(u.named, u.rebuilt) for u in found.unreproduced] == [(blob, other)]
+        assert check(store, repo.tree, data, known={b"g.c": (None, None)}).ok  # other paths
