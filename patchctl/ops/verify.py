@@ -11,7 +11,8 @@ For each patch checked (all of them, or the ids asked for):
   markers  each declared marker is absent from the pre-tree and present in the post-tree;
   bases    each base blob the patch's `index` lines name is the file at that path in the
            pre-tree, the series rebuilt from its upstream (series/baseblobs.py): the base a
-           three-way merge of the patch (a rebase) starts from.
+           three-way merge of the patch (a rebase) starts from. One that is not (an imported
+           patch made on other file versions) is a note, as an offset is, not a failure.
 Tree ids are compared, so modes, symlinks and binaries count. The scratch repository borrows
 objects through `objects/info/alternates` and owns its indexes: the user's clean room (index,
 worktree, refs) is never touched. "The walk" below says what `verify ID` proves next to
@@ -143,12 +144,6 @@ def _failure_hint(pid: str, failed: Sequence[StepResult]) -> str:
         return (
             f"the file of {pid} is not the one series.yaml records: restore it from version "
             "control (e.g. `git restore` the patch file); capture would record the damage"
-        )
-    if any(step.step == "bases" for step in failed):
-        return (
-            f"the index lines of {pid} name blobs the series does not rebuild (the patch was "
-            "made on other file versions, or its index lines were edited): "
-            f"`patchctl capture {pid}` in a clean room with the series applied rewrites them"
         )
     return (
         f"if the file of {pid} changed by accident, restore it from version control (e.g. "
@@ -507,22 +502,22 @@ def _check_pass(
 
 def _bases(store: TreeStore, series: Series, item: _Item) -> StepResult:
     """The base blobs the patch's index lines name, reproduced by the tree before it (the
-    series rebuilt from its upstream): what a three-way merge of the patch starts from."""
+    series rebuilt from its upstream): what a three-way merge of the patch starts from. One
+    that is not (an imported patch made on other file versions, as offsets are) is noted,
+    not failed: the rebase then merges from the version the patch was applied to."""
     found = baseblobs.check(store, str(item.pre), item.data, series.root)
-    if not found.ok:
-        detail = "; ".join(u.describe() for u in found.unreproduced)
-        return StepResult("bases", False, f"base blob not reproduced: {detail}")
     if not found.named:
         return StepResult("bases", True, "no index lines: the base is the rebuilt tree")
-    detail = f"{found.named} base blob(s) reproduced"
+    detail = f"{found.named - len(found.unreproduced)} of {found.named} base blob(s) reproduced"
+    notes = []
+    if found.unreproduced:
+        shown = "; ".join(u.describe() for u in found.unreproduced[:3])
+        more = len(found.unreproduced) - 3
+        notes.append(f"not reproduced: {shown}" + (f" (and {more} more)" if more > 0 else ""))
     if found.abbreviated:
-        return StepResult(
-            "bases",
-            True,
-            f"{detail} ({found.abbreviated} abbreviated, checked by prefix)",
-            f"{found.abbreviated} abbreviated base id(s): only their prefix can be checked",
-        )
-    return StepResult("bases", True, detail)
+        notes.append(f"{found.abbreviated} abbreviated id(s) checked by prefix only")
+    note = "; ".join(notes) if notes else None
+    return StepResult("bases", True, detail if note is None else f"{detail} (note: {note})", note)
 
 
 def _reexport(item: _Item, diff: bytes | None) -> StepResult:

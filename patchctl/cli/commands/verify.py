@@ -69,7 +69,8 @@ def render_verify(outcome: VerifyOutcome, as_json: bool) -> None:
 def _summary(outcome: VerifyOutcome) -> str:
     patches = outcome.report.patches
     bad = sum(not p.ok for p in patches)
-    noted = sum(bool(p.notes) for p in patches)
+    noted = sum(any(step == "forward" for step, _n in p.notes) for p in patches)
+    bases = sum(any(step == "bases" for step, _n in p.notes) for p in patches)
     line = f"{len(patches) - bad}/{len(patches)} patch(es) verified"
     line += f", {bad} failed" if bad else ""
     if noted:
@@ -77,4 +78,6 @@ def _summary(outcome: VerifyOutcome) -> str:
             f"; {noted} with hunks at an offset (noted above): strict `cleanroom apply` "
             "refuses those until their hunks are regenerated"
         )
+    if bases:
+        line += f"; {bases} whose index lines name base blobs not reproduced or abbreviated"
     return line

@@ -395,7 +395,7 @@ def _unreproduced_bases(
     upstream, does not hold (series/baseblobs.py). Each patch's three-way merge starts from
     that rebuilt tree, so it has its base whatever the new upstream holds; a blob listed here
     means the patch was made on other file versions, and its merge starts from the version
-    it was applied to instead (reported, not refused: `verify` fails such a patch). The
+    it was applied to instead (reported, not refused; `verify` notes such a patch). The
     entries before each patch come from one `diff-tree --stdin` of the old trees."""
     trees = room.git.trees_of([room.base_commit(), *old_commits])
     changes = room.git.raw_changes(list(itertools.pairwise(trees)))
