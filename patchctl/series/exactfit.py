@@ -11,9 +11,10 @@ of the patch matches `pre` at its stated place, where `git apply` tries it first
 fuzz or offset), and that applying them there gives `post`.
 
 It handles only what it can read with certainty: git sections changing an existing regular
-file or adding one (mode 100644 or 100755), text hunks with context, no `\\ No newline`
-marker, no rename, copy, mode change, binary or deletion. Anything else, or a hunk not at
-its place, or a proof that fails, returns None and the caller runs `git apply` as before.
+file or adding one (mode 100644 or 100755) at a path of plain names, text hunks with
+context, no `\\ No newline` marker, no rename, copy, mode change, binary or deletion.
+Anything else, or a hunk not at its place, or a proof that fails, returns None and the
+caller runs `git apply` as before.
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ DIFF_GIT = re.compile(rb"^diff --git a/(\S+) b/(\S+)\r?\n\Z")
 INDEX = re.compile(rb"^index [0-9a-f]{7,64}\.\.[0-9a-f]{7,64}(?: (100644|100755))?\r?\n\Z")
 NEW_FILE = re.compile(rb"^new file mode (100644|100755)\r?\n\Z")
 FILE_MODES = ("100644", "100755")
+# A path component read with certainty: plain characters, not starting with a dot or dash and
+# not ending with a dot (so never `.`, `..`, `.git` or a variant git's path checks refuse);
+# any other path goes to `git apply`, which checks it.
+SAFE_PART = re.compile(rb"[A-Za-z0-9_][A-Za-z0-9._+-]*(?<!\.)\Z")
 
 
 def applied(
@@ -76,6 +81,8 @@ def _section(header: bytes) -> tuple[bytes, str | None] | None:
     if not lines or (m := DIFF_GIT.match(lines[0])) is None or m.group(1) != m.group(2):
         return None
     path, mode, names = m.group(1), None, 0
+    if not all(SAFE_PART.match(part) for part in path.split(b"/")):
+        return None
     for line in lines[1:]:
         if (new := NEW_FILE.match(line)) is not None and mode is None:
             mode = new.group(1).decode("ascii")

@@ -96,6 +96,25 @@ def test_a_hunk_not_at_its_place_is_not_applied_and_a_wrong_proof_fails(
     assert not same_hunks(data, data.replace(header, b"@@ -28,7 +28,7 @@"))
 
 
+@pytest.mark.parametrize("path", ["../x.c", ".git/x", "a/.git/x", "a/..", "a/./b", "x.", "-x"])
+def test_a_path_git_would_check_goes_to_git(
+    path: str, make_repo: Callable[..., Repo]
+) -> None:
+    repo = make_repo(FILES)
+    data = (
+        f"diff --git a/{path} b/{path}\nnew file mode 100644\nindex 0000000..1111111\n"
+        f"--- /dev/null\n+++ b/{path}\n@@ -0,0 +1 @@\n+x\n"
+    ).encode()
+    fine = data.replace(path.encode(), b"ok/x.c")
+    with (
+        TreeStore(repo.git) as store,
+        closing(ObjectReader(repo.git)) as reader,
+        BlobWriter(repo.git) as blobs,
+    ):
+        assert applied(store, reader, blobs, fine, repo.tree, "src") is not None  # the control
+        assert applied(store, reader, blobs, data, repo.tree, "src") is None
+
+
 def test_blob_writer_stores_the_bytes_as_given(make_repo: Callable[..., Repo]) -> None:
     repo = make_repo({"a.txt": b"one\n"})
     with BlobWriter(repo.git) as blobs:
