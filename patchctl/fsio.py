@@ -67,6 +67,24 @@ def sync_write(path: Path, data: bytes, *, sync_dir: bool = True) -> None:
         _sync_dir(path.parent)
 
 
+def create_file(path: Path, data: bytes) -> None:
+    """Create `path` (which must not exist; never through a symlink) with `data`, not synced:
+    `sync_file` it before anything relies on it being on disk."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, _NEW, 0o666)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
+
+
+def sync_file(path: Path) -> None:
+    """Sync the bytes of the file at `path` to disk (never through a symlink)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def sync_dir(folder: Path) -> None:
     """Sync a folder's entries (the names just created or renamed in it) to disk."""
     _sync_dir(folder)

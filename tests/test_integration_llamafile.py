@@ -175,7 +175,8 @@ def test_real_tree_series_applies_and_round_trips(
     assert list(checked) == [pid for pid, _title, _marker in PATCHES]
     for result in checked.values():
         steps = {s["step"]: s["ok"] for s in result["steps"]}
-        assert steps == {s: True for s in ("chain", "forward", "reverse", "reexport", "markers")}
+        names = ("chain", "forward", "reverse", "reexport", "markers", "bases")
+        assert steps == {s: True for s in names}
 
 
 def test_real_tree_is_llamafile_and_missing_cosmocc_exits_14(

@@ -475,14 +475,15 @@ class Git:
         """The canonical diff bytes (DIFF_TREE_FLAGS) from tree `pre` to tree `post`, under
         `root` when it is not ".", and only of the tree paths `paths`, taken literally."""
         env = {"GIT_LITERAL_PATHSPECS": "1"} if paths else None
-        args = (*DIFF_TREE_FLAGS, *_relative(root), "--end-of-options", pre, post, "--", *paths)
+        flags = (*DIFF_TREE_FLAGS, *relative_flags(root))
+        args = (*flags, "--end-of-options", pre, post, "--", *paths)
         return self.run(*args, env=env)
 
     def canonical_diffs(self, pairs: Sequence[tuple[str, str]], root: str = ".") -> bytes:
         """The output of one `diff-tree --stdin` over (pre, post) tree id pairs: each pair's
         input line echoed, then its canonical diff (patchfile.diff_tree_pairs splits it)."""
         query = "".join(f"{a} {b}\n" for a, b in pairs).encode("ascii")
-        return self.run(*DIFF_TREE_FLAGS, *_relative(root), "--stdin", stdin=query)
+        return self.run(*DIFF_TREE_FLAGS, *relative_flags(root), "--stdin", stdin=query)
 
     def backup_diff(self, commit: str) -> bytes:
         """The diff from HEAD to `commit` (a backup of unsaved work), bytes-exact."""
@@ -664,6 +665,6 @@ def parse_status(raw: bytes) -> list[str]:
     return paths
 
 
-def _relative(root: str) -> tuple[str, ...]:
+def relative_flags(root: str) -> tuple[str, ...]:
     """`--relative=<root>/` for a series root other than the tree's top."""
     return () if root in (".", "") else (f"--relative={root.rstrip('/')}/",)

@@ -1,12 +1,15 @@
 """Long-lived git processes spoken to over stdin/stdout, for work that touches many objects
 (one process instead of one per object): `Pipe`, and on it `IndexFeed` (`update-index
---stdin`), `ObjectReader` (`cat-file --batch-command`), `TreeWriter` (`mktree --batch`) and
-`CommitWriter` (`hash-object -t commit --stdin-paths`).
+--stdin`), `ObjectReader` (`cat-file --batch-command`), `TreeWriter` (`mktree --batch`),
+`CommitWriter` (`hash-object -t commit --stdin-paths`), `BlobWriter` (`hash-object
+--stdin-paths`) and `TreeDiffer` (`diff-tree --stdin`
+with the canonical diff flags).
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import subprocess
 import tempfile
@@ -16,7 +19,7 @@ from pathlib import Path
 
 from patchctl.errors import GitFailed, PatchctlError
 from patchctl.gitlayer.batch import read_record
-from patchctl.gitlayer.git import Git
+from patchctl.gitlayer.git import DIFF_TREE_FLAGS, Git, relative_flags
 from patchctl.gitlayer.runner import (
     IDENTITY_EMAIL,
     IDENTITY_NAME,
@@ -58,6 +61,14 @@ class Pipe:
         if not raw.endswith(b"\n"):
             raise self._failure()
         return raw[:-1]
+
+    def raw_line(self) -> bytes:
+        """One line of the answer, its newline kept."""
+        assert self._proc.stdout is not None
+        raw = self._proc.stdout.readline()
+        if not raw.endswith(b"\n"):
+            raise self._failure()
+        return raw
 
     def exactly(self, size: int) -> bytes:
         """`size` bytes of the answer."""
@@ -216,6 +227,39 @@ class CommitWriter:
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
+class BlobWriter:
+    """Writes blobs through one `git hash-object -w --stdin-paths --no-filters` process (one
+    process for many blobs; the bytes are stored as given, no attributes or filters apply)."""
+
+    def __init__(self, git: Git) -> None:
+        self._dir = Path(tempfile.mkdtemp(prefix=temp_prefix("index")))
+        self._pipe = Pipe(git, "hash-object", "-w", "--no-filters", "--stdin-paths")
+        self._count = 0
+
+    def __enter__(self) -> BlobWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def write(self, data: bytes) -> str:
+        """The id of the blob holding `data` (stored)."""
+        self._count += 1
+        path = self._dir / f"b{self._count}"
+        path.write_bytes(data)
+        if "\n" in str(path):
+            raise PatchctlError("a temporary path contains a line break; not using it")
+        self._pipe.ask(os.fsencode(path) + b"\n")
+        oid = object_id(self._pipe.line().decode("ascii"))
+        path.unlink()
+        return oid
+
+    def close(self) -> None:
+        """End the process and remove its temporary files."""
+        self._pipe.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
 # The object type a tree entry's mode stands for (any other mode is a blob).
 TREE_TYPES = {"40000": "tree", "160000": "commit"}
 
@@ -242,6 +286,48 @@ class TreeWriter:
         )
         self._pipe.ask(records + b"\0")
         return object_id(self._pipe.line().decode("ascii"))
+
+    def close(self) -> None:
+        """End the process."""
+        self._pipe.close()
+
+
+class TreeDiffer:
+    """Canonical diffs (DIFF_TREE_FLAGS, under a series root) of one tree pair after another
+    through one `git diff-tree --stdin` process: the bytes `Git.canonical_diff` gives for the
+    same pair, without a process per diff.
+
+    diff-tree echoes every input line that does not start with an object id, and flushes its
+    output when it does, so each pair is followed by an end line of our own: the answer is
+    what comes between the pair's echo and that line. The end line starts with `~` and holds a
+    random nonce; no line of a diff starts with `~` (content lines start with a space, `+`, `-`
+    or `\\`, header lines with a word, binary data with a length letter), so it cannot be
+    mistaken for one.
+    """
+
+    def __init__(self, git: Git, root: str = ".") -> None:
+        self._pipe = Pipe(git, *DIFF_TREE_FLAGS, *relative_flags(root), "--stdin")
+        self._end = f"~patchctl-end-{secrets.token_hex(8)}".encode("ascii")
+
+    def __enter__(self) -> TreeDiffer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def diff(self, pre: str, post: str) -> bytes:
+        """The canonical diff from tree `pre` to tree `post` (b"" when they are equal)."""
+        pair = f"{object_id(pre)} {object_id(post)}".encode("ascii")
+        self._pipe.ask(pair + b"\n" + self._end + b"\n")
+        if self._pipe.line() != pair:
+            raise self._pipe_failure(b"diff-tree did not echo the tree pair first")
+        lines = []
+        while (line := self._pipe.raw_line()) != self._end + b"\n":
+            lines.append(line)
+        return b"".join(lines)
+
+    def _pipe_failure(self, why: bytes) -> GitFailed:
+        return GitFailed(list(self._pipe.args), 0, why)
 
     def close(self) -> None:
         """End the process."""

@@ -8,7 +8,11 @@ For each patch checked (all of them, or the ids asked for):
   reexport capturing pre -> post again reproduces the committed bytes (an imported patch's
            original bytes are kept verbatim, so for it this step is the byte check of forward
            and reverse only);
-  markers  each declared marker is absent from the pre-tree and present in the post-tree.
+  markers  each declared marker is absent from the pre-tree and present in the post-tree;
+  bases    each base blob the patch's `index` lines name is the file at that path in the
+           pre-tree, the series rebuilt from its upstream (series/baseblobs.py): the base a
+           three-way merge of the patch (a rebase) starts from. One that is not (an imported
+           patch made on other file versions) is a note, as an offset is, not a failure.
 Tree ids are compared, so modes, symlinks and binaries count. The scratch repository borrows
 objects through `objects/info/alternates` and owns its indexes: the user's clean room (index,
 worktree, refs) is never touched. "The walk" below says what `verify ID` proves next to
@@ -31,8 +35,10 @@ from patchctl.errors import DocsOutOfDate, NotFound, ResolutionInvalid, RoundTri
 from patchctl.fsio import write_atomic
 from patchctl.gitlayer.git import Git
 from patchctl.gitlayer.objects import scratch_repo
+from patchctl.gitlayer.trees import TreeStore
 from patchctl.progress import Progress, or_null
 from patchctl.room.cleanroom import Cleanroom, open_cleanroom
+from patchctl.series import baseblobs
 from patchctl.series.docs import stale_docs
 from patchctl.series.gitapply import Outcome, TreePatcher, drift_summary, patch_sha256
 from patchctl.series.markers import (
@@ -47,7 +53,7 @@ from patchctl.series.patchfile import diff_tree_pairs, render_patch
 from patchctl.series.resolutions import check_store
 from patchctl.series.stack import Stack, compose, load_stack
 
-STEPS = ("chain", "forward", "reverse", "reexport", "markers")
+STEPS = ("chain", "forward", "reverse", "reexport", "markers", "bases")
 
 
 @dataclass(frozen=True)
@@ -480,15 +486,40 @@ def _check_pass(
     jobs = [(str(i.pre), str(i.post), i.patch.markers, touched_paths(i.data)) for i in marked]
     checks = dict(zip([i.patch.id for i in marked], check_markers_batch(git, jobs), strict=True))
     results = {}
-    for item in items:
-        pid = item.patch.id
-        if item in ready:
-            results[pid] = [_reexport(item, diffs.get(pid)), _markers(item, checks.get(pid, ()))]
-        else:
-            why = "no readable pre/post tree (earlier step failed)"
-            results[pid] = [StepResult(s, False, why) for s in ("reexport", "markers")]
-        prog.advance("verify")
+    with TreeStore(git) as store:
+        for item in items:
+            pid = item.patch.id
+            if item in ready:
+                results[pid] = [
+                    _reexport(item, diffs.get(pid)),
+                    _markers(item, checks.get(pid, ())),
+                    _bases(store, series, item),
+                ]
+            else:
+                why = "no readable pre/post tree (earlier step failed)"
+                results[pid] = [StepResult(s, False, why) for s in ("reexport", "markers", "bases")]
+            prog.advance("verify")
     return results
+
+
+def _bases(store: TreeStore, series: Series, item: _Item) -> StepResult:
+    """The base blobs the patch's index lines name, reproduced by the tree before it (the
+    series rebuilt from its upstream): what a three-way merge of the patch starts from. One
+    that is not (an imported patch made on other file versions, as offsets are) is noted,
+    not failed: the rebase then merges from the version the patch was applied to."""
+    found = baseblobs.check(store, str(item.pre), item.data, series.root)
+    if not found.named:
+        return StepResult("bases", True, "no index lines: the base is the rebuilt tree")
+    detail = f"{found.named - len(found.unreproduced)} of {found.named} base blob(s) reproduced"
+    notes = []
+    if found.unreproduced:
+        shown = "; ".join(u.describe() for u in found.unreproduced[:3])
+        more = len(found.unreproduced) - 3
+        notes.append(f"not reproduced: {shown}" + (f" (and {more} more)" if more > 0 else ""))
+    if found.abbreviated:
+        notes.append(f"{found.abbreviated} abbreviated id(s) checked by prefix only")
+    note = "; ".join(notes) if notes else None
+    return StepResult("bases", True, detail if note is None else f"{detail} (note: {note})", note)
 
 
 def _reexport(item: _Item, diff: bytes | None) -> StepResult:
@@ -544,7 +575,7 @@ def _assemble(
     reports = []
     for trip in trips:
         patch = trip.item.patch
-        reexport, marker = checks[patch.id]
+        reexport, marker, bases = checks[patch.id]
         extra = [f"{m!r} already in the upstream tree" for m in patch.markers if m in upstream]
         extra += [
             f"{m!r} also added by earlier patch {pid}"
@@ -554,7 +585,7 @@ def _assemble(
         if extra:
             detail = "; ".join(([marker.detail] if not marker.ok else []) + extra)
             marker = StepResult("markers", False, detail)
-        steps = (trip.chain, trip.forward, trip.reverse, reexport, marker)
+        steps = (trip.chain, trip.forward, trip.reverse, reexport, marker, bases)
         reports.append(PatchReport(patch.id, steps))
     return reports
 

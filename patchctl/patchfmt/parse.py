@@ -66,6 +66,7 @@ class FileDiff:
     has_names: bool = False  # names came from ---/+++ or rename/copy lines
     hunks: list[Hunk] = field(default_factory=list)
     full_index: bool = False  # an `index <old>..<new>` line with full object ids
+    base: str | None = None  # the pre-image blob id its `index` line names (maybe abbreviated)
 
     @property
     def path(self) -> bytes:
@@ -290,9 +291,14 @@ def _hunk(lines: list[bytes], i: int, diff: FileDiff) -> int:
 FULL_INDEX = re.compile(rb"^index (?:[0-9a-f]{40}|[0-9a-f]{64})\.\.(?:[0-9a-f]{40}|[0-9a-f]{64})\b")
 
 
+INDEX_IDS = re.compile(rb"^index ([0-9a-f]{7,64})\.\.([0-9a-f]{7,64})(?:[ \r]|$)")
+
+
 def _git_header_line(line: bytes, diff: FileDiff) -> None:
     if FULL_INDEX.match(line):
         diff.full_index = True
+    if (ids := INDEX_IDS.match(line)) is not None:
+        diff.base = ids.group(1).decode("ascii")
     if line.startswith(b"GIT binary patch") or (
         line.startswith(b"Binary files ") and line.rstrip(b"\r").endswith(b" differ")
     ):

@@ -98,6 +98,9 @@ class Journal:
     drop_merged: bool = False  # --drop-merged: a patch the new upstream has is dropped
     upstreamed: tuple[dict[str, Any], ...] = ()  # upstreamed.Upstreamed.to_json of each found
     replay: bool = True  # recorded resolutions are replayed (off: --no-replay)
+    # the base blobs a patch's index lines name that its rebuilt old tree does not hold:
+    # {"patch", "path", "named", "rebuilt"} each (series/baseblobs.py)
+    bases: tuple[dict[str, Any], ...] = ()
     version: int = field(default=VERSION)
 
     @property
@@ -160,6 +163,7 @@ def _journal(data: Any) -> Journal:
             "labels": tuple(data["labels"]),
             "dropped": tuple(data.get("dropped", ())),
             "upstreamed": tuple(data.get("upstreamed", ())),
+            "bases": tuple(data.get("bases", ())),
             "done": tuple(_done(d) for d in data["done"]),
             "stop": None if stop is None else _stop(stop),
         }

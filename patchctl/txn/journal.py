@@ -43,9 +43,11 @@ from typing import Any
 from patchctl import killpoint
 from patchctl.errors import DirtyTree, PatchctlError
 from patchctl.fsio import (
+    create_file,
     locked_dir,
     refuse_overwrite,
     sync_dir,
+    sync_file,
     sync_write,
     temp_files,
     write_atomic,
@@ -122,8 +124,12 @@ class Journal:
 
     def stage_files(self, items: Sequence[tuple[Path, bytes]]) -> None:
         """`stage_file` for many targets with one journal write: the journal names every
-        staged copy before any exists, then each copy is written and synced (its folder
-        synced once at the end, before anything can commit)."""
+        staged copy before any exists, then every copy is written, then each is synced and
+        its folder synced once, all before this returns and so before anything can commit.
+        (Writing them all before the first sync lets the file system put them on disk in
+        one go instead of one journal commit per file; the guarantee is the same: a kill
+        before the commit leaves a staging journal, rolled back whatever reached the disk,
+        and the commit is written only after every copy is synced.)"""
         planned: list[tuple[Path, bytes]] = []
         for target, data in items:
             earlier = self.pending().get(target)
@@ -143,9 +149,10 @@ class Journal:
         folders: dict[Path, None] = {}
         for staged, data in planned:
             killpoint.reached(f"stage {staged.name}")
-            staged.parent.mkdir(parents=True, exist_ok=True)
-            sync_write(staged, data, sync_dir=False)
+            create_file(staged, data)
             folders[staged.parent] = None
+        for staged, _data in planned:
+            sync_file(staged)
         for folder in folders:
             sync_dir(folder)
 

@@ -163,6 +163,11 @@ def report_lines(report: RebaseReport) -> list[str]:
     lines = [f"rebase {report.series.parent.name}: {report.old} -> {report.new}"]
     lines += [done_line(d) for d in report.patches]
     lines += upstreamed_lines(report)
+    lines += [
+        f"  base blob {b['named']} of {b['path']} ({b['patch']}) is not in the rebuilt old tree"
+        f" (it has {b['rebuilt'] or 'no such file'}): merged from the version it applied to"
+        for b in report.bases
+    ]
     lines += [f"  skipped   {p.name}: its file moved to {p}" for p in report.skipped]
     if report.backup is not None:
         lines.append(f"  the work tree's edits were saved to {report.backup.ref}")

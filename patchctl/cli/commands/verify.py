@@ -31,7 +31,7 @@ def verify_command(
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Round-trip check (forward, reverse, re-export, markers) in a scratch repository."""
+    """Round-trip check (forward, reverse, re-export, markers, bases) in a scratch repository."""
     if patch_id is not None and all_patches:
         raise typer.BadParameter("give an ID or --all, not both")
     from patchctl.cli.console import RichProgress
@@ -71,7 +71,8 @@ def render_verify(outcome: VerifyOutcome, as_json: bool) -> None:
 def _summary(outcome: VerifyOutcome) -> str:
     patches = outcome.report.patches
     bad = sum(not p.ok for p in patches)
-    noted = sum(bool(p.notes) for p in patches)
+    noted = sum(any(step == "forward" for step, _n in p.notes) for p in patches)
+    bases = sum(any(step == "bases" for step, _n in p.notes) for p in patches)
     line = f"{len(patches) - bad}/{len(patches)} patch(es) verified"
     line += f", {bad} failed" if bad else ""
     if noted:
@@ -79,4 +80,6 @@ def _summary(outcome: VerifyOutcome) -> str:
             f"; {noted} with hunks at an offset (noted above): strict `cleanroom apply` "
             "refuses those until their hunks are regenerated"
         )
+    if bases:
+        line += f"; {bases} whose index lines name base blobs not reproduced or abbreviated"
     return line

@@ -31,6 +31,7 @@ killed at any point is resumed by `--continue` or undone by `--abort`.
 
 from __future__ import annotations
 
+import itertools
 import re
 import shutil
 import time
@@ -51,7 +52,7 @@ from patchctl.errors import (
 from patchctl.gitlayer.git import Git, Merged
 from patchctl.gitlayer.index import Index, temp_index
 from patchctl.gitlayer.objects import scratch_repo
-from patchctl.gitlayer.pipes import CommitWriter, ObjectReader
+from patchctl.gitlayer.pipes import BlobWriter, CommitWriter, ObjectReader, TreeDiffer
 from patchctl.gitlayer.trees import Entry, Found, TreeStore
 from patchctl.ops.rebase import replay as resolutions
 from patchctl.ops.rebase.upstreamed import MERGED, NEEDED, Upstreamed, detect, history_between
@@ -71,6 +72,9 @@ from patchctl.room.cleanroom import (
 )
 from patchctl.room.rebasestate import Done, Journal, Stop
 from patchctl.room.snapshot import outside_root, worktree_snapshot
+from patchctl.series import baseblobs
+from patchctl.series.exactfit import applied as applied_in_memory
+from patchctl.series.exactfit import same_hunks
 from patchctl.series.gitapply import (
     TreePatcher,
     apply_to_index,
@@ -120,6 +124,7 @@ class RebaseReport:
     backup: Backup | None = None
     skipped: tuple[Path, ...] = ()  # where the files of the patches --skip dropped were kept
     upstreamed: tuple[Upstreamed, ...] = ()  # patches the new upstream has, wholly or partly
+    bases: tuple[dict[str, Any], ...] = ()  # named base blobs the old trees do not reproduce
 
     def to_json(self) -> dict[str, object]:
         """Plain data for --json."""
@@ -151,6 +156,7 @@ class RebaseReport:
             "backup": None if self.backup is None else self.backup.ref,
             "skipped": [str(p) for p in self.skipped],
             "upstreamed": [u.to_json() for u in self.upstreamed],
+            "bases_unreproduced": [dict(b) for b in self.bases],
         }
 
 
@@ -385,8 +391,31 @@ def _start(
         labels=(label(series.upstream), label(new)),
         worktree=room.git.snapshot_worktree(),
         dropped=dropped,
+        bases=_unreproduced_bases(room, series, old_commits),
     )
     return rebasestate.save(room.path, journal)
+
+
+def _unreproduced_bases(
+    room: Cleanroom, series: Series, old_commits: list[str]
+) -> tuple[dict[str, Any], ...]:
+    """The base blobs the patches' index lines name that the old series, rebuilt on the old
+    upstream, does not hold (series/baseblobs.py). Each patch's three-way merge starts from
+    that rebuilt tree, so it has its base whatever the new upstream holds; a blob listed here
+    means the patch was made on other file versions, and its merge starts from the version
+    it was applied to instead (reported, not refused; `verify` notes such a patch). The
+    entries before each patch come from one `diff-tree --stdin` of the old trees."""
+    trees = room.git.trees_of([room.base_commit(), *old_commits])
+    changes = room.git.raw_changes(list(itertools.pairwise(trees)))
+    found: list[dict[str, Any]] = []
+    with TreeStore(room.git) as store:
+        for patch, pre, changed in zip(series.patches, trees, changes, strict=False):
+            data = read_patch_file(series.patch_path(patch))
+            checked = baseblobs.check(store, pre, data, series.root, known=changed)
+            for miss in checked.unreproduced:
+                entry = {"patch": patch.id, "path": miss.path, "named": miss.named}
+                found.append({**entry, "rebuilt": miss.rebuilt})
+    return tuple(found)
 
 
 def _old_commits(room: Cleanroom, series: Series) -> list[str]:
@@ -529,8 +558,11 @@ def _advance(
         CommitWriter(room.git) as writer,
         TreeStore(room.git) as store,
         closing(ObjectReader(room.git)) as reader,
+        TreeDiffer(scratch, series.root) as differ,
+        BlobWriter(room.git) as blobs,
     ):
-        step = _Step(scratch, index, writer, store, reader)
+        step = _Step(scratch, index, writer, store, reader, differ)
+        step.blobs = blobs
         step.prepare(journal, series.root)
         while (pid := journal.current) is not None:
             started = time.perf_counter()
@@ -647,9 +679,11 @@ class _Step:
         writer: CommitWriter,
         store: TreeStore,
         reader: ObjectReader,
+        differ: TreeDiffer,
     ) -> None:
         self.scratch, self.index, self.writer, self.store = scratch, index, writer, store
-        self.reader = reader
+        self.reader, self.differ = reader, differ  # differ: the new diffs, one process
+        self.blobs: BlobWriter | None = None  # the blobs of patches applied in memory
         self.held: str | None = None
         self.old_trees: list[str] = []  # the old base's tree, then each old patch commit's
         self.old_diffs: dict[str, bytes] = {}  # patch id -> its diff on the old base
@@ -690,13 +724,17 @@ def _rebase_one(
     same = _untouched(step, journal, patch, data, pre)
     if same is not None:
         return _record(room, journal, patch, data, data, same, "unchanged", step.writer)
-    exact = None
+    exact = quick = None
     if not misfits(step.store, step.reader, data, pre, series.root):  # else: merge at once
-        step.hold(pre)
-        exact = apply_to_index(step.index, data, series.root)
-        applied = step.index.write_tree() if exact.ok else pre  # (maybe at an offset)
-        step.held = applied
-    if exact is not None and exact.ok and not exact.drift():
+        quick = _in_memory(step, data, pre, series.root)
+        if quick is None:
+            step.hold(pre)
+            exact = apply_to_index(step.index, data, series.root)
+            applied = step.index.write_tree() if exact.ok else pre  # (maybe at an offset)
+            step.held = applied
+    if quick is not None:
+        post, how = quick[0], "applied"
+    elif exact is not None and exact.ok and not exact.drift():
         post, how = applied, "applied"
     else:
         merged = _merge(room, step.writer, journal, patch, pre)
@@ -720,7 +758,8 @@ def _rebase_one(
     if how == "applied" and patch.imported:
         new = data  # applies exactly: every byte kept
     else:
-        new = regenerated(step.scratch, patch, data, pre, post, series.root)
+        diff = quick[1] if quick is not None else step.differ.diff(pre, post)
+        new = regenerated(step.scratch, patch, data, pre, post, series.root, diff=diff)
     if new == data:
         how = "unchanged"
     done = _record(room, journal, patch, data, new, post, how, step.writer)
@@ -739,6 +778,18 @@ def _refused_replay(
     except PatchctlError as exc:
         return (f"the recorded resolutions were not taken: {exc}",)
     return ()
+
+
+def _in_memory(step: _Step, data: bytes, pre: str, root: str) -> tuple[str, bytes] | None:
+    """(tree, its canonical diff from `pre`) of the patch applied exactly without an index
+    (series/exactfit.py), when the diff proves it is what `git apply` writes; else None."""
+    if step.blobs is None:
+        return None
+    post = applied_in_memory(step.store, step.reader, step.blobs, data, pre, root)
+    if post is None or post == pre:
+        return None
+    diff = step.differ.diff(pre, post)
+    return (post, diff) if same_hunks(data, diff) else None
 
 
 def _old_bytes(room: Cleanroom, patch: Patch) -> bytes:
@@ -775,7 +826,10 @@ def _merge(
     room: Cleanroom, writer: CommitWriter, journal: Journal, patch: Patch, pre: str
 ) -> Merged:
     """The patch's old commit merged onto `pre` (a cherry-pick, from its old parent): two
-    processes, a commit of `pre` on the old parent and the merge of the two commits."""
+    processes, a commit of `pre` on the old parent and the merge of the two commits. The
+    merge base is the old parent's tree, the series rebuilt on the old upstream: it holds the
+    base blobs the patch's index lines name (checked as the rebase starts), so the merge
+    never needs the new upstream to have them."""
     i = journal.ids.index(patch.id)
     old_parent = journal.old_commits[i - 1] if i else journal.old_base
     ours = writer.commit(pre, b"patchctl merge side\n", (old_parent,))
@@ -958,6 +1012,7 @@ def _report(
         patches=journal.done,
         stop=journal.stop,
         upstreamed=tuple(upstreamed_of(journal)),
+        bases=journal.bases,
         **extra,
     )
 

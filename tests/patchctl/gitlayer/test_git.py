@@ -18,7 +18,7 @@ from patchctl.errors import ConfigError, GitFailed, PatchctlError
 from patchctl.gitlayer.git import Git
 from patchctl.gitlayer.index import Index, temp_index
 from patchctl.gitlayer.objects import loose_missing, scratch_repo, share_objects, unsound_objects
-from patchctl.gitlayer.pipes import CommitWriter
+from patchctl.gitlayer.pipes import CommitWriter, TreeDiffer
 from patchctl.gitlayer.runner import PINNED_CONFIG, hermetic_env
 from patchctl.series.markers import markers_in_tree
 from patchctl.series.model import Upstream, load_series
@@ -363,6 +363,32 @@ def test_commit_writer_writes_the_commit_commit_tree_writes(
     assert repo.git.cat_file("commit", child).count(b"\nparent ") == 2  # two parent lines
     with CommitWriter(repo.git) as writer, pytest.raises(ValueError):
         writer.commit("HEAD", b"x\n")  # only full ids reach the object
+
+
+def test_tree_differ_gives_the_canonical_diff_of_each_pair(
+    make_repo: Callable[..., Repo],
+) -> None:
+    lines = b"".join(b"line %d\n" % n for n in range(30))
+    repo = make_repo({"src/f.c": lines, "src/g.bin": b"\0\1\2", "top.txt": b"t\n"})
+    one = new_repo(repo.path, {"src/f.c": lines.replace(b"line 7\n", b"~line 7\n"), "src/n.c": b""})
+    two = new_repo(repo.path, {"src/g.bin": b"\0\1\3\n~x\n", "top.txt": b"u\n"})
+    pairs = [(repo.tree, one.tree), (one.tree, two.tree), (two.tree, two.tree)]
+    pairs.append((repo.tree, two.tree))
+    for root in (".", "src"):
+        with TreeDiffer(repo.git, root) as differ:
+            got = [differ.diff(a, b) for a, b in pairs]
+        want = [repo.git.canonical_diff(a, b, root) for a, b in pairs]
+        assert got == want
+        assert got[2] == b"" and b"GIT binary patch" in got[1]
+        assert (b"top.txt" in got[1]) == (root == ".")  # the root applies
+
+
+def test_tree_differ_refuses_what_is_not_a_tree(make_repo: Callable[..., Repo]) -> None:
+    repo = make_repo({"a.txt": b"one\n"})
+    with TreeDiffer(repo.git) as differ, pytest.raises(ValueError):
+        differ.diff("HEAD", repo.tree)  # only full ids reach git
+    with TreeDiffer(repo.git) as differ, pytest.raises(GitFailed):
+        differ.diff("0" * 40, repo.tree)  # git cannot read it: an error, not a hang
 
 
 def test_merge_commits_is_the_cherry_pick_merge_trees_makes(

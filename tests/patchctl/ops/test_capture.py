@@ -109,6 +109,7 @@ def test_capture_round_trips_through_verify(repo: Path, tmp_path: Path, case: st
         "reverse",
         "reexport",
         "markers",
+        "bases",
     ]
 
 

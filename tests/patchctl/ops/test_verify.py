@@ -244,6 +244,7 @@ def test_verify_from_upstream_objects_only(tmp_path: Path) -> None:
         "reverse",
         "reexport",
         "markers",
+        "bases",
     ]
 
 

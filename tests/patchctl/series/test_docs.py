@@ -161,7 +161,7 @@ def test_json_failures_are_one_document(project: Path, capsys: pytest.CaptureFix
     assert code == 12 and doc["error"] == "RoundTripFailed"
     steps = {st["step"]: st["ok"] for st in doc["report"]["patches"][0]["steps"]}
     assert steps == {"chain": True, "forward": True, "reverse": True, "reexport": False,
-                     "markers": True}  # fmt: skip
+                     "markers": True, "bases": True}  # fmt: skip
 
 
 def test_the_registry_keeps_hand_written_text_and_other_series_sections(

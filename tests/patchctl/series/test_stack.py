@@ -105,7 +105,7 @@ def test_verify_all_checks_every_patch_of_the_stack(project: tuple[Path, Path]) 
     outcome = verify(package)
     assert outcome.report.ok and not outcome.stale_docs
     assert [p.id for p in outcome.report.patches] == ["0001-core", "0002-bind"]
-    assert all(len(p.steps) == 5 for p in outcome.report.patches)
+    assert all(len(p.steps) == 6 for p in outcome.report.patches)
     only = verify(package, ["0002-bind"])
     assert [p.id for p in only.report.patches] == ["0002-bind"] and only.report.ok
     with pytest.raises(NotFound):

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -454,3 +455,86 @@ def test_the_note_after_a_killed_rebase_names_the_rebase(
     assert any("an interrupted `patchctl rebase --continue` was" in note for note in notes), notes
     assert not any("patchctl patchctl" in note for note in notes)
     assert command("patchctl") == "patchctl command" and command("") == "patchctl command"
+
+
+# ----------------------------------------------------------------------------- base blobs
+
+
+def test_a_base_blob_the_new_upstream_lacks_still_gives_the_merge_its_base(
+    tmp_path: Path,
+) -> None:
+    from support.repos import diff_files
+    from support.series import git_upstream, write_series
+
+    from patchctl.gitlayer.git import Git
+    from patchctl.gitlayer.index import temp_index
+    from patchctl.series.baseblobs import named_bases
+
+    body = b"".join(b"f line %d\n" % n for n in range(1, 41))
+    v1 = {"f.c": body, "g.c": b"g\n"}
+    patched = {**v1, "f.c": body.replace(b"f line 30\n", b"f line 30 patched\n")}
+    v2 = {**v1, "f.c": body.replace(b"f line 28\n", b"f line 28 (upstream)\n")}
+    data = diff_files(tmp_path / "scratch", v1, patched)
+    ((_path, named),) = named_bases(data)
+    upstream = new_repo(tmp_path / "upstream", v1)
+    assert upstream.git.rev_parse(f"{upstream.tree}:f.c") == named
+    series_dir = write_series(
+        tmp_path / "project" / "patches" / "demo", git_upstream(upstream), [("0001-f", data)]
+    )
+    cleanroom_apply(series_dir)
+    onto = new_repo(tmp_path / "upstream", v2).commit
+
+    # The control: git's own three-way apply, in a repository holding the new upstream only,
+    # has no base: the blob the index line names is not there.
+    only_new = new_repo(tmp_path / "only-new", v2)
+    assert only_new.git.run_full("cat-file", "-e", named)[0] != 0
+    with temp_index(only_new.git) as index:
+        index.read_tree(only_new.tree)
+        code, err = index.apply(data, ("--3way",))
+    assert code != 0 and b"lacks the necessary blob" in err, err
+
+    report = rebase(series_dir, onto)
+    assert report.state == "done" and [d.how for d in report.patches] == ["merged"]
+    assert report.bases == ()  # the rebuilt old tree holds every named base blob
+    new = (series_dir / "0001-f.patch").read_bytes()
+    assert b"+f line 30 patched" in new
+    assert named_bases(new) == [(b"f.c", Git(only_new.path).rev_parse(f"{only_new.tree}:f.c"))]
+    checked = verify_series(load_series(series_dir), [room_of(series_dir)])
+    assert checked.ok, checked.failures()
+
+
+def test_a_patch_naming_base_blobs_the_series_does_not_rebuild_is_reported(
+    tmp_path: Path,
+) -> None:
+    series_dir, onto = rebase_ready(tmp_path)
+    series = load_series(series_dir)
+    report = verify_series(series, [room_of(series_dir)])
+    assert report.ok, report.failures()
+    name = "0002-louder-a.patch"
+    data = (series_dir / name).read_bytes()
+    # the same patch with its index line naming a blob the series never held
+    named = re.search(rb"\nindex ([0-9a-f]+)\.\.", data)
+    assert named is not None
+    stranger = "0123456789abcdef0123456789abcdef01234567"[: len(named.group(1))]
+    edited = data.replace(named.group(0), b"\nindex " + stranger.encode() + b"..", 1)
+    assert edited != data
+    (series_dir / name).write_bytes(edited)
+    text = (series_dir / "series.yaml").read_text()
+    (series_dir / "series.yaml").write_text(text.replace(sha256_of(data), sha256_of(edited)))
+    report = verify_series(load_series(series_dir), [room_of(series_dir)])
+    steps = {s.step: s for p in report.patches if p.id == "0002-louder-a" for s in p.steps}
+    assert steps["bases"].ok and steps["bases"].note is not None  # noted, as offsets are
+    assert stranger in steps["bases"].note and "not reproduced: src/a.c" in steps["bases"].note
+    assert steps["forward"].ok and report.ok  # git apply does not read index lines
+    moved = rebase(series_dir, onto)
+    assert [(b["patch"], b["path"], b["named"]) for b in moved.bases] == [
+        ("0002-louder-a", "src/a.c", stranger)
+    ]
+    assert "base blob 0123456789ab" in "\n".join(report_lines(moved))
+    assert moved.to_json()["bases_unreproduced"] == [dict(b) for b in moved.bases]
+
+
+def sha256_of(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()

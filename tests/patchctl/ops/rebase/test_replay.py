@@ -59,7 +59,9 @@ def test_continue_records_the_block_and_a_second_rebase_replays_it(tmp_path: Pat
     assert replayed.how == "replayed"
     assert replayed.replayed == (f"resolutions/{PATCH}/{record.name}",)
     assert (second / f"{PATCH}.patch").read_bytes() == (first / f"{PATCH}.patch").read_bytes()
-    assert report.to_json()["patches"][3]["replayed"] == [f"resolutions/{PATCH}/{record.name}"]
+    patches = report.to_json()["patches"]
+    assert isinstance(patches, list)
+    assert patches[3]["replayed"] == [f"resolutions/{PATCH}/{record.name}"]
     assert f"  replayed   {PATCH} (1 conflict block(s) replayed from resolutions/)" in report_lines(
         report
     )
