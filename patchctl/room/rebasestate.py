@@ -55,6 +55,7 @@ class Done:
     sha256: str  # of its new bytes
     staged: bool  # new bytes staged under patches/ (False: the old bytes are kept)
     seconds: float = 0.0  # wall time spent moving it (its hand resolution not counted)
+    blocks: int = 0  # "resolved": the conflict blocks the user resolved by hand for it
 
 
 @dataclass(frozen=True)

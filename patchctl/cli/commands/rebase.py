@@ -190,27 +190,11 @@ def upstreamed_lines(report: RebaseReport) -> list[str]:
 
 
 def stop_lines(report: RebaseReport) -> list[str]:
-    """What the user must resolve, where, and how to go on."""
-    stop = report.stop
-    assert stop is not None
-    if stop.reason == "empty":
-        head = f"stopped at {stop.id}: the new upstream has its changes already (empty patch)"
-    else:
-        head = f"stopped at {stop.id}: conflict in {len(stop.files)} file(s)"
-    lines = [head]
-    for path in stop.files:
-        hunks = [f"#{h}" for f, h in stop.hunks if f == path and h is not None]
-        marks = [str(n) for f, n in stop.markers if f == path]
-        what = f"hunks {', '.join(hunks)} no longer apply" if hunks else "conflict"
-        at = f"; conflict markers at line(s) {', '.join(marks)}" if marks else ""
-        lines.append(f"  {path}: {what}{at}")
-    lines += [f"  git: {m}" for m in stop.messages]
-    lines.append(
-        f"edit the files in {report.cleanroom} (`git diff` there shows the patch as it "
-        "would be), then `patchctl rebase --continue`; `--skip` drops the patch, "
-        "`--abort` puts everything back"
-    )
-    return lines
+    """What the user must resolve, where, what git placed on its own, and how to go on."""
+    from patchctl.ops.rebase.stop import stop_lines as lines_of
+
+    assert report.stop is not None
+    return lines_of(report.stop, report.cleanroom)
 
 
 def stopped_error(report: RebaseReport) -> Exception:

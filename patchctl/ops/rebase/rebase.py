@@ -53,6 +53,8 @@ from patchctl.gitlayer.index import Index, temp_index
 from patchctl.gitlayer.objects import scratch_repo
 from patchctl.gitlayer.pipes import CommitWriter, ObjectReader
 from patchctl.gitlayer.trees import Entry, Found, TreeStore
+from patchctl.ops.rebase import report as rebase_report
+from patchctl.ops.rebase import stop as rebase_stop
 from patchctl.ops.rebase.upstreamed import MERGED, NEEDED, Upstreamed, detect, history_between
 from patchctl.progress import Progress, or_null
 from patchctl.room import rebasestate
@@ -812,6 +814,7 @@ def _stop_here(room: Cleanroom, journal: Journal, stop: Stop) -> Journal:
     journal = rebasestate.moved(room.path, journal, "stopping", stop=stop)
     _move_worktree(room, stop.merged)
     room.git.read_tree(room.git.tree_of(journal.head), reset=True)
+    rebase_stop.conflict_state(room.git, journal, stop)  # unmerged entries, new files -N
     room.git.detach_head(journal.head)
     return rebasestate.moved(room.path, journal, "stopped", worktree=stop.merged)
 
@@ -846,7 +849,8 @@ def _take_resolution(room: Cleanroom, series: Series, journal: Journal) -> Journ
     data = _old_bytes(room, patch)
     with scratch_repo([room.path]) as scratch:
         new = regenerated(scratch, patch, data, pre, post, series.root)
-    done = _record(room, journal, patch, data, new, post, "resolved")
+    done = replace(_record(room, journal, patch, data, new, post, "resolved"),
+                   blocks=rebase_stop.blocks(stop))  # fmt: skip
     room.git.update_ref(f"{REFS}head", done.commit)
     room.git.read_tree(post, reset=True)
     room.git.refresh_index()
@@ -1024,6 +1028,7 @@ def _write_series(
         elif done.staged:
             writes.append((path, rebasestate.staged(room.path, entry.file)))
     writes.append((old.dir / range_diff_name(journal), range_diff))
+    writes += rebase_report.finish_files(old.dir, range_diff_name(journal), journal, range_diff)
     changed += session.write_patches(writes)  # one journal write for all of them
     return changed + session.save(new)
 
@@ -1070,6 +1075,7 @@ def _restore_series(session: SeriesSession, room: Cleanroom) -> list[Path]:
             changed.append(old.patch_path(patch))
     for stale in old.dir.glob("rebase-*.range-diff"):
         if stale.name == range_diff_name(rebasestate.load(room.path)):
+            changed += rebase_report.remove_files(old.dir, stale.name)
             stale.unlink()
             changed.append(stale)
     copy = rebasestate.old(room.path, session.path.name)
