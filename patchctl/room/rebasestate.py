@@ -56,6 +56,7 @@ class Done:
     staged: bool  # new bytes staged under patches/ (False: the old bytes are kept)
     seconds: float = 0.0  # wall time spent moving it (its hand resolution not counted)
     blocks: int = 0  # "resolved": the conflict blocks the user resolved by hand for it
+    waited: float = 0.0  # "resolved": wall time from the stop to the --continue that took it
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,7 @@ class Stop:
     hunks: tuple[tuple[str, int | None], ...] = ()
     markers: tuple[tuple[str, int], ...] = ()  # (file, line of a `<<<<<<<` marker)
     messages: tuple[str, ...] = ()
+    at: float = 0.0  # when the work tree was handed to the user (seconds since the epoch)
 
 
 @dataclass(frozen=True)

@@ -48,12 +48,13 @@ def render(report: Report) -> bytes:
         f"<title>{e(title)}</title><style>{STYLE}</style></head><body>",
         f"<h1>{e(title)}</h1>",
         f'<p id="state">state: <b>{e(report.state)}</b>; {len(report.patches)} patches;'
-        f" {report.total_seconds:.1f} s moving them</p>",
+        f" {report.total_seconds:.1f} s moving them, {report.total_waited:.0f} s stopped for"
+        " hand resolutions</p>",
         '<p id="counts">'
         + ", ".join(f"{n} {e(status)}" for status, n in report.counts().items() if n)
         + "</p>",
         '<table id="patches"><thead><tr><th>patch</th><th>status</th><th>rebase</th>'
-        "<th>seconds</th><th>hot</th><th>range-diff</th></tr></thead><tbody>",
+        "<th>seconds</th><th>waited (s)</th><th>hot</th><th>range-diff</th></tr></thead><tbody>",
     ]
     for row in report.patches:
         seconds = f"{row.seconds:.2f}" if row.how else "-"
@@ -61,6 +62,7 @@ def render(report: Report) -> bytes:
             f'<tr class="{css_class(row.status)}"><td><a href="#p-{e(row.id)}">{e(row.id)}</a></td>'
             f"<td>{e(row.status)}</td><td>{e(row.how or '-')}</td>"
             f'<td class="num">{seconds}</td>'
+            f'<td class="num">{f"{row.waited:.0f}" if row.how == "resolved" else "-"}</td>'
             f'<td class="num" title="{row.hot_stored} stored + {row.hot_now} this run">'
             f"{row.hot}</td>"
             f"<td>{e(row.pair or '-')}</td></tr>"

@@ -150,6 +150,7 @@ class RebaseReport:
             "backup": None if self.backup is None else self.backup.ref,
             "skipped": [str(p) for p in self.skipped],
             "upstreamed": [u.to_json() for u in self.upstreamed],
+            "report": rebase_report.of_rebase(self).to_json(),  # per patch (report.py)
         }
 
 
@@ -811,7 +812,7 @@ def _conflict(
 def _stop_here(room: Cleanroom, journal: Journal, stop: Stop) -> Journal:
     """Hand the work tree to the user: the merged files (markers included) in the work tree,
     the tree before the patch in the index and as HEAD (detached; the branch stays)."""
-    journal = rebasestate.moved(room.path, journal, "stopping", stop=stop)
+    journal = rebasestate.moved(room.path, journal, "stopping", stop=rebase_stop.stamped(stop))
     _move_worktree(room, stop.merged)
     room.git.read_tree(room.git.tree_of(journal.head), reset=True)
     rebase_stop.conflict_state(room.git, journal, stop)  # unmerged entries, new files -N
@@ -849,8 +850,7 @@ def _take_resolution(room: Cleanroom, series: Series, journal: Journal) -> Journ
     data = _old_bytes(room, patch)
     with scratch_repo([room.path]) as scratch:
         new = regenerated(scratch, patch, data, pre, post, series.root)
-    done = replace(_record(room, journal, patch, data, new, post, "resolved"),
-                   blocks=rebase_stop.blocks(stop))  # fmt: skip
+    done = rebase_stop.resolved(_record(room, journal, patch, data, new, post, "resolved"), stop)
     room.git.update_ref(f"{REFS}head", done.commit)
     room.git.read_tree(post, reset=True)
     room.git.refresh_index()

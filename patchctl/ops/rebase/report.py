@@ -70,6 +70,7 @@ class PatchRow:
     status: str  # one of STATUSES
     how: str  # the rebase's own word (`Done.how`), "" for a patch not moved
     seconds: float  # wall time spent moving it (a hand resolution not counted)
+    waited: float  # wall time from its stop to the --continue that took the hand resolution
     hot_stored: int  # resolutions stored for it in the series before this run
     hot_now: int  # conflict blocks resolved by hand for it in this run
     pair: str  # its range-diff pairing mark (`=`, `!`, `<`, `>`), "" when not known
@@ -87,6 +88,7 @@ class PatchRow:
             "status": self.status,
             "how": self.how,
             "seconds": self.seconds,
+            "waited": self.waited,
             "hot": self.hot,
             "hot_stored": self.hot_stored,
             "hot_now": self.hot_now,
@@ -112,6 +114,11 @@ class Report:
         """The time spent moving the patches, all together."""
         return round(sum(p.seconds for p in self.patches), 3)
 
+    @property
+    def total_waited(self) -> float:
+        """The time the rebase stood stopped until each hand resolution was taken."""
+        return round(sum(p.waited for p in self.patches), 1)
+
     def counts(self) -> dict[str, int]:
         """How many patches have each status (every status named, 0 included)."""
         found = {status: 0 for status in STATUSES}
@@ -128,6 +135,7 @@ class Report:
             "old": self.old,
             "new": self.new,
             "total_seconds": self.total_seconds,
+            "total_waited": self.total_waited,
             "counts": self.counts(),
             "patches": [p.to_json() for p in self.patches],
             "stop": self.stop,
@@ -161,14 +169,15 @@ def build(
         entry = moved.get(pid)
         if entry is not None:
             status, how, seconds = status_of(entry.how, mark), entry.how, entry.seconds
+            waited = entry.waited
             now = entry.blocks if entry.how == "resolved" else 0
         elif stop is not None and stop.id == pid:
             status = "empty" if stop.reason == "empty" else "conflict"
-            how, seconds, now = "", 0.0, 0
+            how, seconds, now, waited = "", 0.0, 0, 0.0
         else:
-            status, how, seconds, now = "pending", "", 0.0, 0
-        rows.append(PatchRow(pid, status, how, seconds, stored_resolutions(series_dir, pid), now,
-                             mark, text))  # fmt: skip
+            status, how, seconds, now, waited = "pending", "", 0.0, 0, 0.0
+        hot = stored_resolutions(series_dir, pid)
+        rows.append(PatchRow(pid, status, how, seconds, waited, hot, now, mark, text))
     return Report(
         state, series_dir.name, old, new, tuple(rows), stop_json,
         None if range_diff is None else str(range_diff),
@@ -290,6 +299,27 @@ def of_rebase(result: RebaseReport) -> Report:
     )
 
 
+def last_saved(series_path: Path) -> Report | None:
+    """The report the last rebase of the series left beside its range-diff (None when there
+    is none); `series_path` the series file or its directory."""
+    directory = series_path if series_path.is_dir() else series_path.parent
+    found = saved_reports(directory)
+    return load_saved(found[-1]) if found else None
+
+
+def write_html(report: Report, target: Path) -> None:
+    """The report's HTML page written to `target` (whose folder must exist)."""
+    from patchctl.fsio import write_atomic
+    from patchctl.ops.rebase.html import render
+
+    if not target.parent.is_dir():
+        raise PatchctlError(
+            f"--html {target}: the folder {target.parent} does not exist",
+            hint="name a file in an existing folder",
+        )
+    write_atomic(target, render(report))
+
+
 def saved_reports(series_dir: Path) -> list[Path]:
     """The reports rebases left in the series directory, the newest last."""
     found = [p for p in series_dir.glob("rebase-*.report.json") if p.is_file()]
@@ -318,6 +348,7 @@ def from_json(data: Any) -> Report:
             str(p["status"]),
             str(p["how"]),
             float(p["seconds"]),
+            float(p["waited"]),
             int(p["hot_stored"]),
             int(p["hot_now"]),
             str(p["range_diff_pair"]),
@@ -340,14 +371,17 @@ def text_lines(report: Report, *, diffs: bool = False) -> list[str]:
     """The report as text: one line per patch (status, time, hot count, range-diff mark),
     the totals; with `diffs`, each patch's part of the range-diff under it."""
     lines = [f"report: {report.series} {report.old} -> {report.new} ({report.state})"]
-    lines.append(f"  {'status':9} {'seconds':>8} {'hot':>4} {'rd':2} patch")
+    lines.append(f"  {'status':9} {'seconds':>8} {'waited':>8} {'hot':>4} {'rd':2} patch")
     for row in report.patches:
         seconds = f"{row.seconds:.2f}" if row.how else "-"
-        lines.append(f"  {row.status:9} {seconds:>8} {row.hot:>4} {row.pair or '-':2} {row.id}")
+        waited = f"{row.waited:.0f}" if row.how == "resolved" else "-"
+        lines.append(
+            f"  {row.status:9} {seconds:>8} {waited:>8} {row.hot:>4} {row.pair or '-':2} {row.id}"
+        )
         if diffs and row.range_diff and row.pair != "=":
             lines += ["      " + line for line in row.range_diff.splitlines()[1:]]
     counts = ", ".join(f"{n} {status}" for status, n in report.counts().items() if n)
-    total = f"{report.total_seconds:.1f} s moving them"
+    total = f"{report.total_seconds:.1f} s moving them, {report.total_waited:.0f} s stopped"
     lines.append(f"  {len(report.patches)} patches: {counts}; {total}")
     hot = [row for row in report.patches if row.hot]
     if hot:

@@ -18,10 +18,12 @@ the three-way merge put them somewhere without a conflict: the ones a reviewer m
 
 from __future__ import annotations
 
+import time
+from dataclasses import replace
 from pathlib import Path
 
 from patchctl.gitlayer.git import Git
-from patchctl.room.rebasestate import Journal, Stop
+from patchctl.room.rebasestate import Done, Journal, Stop
 
 
 def blocks(stop: Stop) -> int:
@@ -29,6 +31,18 @@ def blocks(stop: Stop) -> int:
     one per conflicted file that has none (a file deleted on one side)."""
     marked = {path for path, _line in stop.markers}
     return len(stop.markers) + sum(1 for path in stop.files if path not in marked)
+
+
+def stamped(stop: Stop) -> Stop:
+    """The stop with the time it is handed to the user (kept when a killed hand-over is
+    redone)."""
+    return stop if stop.at else replace(stop, at=round(time.time(), 3))
+
+
+def resolved(done: Done, stop: Stop) -> Done:
+    """A hand-resolved patch's Done with the blocks the user settled and the time it took."""
+    waited = max(0.0, round(time.time() - stop.at, 1)) if stop.at else 0.0
+    return replace(done, blocks=blocks(stop), waited=waited)
 
 
 def old_trees(git: Git, journal: Journal, pid: str) -> tuple[str, str]:
