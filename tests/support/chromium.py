@@ -29,6 +29,7 @@ import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
+from html.parser import HTMLParser
 from pathlib import Path
 
 from support.debian import CACHE, KEYRING, MIRROR, SUITE, apt_options
@@ -186,3 +187,38 @@ def _fetch(top: Path, suite: str) -> None:
             ["dpkg", "-x", str(apt / "cache" / "archives" / name), str(root)], check=True
         )
     (top / "complete").write_text("ok\n")
+
+
+class Seen(HTMLParser):
+    """What a reader sees of a DOM: its text (script and style content left out), its title,
+    and the tags it has."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.text: list[str] = []
+        self.tags: list[str] = []
+        self.title = ""
+        self._skip = 0
+        self._in_title = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+        self._skip += tag in ("script", "style")
+        self._in_title = tag == "title"
+
+    def handle_endtag(self, tag: str) -> None:
+        self._skip -= tag in ("script", "style")
+        self._in_title = False
+
+    def handle_data(self, data: str) -> None:
+        if self._in_title:
+            self.title += data
+        elif not self._skip:
+            self.text.append(data)
+
+
+def seen(dom: str) -> Seen:
+    """The DOM `dump_dom` returned, as a reader sees it."""
+    parser = Seen()
+    parser.feed(dom)
+    return parser

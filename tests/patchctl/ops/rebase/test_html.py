@@ -6,11 +6,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 from html import escape
-from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from support.chromium import chromium
+from support.chromium import chromium, seen
 from support.drift import rebase_ready, resolve_conflicts
 
 from patchctl.ops.rebase.html import CSP, render
@@ -20,39 +19,6 @@ from patchctl.room.rebasestate import Done
 from patchctl.series.model import load_series, save_series
 
 HOSTILE = "<script>document.title='pwned'</script><img src=x onerror=\"document.title='img'\">&amp;"
-
-
-class Seen(HTMLParser):
-    """What a reader sees of a DOM: its text (script and style content left out), the tags."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.text: list[str] = []
-        self.tags: list[str] = []
-        self.title = ""
-        self._skip = 0
-        self._in_title = False
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.tags.append(tag)
-        self._skip += tag in ("script", "style")
-        self._in_title = tag == "title"
-
-    def handle_endtag(self, tag: str) -> None:
-        self._skip -= tag in ("script", "style")
-        self._in_title = False
-
-    def handle_data(self, data: str) -> None:
-        if self._in_title:
-            self.title += data
-        elif not self._skip:
-            self.text.append(data)
-
-
-def seen(dom: str) -> Seen:
-    parser = Seen()
-    parser.feed(dom)
-    return parser
 
 
 @pytest.fixture(scope="module")

@@ -181,3 +181,75 @@ def test_status_of_a_running_rebase_reads_its_journal(tmp_path: Path) -> None:
     rebase(series_dir, onto)
     again = of_rebase(rebase_status(series_dir))
     assert [r.status for r in again.patches][-1] == "conflict"
+
+
+# ----------------------------------------------------------------------------- a real move
+
+REPO = Path(__file__).resolve().parents[4]
+
+
+@pytest.mark.integration
+def test_the_shipped_series_moved_between_releases_reports_every_patch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """patches/llamafile-0.3.35 moved onto llama-cpp-python 0.3.36 (both sdists through the
+    test cache): every stop is a git conflict state with its blocks named, each resolved
+    (both sides kept, ours first) and continued; the report names every patch."""
+    import shutil
+
+    from support.chromium import chromium, seen
+    from support.debian import CACHE
+
+    from patchctl.gitlayer.git import Git
+    from patchctl.ops.cleanroom.apply import cleanroom_apply
+
+    monkeypatch.setenv("PATCHCTL_CACHE_DIR", str(CACHE))
+    series_dir = tmp_path / "proj" / "patches" / "llamafile-0.3.35"
+    shutil.copytree(REPO / "patches" / "llamafile-0.3.35", series_dir)
+    room = tmp_path / "room"
+    cleanroom_apply(series_dir, workdir=room)
+    ids = list(load_series_ids(series_dir))
+    result = rebase(series_dir, "llama-cpp-python==0.3.36", workdir=room)
+    stops = []
+    while result.state == "stopped":
+        assert result.stop is not None
+        unmerged = Git(room).unmerged_paths()
+        assert unmerged and set(unmerged) == set(result.stop.files)
+        stops.append((result.stop.id, len(result.stop.files)))
+        for path in unmerged:
+            keep_both(room / path)
+        result = rebase_continue(series_dir, workdir=room)
+    assert result.state == "done" and len(stops) >= 2
+    assert result.range_diff is not None
+    json_name, html_name = report_names(result.range_diff.name)
+    saved = json.loads((series_dir / json_name).read_text())
+    assert [p["id"] for p in saved["patches"]] == ids
+    statuses = {p["id"]: p["status"] for p in saved["patches"]}
+    assert {pid for pid, _n in stops} == {pid for pid, s in statuses.items() if s == "conflict"}
+    assert all(p["hot_now"] >= 1 for p in saved["patches"] if p["status"] == "conflict")
+    view = seen(chromium().dump_dom(series_dir / html_name))
+    text = "".join(view.text)
+    assert all(pid in text for pid in ids) and "conflict" in text
+
+
+def load_series_ids(series_dir: Path) -> tuple[str, ...]:
+    from patchctl.series.model import load_series
+
+    return load_series(series_dir).ids()
+
+
+def keep_both(path: Path) -> None:
+    """Resolve every diff3 block of the file at `path` by keeping ours, then theirs."""
+    out, side = [], None
+    for line in path.read_bytes().splitlines(keepends=True):
+        if line.startswith(b"<<<<<<< "):
+            side = "ours"
+        elif side and line.startswith(b"||||||| "):
+            side = "base"
+        elif side and line.rstrip(b"\r\n") == b"=======":
+            side = "theirs"
+        elif side and line.startswith(b">>>>>>> "):
+            side = None
+        elif side != "base":
+            out.append(line)
+    path.write_bytes(b"".join(out))
