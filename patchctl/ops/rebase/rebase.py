@@ -45,7 +45,6 @@ from patchctl.errors import (
     NotFound,
     NothingToCapture,
     PatchctlError,
-    PatchDoesNotApply,
     SeriesChanged,
 )
 from patchctl.gitlayer.git import Git, Merged
@@ -877,15 +876,7 @@ def _check_resolution(room: Cleanroom, series: Series, patch: Patch, pre: str, p
         (path, lines) for path in changed if (lines := _markers_added(room.git, pre, post, path))
     ]
     if left:
-        where = "; ".join(f"{path} (line {', '.join(map(str, lines))})" for path, lines in left)
-        raise PatchDoesNotApply(
-            f"{patch.id}: conflict markers are still in {where}",
-            patch=patch.id,
-            file=left[0][0],
-            why="unresolved conflict",
-            hint="resolve every block (no `<<<<<<<`, `|||||||`, `=======` or `>>>>>>>` line may"
-            " stay), then `patchctl rebase --continue` (or --skip / --abort)",
-        )
+        raise rebase_stop.left_error(room.git, patch.id, post, left)
 
 
 def _markers_added(git: Git, pre: str, post: str, path: str) -> tuple[int, ...]:

@@ -18,12 +18,17 @@ the three-way merge put them somewhere without a conflict: the ones a reviewer m
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import replace
 from pathlib import Path
 
+from patchctl.errors import ConflictsLeft
 from patchctl.gitlayer.git import Git
 from patchctl.room.rebasestate import Done, Journal, Stop
+
+BLOCK_START = re.compile(rb"<{7}(?=[ \t\r\n\v\f]|\Z)")
+BLOCK_END = re.compile(rb">{7}(?=[ \t\r\n\v\f]|\Z)")
 
 
 def blocks(stop: Stop) -> int:
@@ -119,3 +124,50 @@ def placed_by_git(stop: Stop) -> list[tuple[str, list[str]]]:
         if hunk is not None:
             found[path].append(f"#{hunk}")
     return list(found.items())
+
+
+def block_ranges(text: bytes) -> list[tuple[int, int | None]]:
+    """The (first, last) line of each conflict block in `text`: a `<<<<<<<` line to the next
+    `>>>>>>>` line (last None for a block left open)."""
+    found: list[tuple[int, int | None]] = []
+    start = None
+    for number, line in enumerate(text.splitlines(), 1):
+        if BLOCK_START.match(line):
+            if start is not None:
+                found.append((start, None))
+            start = number
+        elif BLOCK_END.match(line) and start is not None:
+            found.append((start, number))
+            start = None
+    if start is not None:
+        found.append((start, None))
+    return found
+
+
+def left_error(
+    git: Git, pid: str, post: str, left: list[tuple[str, tuple[int, ...]]]
+) -> ConflictsLeft:
+    """The refusal of a `--continue` while conflict markers are left: every file, its marker
+    lines (`left`: the lines beyond those the file had before the patch) and the conflict
+    blocks they make (text, and `left` in --json)."""
+    entries: list[dict[str, object]] = []
+    parts = []
+    for path, lines in left:
+        blob = git.maybe_rev(f"{post}:{path}")
+        text = git.cat_file("blob", blob) if blob else b""
+        spans = [(a, b) for a, b in block_ranges(text) if a in lines]
+        shown = ", ".join(f"{a}-{b}" if b is not None else f"{a}-(open)" for a, b in spans)
+        parts.append(
+            f"{path} (line {', '.join(map(str, lines))})" + (f" blocks {shown}" if spans else "")
+        )
+        entries.append({"file": path, "lines": list(lines), "blocks": [[a, b] for a, b in spans]})
+    count = sum(len(e["lines"]) for e in entries if isinstance(e["lines"], list))
+    return ConflictsLeft(
+        f"{pid}: conflict markers are still in {'; '.join(parts)}"
+        f" ({count} marker line(s) in {len(entries)} file(s))",
+        patch=pid,
+        left=entries,
+        hint="resolve every block (no `<<<<<<<`, `|||||||`, `=======` or `>>>>>>>` line may"
+        " stay), then `patchctl rebase --continue` (or --skip / --abort); `git diff"
+        " --diff-filter=U` in the clean room shows the files still unmerged",
+    )

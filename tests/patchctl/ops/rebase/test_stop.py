@@ -4,17 +4,19 @@ resolution with or without `git add`."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from support.drift import edit, lines, rebase_ready, resolve_conflicts, sha256
 from support.repos import diff_files, new_repo
 
-from patchctl.errors import PatchDoesNotApply
+from patchctl.cli.main import main
+from patchctl.errors import ConflictsLeft, PatchDoesNotApply
 from patchctl.gitlayer.git import Git
 from patchctl.ops.cleanroom.apply import cleanroom_apply
 from patchctl.ops.rebase.rebase import rebase, rebase_abort, rebase_continue, rebase_status
-from patchctl.ops.rebase.stop import blocks, placed_by_git, stop_lines
+from patchctl.ops.rebase.stop import block_ranges, blocks, placed_by_git, stop_lines
 from patchctl.room import rebasestate
 from patchctl.room.cleanroom import create_cleanroom, default_workdir
 from patchctl.room.rebasestate import Stop
@@ -149,3 +151,37 @@ def test_the_drift_series_stop_is_unmerged_too(tmp_path: Path) -> None:
 def test_blocks_counts_markers_and_marker_free_files() -> None:
     stop = Stop("p", "conflict", "t", ("a", "b"), (), (("a", 3), ("a", 20)), ())
     assert blocks(stop) == 3  # two blocks in a, b deleted on one side
+
+
+def test_a_refusal_lists_every_file_and_block_left(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    series_dir, onto = rebase_ready(tmp_path)
+    rebase(series_dir, onto)
+    room = room_of(series_dir)
+    conflicted = (room / "src" / "c.c").read_bytes()
+    blocks_at = [i for i, line in enumerate(conflicted.splitlines(), 1)
+                 if line.startswith(b"<<<<<<< ")]  # fmt: skip
+    ends_at = [i for i, line in enumerate(conflicted.splitlines(), 1)
+               if line.startswith(b">>>>>>> ")]  # fmt: skip
+    (room / "src" / "a.c").write_bytes(
+        (room / "src" / "a.c").read_bytes() + b"<<<<<<< mine\nx\n=======\ny\n>>>>>>> theirs\n"
+    )
+    with pytest.raises(ConflictsLeft) as refused:
+        rebase_continue(series_dir)
+    message = refused.value.message
+    assert f"src/c.c (line {blocks_at[0]}," in message
+    assert f"blocks {blocks_at[0]}-{ends_at[0]}" in message
+    assert "src/a.c (line" in message and "in 2 file(s)" in message
+    left = refused.value.details()["left"]
+    assert isinstance(left, list) and {e["file"] for e in left} == {"src/a.c", "src/c.c"}
+    code = main(["rebase", "--series", str(series_dir), "--continue", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 3 and data["error"] == "ConflictsLeft"
+    assert [e["file"] for e in data["left"]] == [e["file"] for e in left]
+    assert all(e["blocks"] for e in data["left"])
+
+
+def test_block_ranges_finds_closed_and_open_blocks() -> None:
+    text = b"x\n<<<<<<< ours\na\n=======\nb\n>>>>>>> theirs\ny\n<<<<<<< again\nz\n"
+    assert block_ranges(text) == [(2, 6), (8, None)]
