@@ -54,7 +54,8 @@ class Done:
     # (--skip) | "upstreamed" (the new upstream has it; dropped by --drop-merged)
     sha256: str  # of its new bytes
     staged: bool  # new bytes staged under patches/ (False: the old bytes are kept)
-    seconds: float = 0.0  # wall time spent moving it (its hand resolution not counted)
+    seconds: float = 0.0  # wall time spent moving it, up to its stop (its hand resolution not
+    # counted)
     blocks: int = 0  # "resolved": the conflict blocks the user resolved by hand for it
     waited: float = 0.0  # "resolved": wall time from the stop to the --continue that took it
 
@@ -71,6 +72,7 @@ class Stop:
     markers: tuple[tuple[str, int], ...] = ()  # (file, line of a `<<<<<<<` marker)
     messages: tuple[str, ...] = ()
     at: float = 0.0  # when the work tree was handed to the user (seconds since the epoch)
+    seconds: float = 0.0  # wall time spent moving the patch until it stopped
 
 
 @dataclass(frozen=True)

@@ -539,7 +539,8 @@ def _advance(
             if isinstance(outcome, Stop):
                 report.done("rebase")
                 _keep_head(room, journal)
-                return _stop_here(room, journal, outcome)
+                spent = round(time.perf_counter() - started, 3)
+                return _stop_here(room, journal, replace(outcome, seconds=spent))
             outcome = replace(outcome, seconds=round(time.perf_counter() - started, 3))
             journal = rebasestate.save(room.path, replace(journal, done=(*journal.done, outcome)))
             report.advance("rebase")

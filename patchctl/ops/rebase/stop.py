@@ -45,9 +45,10 @@ def stamped(stop: Stop) -> Stop:
 
 
 def resolved(done: Done, stop: Stop) -> Done:
-    """A hand-resolved patch's Done with the blocks the user settled and the time it took."""
+    """A hand-resolved patch's Done with the blocks the user settled, the time the user took
+    and the time the rebase spent moving it up to the stop."""
     waited = max(0.0, round(time.time() - stop.at, 1)) if stop.at else 0.0
-    return replace(done, blocks=blocks(stop), waited=waited)
+    return replace(done, blocks=blocks(stop), waited=waited, seconds=stop.seconds)
 
 
 def old_trees(git: Git, journal: Journal, pid: str) -> tuple[str, str]:

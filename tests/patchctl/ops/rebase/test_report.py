@@ -118,6 +118,7 @@ def test_a_finished_rebase_writes_its_report_beside_the_range_diff(
     assert (rows["0004-c-10"]["hot_stored"], rows["0004-c-10"]["hot_now"]) == (1, 1)
     assert rows["0004-c-10"]["hot"] == 2 and rows["0001-readme"]["hot"] == 0
     assert rows["0004-c-10"]["waited"] >= 0 and rows["0002-louder-a"]["seconds"] > 0
+    assert rows["0004-c-10"]["seconds"] > 0  # the time up to its stop
     assert saved["total_seconds"] == pytest.approx(sum(p["seconds"] for p in saved["patches"]))
     assert saved["counts"]["clean"] == 2 and saved["counts"]["offset"] == 1
     assert (series_dir / html_name).read_bytes().startswith(b"<!DOCTYPE html>")
