@@ -12,9 +12,11 @@ How (in the series' clean room, under the series and clean-room locks for every 
    its header and trailer; an imported patch that applies exactly keeps every byte).
 3. At the first conflict, or a patch whose changes the new upstream already has, it stops:
    the clean room's work tree gets the merged files with conflict markers (`diff3` style:
-   the old base's lines too), its index and HEAD the tree before the patch (so `git diff`
-   there shows the patch as it would be), and the report names the patch, the conflicted
-   files, the patch's hunks that no longer apply and the marker lines. The user edits the
+   the old base's lines too), HEAD the tree before the patch, and its index that tree as a
+   git conflict state (stop.py: unmerged stages for the conflicted files, the patch's new
+   files intent-to-add, so `git diff` there shows the patch as it would be); the report
+   names the patch, the conflicted files, the patch's hunks that no longer apply (and those
+   git placed on its own) and the marker lines. The user edits the
    work tree, then `--continue` captures the result as the patch (header kept), `--skip`
    drops the patch from the series (its file is kept, moved to
    `skipped/<old>-<new>/` in the series directory), `--abort` puts everything back.

@@ -277,12 +277,12 @@ def remove_files(series_dir: Path, range_diff_name: str) -> list[Path]:
 
 
 def of_rebase(result: RebaseReport) -> Report:
-    """The report of a rebase run's result (done, or stopped: the patches not moved yet are
-    read from the series, which is the old one until the rebase ends)."""
+    """The report of a rebase run's result (done, or in progress: the patches not moved yet
+    are read from the series, which is the old one until the rebase ends)."""
     from patchctl.ops.rebase.rebase import _stop_json
 
     ids = [d.id for d in result.patches]
-    if result.state == "stopped":
+    if result.state not in ("done", "aborted"):  # stopped, or a killed run resumed
         rest = load_series(result.series, check_files=False).ids()
         ids += [pid for pid in rest if pid not in ids]
     return build(

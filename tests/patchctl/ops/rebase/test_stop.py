@@ -185,3 +185,23 @@ def test_a_refusal_lists_every_file_and_block_left(
 def test_block_ranges_finds_closed_and_open_blocks() -> None:
     text = b"x\n<<<<<<< ours\na\n=======\nb\n>>>>>>> theirs\ny\n<<<<<<< again\nz\n"
     assert block_ranges(text) == [(2, 6), (8, None)]
+
+
+def test_git_mergetool_works_on_the_stop_and_continue_takes_its_result(tmp_path: Path) -> None:
+    series_dir, onto = conflicting_project(tmp_path)
+    rebase(series_dir, onto)
+    room = room_of(series_dir)
+    # a merge tool that takes theirs (the patch's side): git hands it the stages it reads
+    raw_git(
+        room,
+        "-c", "mergetool.take.cmd=cp \"$REMOTE\" \"$MERGED\"",
+        "-c", "mergetool.take.trustExitCode=true",
+        "-c", "mergetool.keepBackup=false",
+        "mergetool", "--tool=take", "--no-prompt",
+    )  # fmt: skip
+    assert Git(room).unmerged_paths() == []
+    assert (room / "src" / "c.c").read_bytes() == AFTER["src/c.c"]
+    done = rebase_continue(series_dir)
+    assert done.state == "done"
+    data = (series_dir / "0001-three.patch").read_bytes()
+    assert b"-c line 10 (rewritten upstream)\n+C 10" in data
