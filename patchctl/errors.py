@@ -102,6 +102,23 @@ class PatchDoesNotApply(PatchctlError):
         return {"patch": self.patch, "file": self.file, "hunk": self.hunk, "why": self.why}
 
 
+class ConflictsLeft(PatchDoesNotApply):
+    """`rebase --continue` refused: conflict markers are still in the work tree; names every
+    file, every marker line and every conflict block left, not only the first."""
+
+    def __init__(
+        self, message: str, *, patch: str, left: list[dict[str, object]], hint: str
+    ) -> None:
+        first = left[0]["file"] if left else None
+        super().__init__(
+            message, patch=patch, file=str(first), why="unresolved conflict", hint=hint
+        )
+        self.left = left
+
+    def details(self) -> dict[str, object]:
+        return {**super().details(), "left": self.left}
+
+
 class RebaseStopped(PatchDoesNotApply):
     """A rebase stopped at a patch that needs the user (a conflict, or a patch that became
     empty); carries the whole rebase report, so `--json` prints one document."""

@@ -432,6 +432,50 @@ class Git:
                 entries[os.fsdecode(name)] = f"{mode} {oid}"
         return entries
 
+    def entries_at(self, tree: str, paths: Sequence[str]) -> dict[str, tuple[str, str]]:
+        """The entries of `paths` (files, exact paths) in `tree`: path -> (mode, object id);
+        a path the tree does not hold is left out. One `ls-tree` process."""
+        if not paths:
+            return {}
+        out = self.run("ls-tree", "-r", "-z", "--full-tree", object_id(tree), "--", *paths)
+        wanted, found = set(paths), {}
+        for record in out.split(b"\0"):
+            if not record:
+                continue
+            meta, _tab, raw = record.partition(b"\t")
+            mode, _kind, oid = meta.decode("ascii").split(" ")
+            name = os.fsdecode(raw)
+            if name in wanted:
+                found[name] = (mode, oid)
+        return found
+
+    def set_unmerged(self, entries: Mapping[str, Sequence[tuple[int, str, str]]]) -> None:
+        """Make each path of `entries` an unmerged index entry, as a conflicted merge leaves
+        it: its stage-0 entry removed, then its (stage, mode, object id) entries written
+        (stage 1 the base, 2 ours, 3 theirs). `git update-index -z --index-info`."""
+        records = []
+        for path, stages in entries.items():
+            name = os.fsencode(path)
+            records.append(b"0 " + b"0" * 40 + b"\t" + name)  # mode 0: drop the entry
+            for stage, mode, oid in stages:
+                if stage not in (1, 2, 3) or not mode.isdigit():
+                    raise ValueError(f"not a merge stage entry: {stage} {mode}")
+                records.append(f"{mode} {object_id(oid)} {stage}\t".encode("ascii") + name)
+        if records:
+            self.run("update-index", "-z", "--index-info", stdin=b"\0".join(records) + b"\0")
+
+    def intent_to_add(self, paths: Sequence[str]) -> None:
+        """Record `paths` (untracked files) as intent-to-add in the index (`add -N`), so that
+        `git diff` shows them as new files; their content is not staged."""
+        if paths:
+            self.run("add", "--intent-to-add", "-f", "--", *(f":(literal){p}" for p in paths))
+
+    def unmerged_paths(self) -> list[str]:
+        """The paths that have unmerged (stage 1-3) entries in the index, each once."""
+        out = self.run("ls-files", "-u", "-z")
+        names = (os.fsdecode(r.partition(b"\t")[2]) for r in out.split(b"\0") if r)
+        return list(dict.fromkeys(names))
+
     def changed_paths(self, pre: str, post: str) -> list[str]:
         """The paths whose entry differs between trees `pre` and `post` (no rename pairing)."""
         flags = ("-r", "--name-only", "-z", "--no-renames")

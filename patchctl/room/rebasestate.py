@@ -55,9 +55,12 @@ class Done:
     # new upstream has it; dropped by --drop-merged)
     sha256: str  # of its new bytes
     staged: bool  # new bytes staged under patches/ (False: the old bytes are kept)
-    seconds: float = 0.0  # wall time spent moving it (its hand resolution not counted)
+    seconds: float = 0.0  # wall time spent moving it, up to its stop (its hand resolution not
+    # counted)
     replayed: tuple[str, ...] = ()  # the recorded resolutions replayed (series-relative paths)
     recorded: tuple[str, ...] = ()  # the resolutions recorded from the user's (staged)
+    blocks: int = 0  # "resolved": the conflict blocks the user resolved by hand for it
+    waited: float = 0.0  # "resolved": wall time from the stop to the --continue that took it
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,8 @@ class Stop:
     markers: tuple[tuple[str, int], ...] = ()  # (file, line of a `<<<<<<<` marker)
     messages: tuple[str, ...] = ()
     replayed: tuple[str, ...] = ()  # recorded resolutions already put in (what is left stays)
+    at: float = 0.0  # when the work tree was handed to the user (seconds since the epoch)
+    seconds: float = 0.0  # wall time spent moving the patch until it stopped
 
 
 @dataclass(frozen=True)

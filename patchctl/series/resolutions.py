@@ -451,6 +451,11 @@ def _safe_path(path: str) -> bool:
     return bool(path) and "\0" not in path and all(p not in ("", ".", "..") for p in parts)
 
 
+def is_record_name(name: str) -> bool:
+    """Whether `name` is a record's file name (`<file>-<12 hex>.yaml`)."""
+    return _NAME.fullmatch(name) is not None
+
+
 def store_dir(series_dir: Path) -> Path:
     """The series' resolutions directory."""
     return series_dir / DIRECTORY

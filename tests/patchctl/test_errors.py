@@ -16,6 +16,7 @@ from patchctl.errors import (
     ALL_ERRORS,
     BuildStepFailed,
     ConfigError,
+    ConflictsLeft,
     DocsOutOfDate,
     GitFailed,
     PatchctlError,
@@ -134,6 +135,9 @@ SAMPLES: dict[str, Callable[[], PatchctlError]] = {
     "PrefixFailed": lambda: PrefixFailed("m", report=_Report(), hint="h"),
     "RebaseStopped": lambda: RebaseStopped("m", report=_Report(), patch="0001-x", hint="h"),
     "DocsOutOfDate": lambda: DocsOutOfDate([Path("README.md")]),
+    "ConflictsLeft": lambda: ConflictsLeft(
+        "m", patch="0001-x", left=[{"file": "a.c", "lines": [3], "blocks": [[3, 7]]}], hint="h"
+    ),
 }
 
 

@@ -3,6 +3,7 @@ upstream, stopping at conflicts for the user."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -18,6 +19,7 @@ from patchctl.cli.options import (
 
 if TYPE_CHECKING:
     from patchctl.ops.rebase.rebase import RebaseReport
+    from patchctl.ops.rebase.report import Report
     from patchctl.room.rebasestate import Done
 
 
@@ -65,6 +67,14 @@ def rebase_command(
             " has a recorded resolution for it.",
         ),
     ] = False,
+    html: Annotated[
+        Path | None,
+        typer.Option(
+            "--html",
+            help="With --status: also write the report as a static HTML page to this file.",
+            dir_okay=False,
+        ),
+    ] = None,
     series: SeriesOpt = DEFAULT_SERIES,
     workdir: WorkdirOpt = None,
     as_json: JsonOpt = False,
@@ -77,17 +87,18 @@ def rebase_command(
         )
     if onto is None and (commit is not None or subdir is not None or drop_merged or no_replay):
         raise typer.BadParameter("--commit, --subdir, --drop-merged and --no-replay go with --onto")
+    if html is not None and not status:
+        raise typer.BadParameter("--html goes with --status")
     from patchctl.cli.console import RichProgress
     from patchctl.ops.rebase.rebase import (
         rebase,
         rebase_abort,
         rebase_continue,
         rebase_skip,
-        rebase_status,
     )
 
     if status:
-        render_status(rebase_status(series, workdir), as_json)
+        show_status(series, workdir, as_json, html)
         return
 
     with RichProgress(enabled=False if as_json else None) as progress:
@@ -125,20 +136,49 @@ def render_rebase(report: RebaseReport, as_json: bool) -> None:
         print_json(report.to_json())
 
 
+def show_status(series: Path, workdir: Path | None, as_json: bool, html: Path | None) -> None:
+    """`rebase --status`: the rebase in progress; once none is, the report the last rebase
+    left beside its range-diff (with every changed patch's part of the range-diff)."""
+    from patchctl.errors import NotFound
+    from patchctl.ops.rebase.rebase import rebase_status
+    from patchctl.ops.rebase.report import last_saved, of_rebase, write_html
+
+    try:
+        result = rebase_status(series, workdir)
+    except NotFound:
+        saved = last_saved(series)
+        if saved is None:
+            raise
+        if html is not None:
+            write_html(saved, html)
+        render_saved(saved, as_json)
+        return
+    if html is not None:
+        write_html(of_rebase(result), html)
+    render_status(result, as_json)
+
+
+def render_saved(saved: Report, as_json: bool) -> None:
+    """A saved report: its JSON document, or its text with the range-diff parts."""
+    from patchctl.cli.console import print_json
+    from patchctl.ops.rebase.report import text_lines
+
+    if as_json:
+        print_json(saved.to_json())
+        return
+    for line in text_lines(saved, diffs=True):
+        print_line(line)
+
+
 def render_status(report: RebaseReport, as_json: bool) -> None:
     """`rebase --status`: the report as it stands, exit 0 (a stop is shown, not raised)."""
     from patchctl.cli.console import print_json
+    from patchctl.ops.rebase.report import of_rebase, text_lines
 
     if as_json:
         print_json(report.to_json())
         return
-    if report.state == "stopped":
-        lines = report_lines(report)
-    else:
-        lines = [
-            f"rebase {report.series.parent.name}: {report.old} -> {report.new} ({report.state})"
-        ]
-        lines += [done_line(d) for d in report.patches]
+    lines = report_lines(report) if report.state == "stopped" else text_lines(of_rebase(report))
     for line in lines:
         print_line(line)
 
@@ -160,8 +200,11 @@ def report_lines(report: RebaseReport) -> list[str]:
         if report.backup is not None:
             lines.append(f"  the work tree's edits were saved to {report.backup.ref}")
         return lines + [f"  restored {p}" for p in report.changed]
+    from patchctl.ops.rebase.report import of_rebase, report_names, text_lines
+
     lines = [f"rebase {report.series.parent.name}: {report.old} -> {report.new}"]
-    lines += [done_line(d) for d in report.patches]
+    lines += text_lines(of_rebase(report))[1:]
+    lines += [done_line(d) for d in report.patches if d.replayed or d.recorded]
     lines += upstreamed_lines(report)
     lines += [
         f"  base blob {b['named']} of {b['path']} ({b['patch']}) is not in the rebuilt old tree"
@@ -181,6 +224,10 @@ def report_lines(report: RebaseReport) -> list[str]:
             f"time moving the patches: {spent:.1f} s; slowest: "
             + ", ".join(f"{d.id} {d.seconds:.2f} s" for d in slowest)
         )
+    if report.range_diff is not None:
+        json_name, html_name = report_names(report.range_diff.name)
+        folder = report.range_diff.parent
+        lines.append(f"report saved to {folder / html_name} (a page) and {folder / json_name}")
     lines.append(f"range-diff (old vs new patches) saved to {report.range_diff}; in short:")
     lines += ["  " + line.strip() for line in summary_lines(report.range_diff_text)]
     lines.append(f"clean room {report.cleanroom}: new base plus the rebased series")
@@ -215,32 +262,11 @@ def upstreamed_lines(report: RebaseReport) -> list[str]:
 
 
 def stop_lines(report: RebaseReport) -> list[str]:
-    """What the user must resolve, where, and how to go on."""
-    stop = report.stop
-    assert stop is not None
-    if stop.reason == "empty":
-        head = f"stopped at {stop.id}: the new upstream has its changes already (empty patch)"
-    else:
-        head = f"stopped at {stop.id}: conflict in {len(stop.files)} file(s)"
-    lines = [head]
-    if stop.replayed:
-        lines.append(
-            f"  {len(stop.replayed)} conflict block(s) replayed from resolutions/; what is"
-            " listed below is left to you (`--no-replay` with --onto declines replays)"
-        )
-    for path in stop.files:
-        hunks = [f"#{h}" for f, h in stop.hunks if f == path and h is not None]
-        marks = [str(n) for f, n in stop.markers if f == path]
-        what = f"hunks {', '.join(hunks)} no longer apply" if hunks else "conflict"
-        at = f"; conflict markers at line(s) {', '.join(marks)}" if marks else ""
-        lines.append(f"  {path}: {what}{at}")
-    lines += [f"  {'git: ' if m.startswith('CONFLICT') else ''}{m}" for m in stop.messages]
-    lines.append(
-        f"edit the files in {report.cleanroom} (`git diff` there shows the patch as it "
-        "would be), then `patchctl rebase --continue`; `--skip` drops the patch, "
-        "`--abort` puts everything back"
-    )
-    return lines
+    """What the user must resolve, where, what git placed on its own, and how to go on."""
+    from patchctl.ops.rebase.stop import stop_lines as lines_of
+
+    assert report.stop is not None
+    return lines_of(report.stop, report.cleanroom)
 
 
 def stopped_error(report: RebaseReport) -> Exception:

@@ -12,9 +12,11 @@ How (in the series' clean room, under the series and clean-room locks for every 
    its header and trailer; an imported patch that applies exactly keeps every byte).
 3. At the first conflict, or a patch whose changes the new upstream already has, it stops:
    the clean room's work tree gets the merged files with conflict markers (`diff3` style:
-   the old base's lines too), its index and HEAD the tree before the patch (so `git diff`
-   there shows the patch as it would be), and the report names the patch, the conflicted
-   files, the patch's hunks that no longer apply and the marker lines. The user edits the
+   the old base's lines too), HEAD the tree before the patch, and its index that tree as a
+   git conflict state (stop.py: unmerged stages for the conflicted files, the patch's new
+   files intent-to-add, so `git diff` there shows the patch as it would be); the report
+   names the patch, the conflicted files, the patch's hunks that no longer apply (and those
+   git placed on its own) and the marker lines. The user edits the
    work tree, then `--continue` captures the result as the patch (header kept), `--skip`
    drops the patch from the series (its file is kept, moved to
    `skipped/<old>-<new>/` in the series directory), `--abort` puts everything back.
@@ -46,7 +48,6 @@ from patchctl.errors import (
     NotFound,
     NothingToCapture,
     PatchctlError,
-    PatchDoesNotApply,
     SeriesChanged,
 )
 from patchctl.gitlayer.git import Git, Merged
@@ -55,6 +56,8 @@ from patchctl.gitlayer.objects import scratch_repo
 from patchctl.gitlayer.pipes import BlobWriter, CommitWriter, ObjectReader, TreeDiffer
 from patchctl.gitlayer.trees import Entry, Found, TreeStore
 from patchctl.ops.rebase import replay as resolutions
+from patchctl.ops.rebase import report as rebase_report
+from patchctl.ops.rebase import stop as rebase_stop
 from patchctl.ops.rebase.upstreamed import MERGED, NEEDED, Upstreamed, detect, history_between
 from patchctl.progress import Progress, or_null
 from patchctl.room import rebasestate
@@ -157,6 +160,7 @@ class RebaseReport:
             "skipped": [str(p) for p in self.skipped],
             "upstreamed": [u.to_json() for u in self.upstreamed],
             "bases_unreproduced": [dict(b) for b in self.bases],
+            "report": rebase_report.of_rebase(self).to_json(),  # per patch (report.py)
         }
 
 
@@ -577,7 +581,8 @@ def _advance(
             if isinstance(outcome, Stop):
                 report.done("rebase")
                 _keep_head(room, journal)
-                return _stop_here(room, journal, outcome)
+                spent = round(time.perf_counter() - started, 3)
+                return _stop_here(room, journal, replace(outcome, seconds=spent))
             outcome = replace(outcome, seconds=round(time.perf_counter() - started, 3))
             journal = rebasestate.save(room.path, replace(journal, done=(*journal.done, outcome)))
             report.advance("rebase")
@@ -897,9 +902,10 @@ def _conflict(
 def _stop_here(room: Cleanroom, journal: Journal, stop: Stop) -> Journal:
     """Hand the work tree to the user: the merged files (markers included) in the work tree,
     the tree before the patch in the index and as HEAD (detached; the branch stays)."""
-    journal = rebasestate.moved(room.path, journal, "stopping", stop=stop)
+    journal = rebasestate.moved(room.path, journal, "stopping", stop=rebase_stop.stamped(stop))
     _move_worktree(room, stop.merged)
     room.git.read_tree(room.git.tree_of(journal.head), reset=True)
+    rebase_stop.conflict_state(room.git, journal, stop)  # unmerged entries, new files -N
     room.git.detach_head(journal.head)
     return rebasestate.moved(room.path, journal, "stopped", worktree=stop.merged)
 
@@ -935,7 +941,7 @@ def _take_resolution(room: Cleanroom, series: Series, journal: Journal) -> Journ
     data = _old_bytes(room, patch)
     with scratch_repo([room.path]) as scratch:
         new = regenerated(scratch, patch, data, pre, post, series.root)
-    done = _record(room, journal, patch, data, new, post, "resolved")
+    done = rebase_stop.resolved(_record(room, journal, patch, data, new, post, "resolved"), stop)
     recorded = tuple(r.relpath() for one in learned for r in one.records)
     done = replace(done, replayed=stop.replayed, recorded=recorded)
     room.git.update_ref(f"{REFS}head", done.commit)
@@ -964,15 +970,7 @@ def _check_resolution(room: Cleanroom, series: Series, patch: Patch, pre: str, p
         (path, lines) for path in changed if (lines := _markers_added(room.git, pre, post, path))
     ]
     if left:
-        where = "; ".join(f"{path} (line {', '.join(map(str, lines))})" for path, lines in left)
-        raise PatchDoesNotApply(
-            f"{patch.id}: conflict markers are still in {where}",
-            patch=patch.id,
-            file=left[0][0],
-            why="unresolved conflict",
-            hint="resolve every block (no `<<<<<<<`, `|||||||`, `=======` or `>>>>>>>` line may"
-            " stay), then `patchctl rebase --continue` (or --skip / --abort)",
-        )
+        raise rebase_stop.left_error(room.git, patch.id, post, left)
 
 
 def _markers_added(git: Git, pre: str, post: str, path: str) -> tuple[int, ...]:
@@ -1118,6 +1116,7 @@ def _write_series(
         elif done.staged:
             writes.append((path, rebasestate.staged(room.path, entry.file)))
     writes.append((old.dir / range_diff_name(journal), range_diff))
+    writes += rebase_report.finish_files(old.dir, range_diff_name(journal), journal, range_diff)
     writes += resolutions.staged_writes(room.path, old.dir)
     changed += session.write_patches(writes)  # one journal write for all of them
     return changed + session.save(new)
@@ -1165,6 +1164,7 @@ def _restore_series(session: SeriesSession, room: Cleanroom) -> list[Path]:
             changed.append(old.patch_path(patch))
     for stale in old.dir.glob("rebase-*.range-diff"):
         if stale.name == range_diff_name(rebasestate.load(room.path)):
+            changed += rebase_report.remove_files(old.dir, stale.name)
             stale.unlink()
             changed.append(stale)
     copy = rebasestate.old(room.path, session.path.name)

@@ -452,3 +452,21 @@ def test_loose_missing_names_what_target_lacks(make_repo: Callable[..., Repo]) -
     shared = source.git.rev_parse(f"{source.tree}:a")
     only = source.git.rev_parse(f"{source.tree}:b")
     assert loose_missing(target.git, [shared, only]) == [only]
+
+
+def test_unmerged_entries_and_intent_to_add_make_a_conflict_state(tmp_path: Path) -> None:
+    repo = new_repo(tmp_path / "r", {"a.c": b"base\n", "-odd name.c": b"x\n"})
+    git = repo.git
+    ours, theirs = git.write_blob(b"ours\n"), git.write_blob(b"theirs\n")
+    base = git.entries_at(repo.tree, ["a.c", "-odd name.c", "missing.c"])
+    assert set(base) == {"a.c", "-odd name.c"} and base["a.c"][0] == "100644"
+    git.set_unmerged({"a.c": [(1, *base["a.c"]), (2, "100644", ours), (3, "100644", theirs)]})
+    assert git.unmerged_paths() == ["a.c"]
+    assert git.run("show", ":2:a.c") == b"ours\n" and git.run("show", ":3:a.c") == b"theirs\n"
+    (tmp_path / "r" / "new [1].c").write_bytes(b"new\n")
+    git.intent_to_add(["new [1].c"])  # a literal path: no glob, no pathspec magic
+    assert b"+new" in git.run("diff", "--", "new [1].c")
+    with pytest.raises(ValueError, match="merge stage"):
+        git.set_unmerged({"a.c": [(4, "100644", ours)]})
+    with pytest.raises(ValueError, match="object id"):
+        git.set_unmerged({"a.c": [(2, "100644", "HEAD")]})
