@@ -66,6 +66,10 @@ SHAPES: dict[str, TinySpec] = {
         "gemma4", head_dim=128, head_dim_swa=64, rope_freqs="proportional", k_eq_v=True
     ),
     "gemma4-shared-d128": TinySpec("gemma4-shared", head_dim=128, head_dim_swa=64, k_eq_v=True),
+    # Qwen3.5's attention head: 256 wide, a quarter of it roped (64 dims, M-RoPE sections
+    # 11/11/10 as Qwen3.5's), GQA 4; qwen35moe with a 128 head, half roped
+    "qwen35-d256-rot64-gqa4": TinySpec("qwen35", head_dim=256, n_rot=64, n_head=4, n_head_kv=1),
+    "qwen35moe-d128-gqa2": TinySpec("qwen35moe", head_dim=128, n_head=4, n_head_kv=2),
     # Gemma 4's own layout: global head 512, SWA head 256, proportional rope, V = K projection
     "gemma4-d512-swa256": TinySpec(
         "gemma4", head_dim=512, head_dim_swa=256, rope_freqs="proportional", k_eq_v=True
