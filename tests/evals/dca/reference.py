@@ -6,8 +6,9 @@ with a softmax-gated top-k MoE FFN, weights renormalized), gemma3 (embedding sca
 norms, pre-scaled Q, GELU FFN, sliding-window layers), gemma4 (as gemma3 plus attention scale 1.0,
 weightless V norm, per-layer SWA array, shared-KV layers, logit softcap 30, per-layer head sizes
 (key_length_swa), rope frequency factors on the global layers, V = the K projection where a global
-layer has no attn_v), qwen35 / qwen35moe with every layer attention (full_attention_interval 1;
-the Gated DeltaNet layers of the hybrid models are not implemented): attn_q giving each head's
+layer has no attn_v), qwen35 / qwen35moe whose Gated DeltaNet layers are silent (ssm_out zero:
+they add nothing to the residual, their FFN runs; live Gated DeltaNet is not implemented, and a
+model with it is refused): attn_q giving each head's
 query and output gate side by side, q/k RMS norms, interleaved M-RoPE (``rope_multi``: sections
 t, h, w, e over the rotated pairs; a text token has every component at its position), the
 sigmoid output gate, post_attention_norm before the FFN, and qwen35moe's sigmoid-gated shared
@@ -130,6 +131,7 @@ class HParams:
     n_rot_swa: int = 0  # of the SWA layers (0: the whole head)
     n_expert_used: int = 0  # qwen3moe
     mrope_sections: tuple[int, ...] = ()  # qwen35: rope.dimension_sections (t, h, w, e)
+    recurrent_layers: frozenset[int] = frozenset()  # qwen35: silent Gated DeltaNet layers
 
     def layer_head_dim(self, il: int) -> int:
         return self.head_dim_swa if il in self.swa_layers and self.head_dim_swa else self.head_dim
@@ -204,16 +206,29 @@ def _softcap(reader: GGUFReader, arch: str) -> float:
 
 
 def _mrope_sections(reader: GGUFReader, arch: str) -> tuple[int, ...]:
-    """qwen35's M-RoPE sections; refuses a hybrid model (its Gated DeltaNet layers are not here)."""
+    """qwen35's M-RoPE sections (none for the other archs)."""
     if arch not in QWEN35_ARCHS:
         return ()
-    interval = int(_field(reader, f"{arch}.full_attention_interval", 4))
-    if interval != 1 or f"{arch}.attention.recurrent_layers" in reader.fields:
-        raise ValueError(
-            f"reference does not implement {arch}'s Gated DeltaNet layers: "
-            "give a model whose layers are all attention (full_attention_interval 1)"
-        )
     return tuple(int(v) for v in _field(reader, f"{arch}.rope.dimension_sections"))
+
+
+def _recurrent_layers(reader: GGUFReader, arch: str, n_layer: int) -> frozenset[int]:
+    """qwen35's Gated DeltaNet layers (llama_model_qwen35::load_arch_hparams); each must be silent
+    (ssm_out zero), as the reference does not implement a live one."""
+    if arch not in QWEN35_ARCHS:
+        return frozenset()
+    if f"{arch}.attention.recurrent_layers" in reader.fields:
+        raise ValueError(f"reference reads {arch}.full_attention_interval, not recurrent_layers")
+    interval = int(_field(reader, f"{arch}.full_attention_interval", 4))
+    layers = frozenset(il for il in range(n_layer) if (il + 1) % interval != 0)
+    out_w = {t.name: t for t in reader.tensors}
+    for il in layers:
+        if np.any(np.array(out_w[f"blk.{il}.ssm_out.weight"].data) != 0):
+            raise ValueError(
+                f"reference does not implement {arch}'s Gated DeltaNet layers: layer {il} is live "
+                "(give a model whose recurrent layers are silent, ssm_out zero)"
+            )
+    return layers
 
 
 def load_model(path: Path) -> TinyModel:
@@ -224,6 +239,7 @@ def load_model(path: Path) -> TinyModel:
         raise ValueError(f"reference does not implement arch {arch!r}")
     sections = _mrope_sections(reader, arch)
     n_layer = int(_field(reader, f"{arch}.block_count"))
+    recurrent = _recurrent_layers(reader, arch, n_layer)
     n_head = int(_field(reader, f"{arch}.attention.head_count"))
     n_embd = int(_field(reader, f"{arch}.embedding_length"))
     head_dim = int(_field(reader, f"{arch}.attention.key_length", n_embd // n_head))
@@ -246,6 +262,7 @@ def load_model(path: Path) -> TinyModel:
         n_rot_swa=int(_field(reader, f"{arch}.rope.dimension_count_swa", n_rot)),
         n_expert_used=int(_field(reader, f"{arch}.expert_used_count", 0)),
         mrope_sections=sections,
+        recurrent_layers=recurrent,
     )
     tensors = {t.name: np.array(t.data, dtype=np.float64) for t in reader.tensors}
     return TinyModel(hp=hp, tensors=tensors)
@@ -737,7 +754,10 @@ def _ffn(m: TinyModel, il: int, x: F64) -> F64:
 
 def _layer(m: TinyModel, il: int, h: F64, run: RunConfig, kv_store: KvStore) -> F64:
     p, eps = f"blk.{il}.", m.hp.rms_eps
-    attn = _attention(m, il, rms_norm(h, m.t(p + "attn_norm.weight"), eps), run, kv_store)
+    if il in m.hp.recurrent_layers:  # silent Gated DeltaNet: adds exactly zero
+        attn: F64 = np.zeros_like(h)
+    else:
+        attn = _attention(m, il, rms_norm(h, m.t(p + "attn_norm.weight"), eps), run, kv_store)
     if m.hp.gemma:
         h = h + rms_norm(attn, m.t(p + "post_attention_norm.weight"), eps)
         ffn = _ffn(m, il, rms_norm(h, m.t(p + "ffn_norm.weight"), eps))

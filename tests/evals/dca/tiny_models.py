@@ -9,10 +9,13 @@ Qwen3.5 (``qwen35``, ``qwen35moe``): the attention layers as the pinned upstream
 (src/models/qwen35*.cpp): attn_q projects each head's query and its output gate side by side,
 Q/K RMS norms, M-RoPE (``rope.dimension_sections``, partial rotary: ``n_rot`` defaults to half
 the head), a sigmoid output gate, ``post_attention_norm`` before the FFN (qwen35moe: softmax
-top-k experts plus a sigmoid-gated shared expert). Variant ``qwen35`` / ``qwen35moe``: every
-layer attention (``full_attention_interval`` 1), so the float64 reference covers the model;
-``qwen35-hybrid`` / ``qwen35moe-hybrid``: 4 layers, every 2nd attention, the others Gated
-DeltaNet (the ``ssm_*`` tensors), which the reference does not implement.
+top-k experts plus a sigmoid-gated shared expert). 4 layers, every 2nd attention
+(``full_attention_interval`` 2), the others Gated DeltaNet (the ``ssm_*`` tensors). Variant
+``qwen35`` / ``qwen35moe``: the Gated DeltaNet layers are silent (``ssm_out`` zero: they add
+exactly nothing to the residual stream, their FFN still runs), so the float64 reference, which
+does not implement Gated DeltaNet, covers the whole model; a model with no recurrent layer at all
+cannot be used, as upstream's hybrid input asserts on its unused state-copy tensor.
+``qwen35-hybrid`` / ``qwen35moe-hybrid``: live Gated DeltaNet layers.
 
 The same generator makes the random-weight models of the shape benchmark
 (evals/dca/shape_matrix.py): the per-layer shapes of real models (``n_embd``, heads, ``head_dim``,
@@ -126,7 +129,7 @@ class TinySpec:
 
     @property
     def hybrid(self) -> bool:
-        """qwen35 / qwen35moe with Gated DeltaNet layers (every 2nd layer attention)."""
+        """qwen35 / qwen35moe whose Gated DeltaNet layers are live (not silent)."""
         return self.variant in HYBRID_VARIANTS
 
     @property
@@ -146,8 +149,9 @@ class TinySpec:
         return [t, h, pairs - t - h, 0]
 
     def recurrent_layers(self) -> list[bool]:
-        """Per layer: Gated DeltaNet (True) or attention (the hybrid qwen35 variants)."""
-        return [self.hybrid and (il + 1) % 2 != 0 for il in range(self.n_layer)]
+        """Per layer: Gated DeltaNet (True) or attention (qwen35: every 2nd layer attention)."""
+        qwen35 = self.arch in QWEN35_ARCHS
+        return [qwen35 and (il + 1) % 2 != 0 for il in range(self.n_layer)]
 
     @property
     def n_shared_kv(self) -> int:
@@ -159,7 +163,7 @@ class TinySpec:
             return self.layers
         if self.arch == "gemma4":
             return 6 if self.n_shared_kv else 5
-        return 4 if self.hybrid else 2
+        return 4 if self.arch in QWEN35_ARCHS else 2
 
     @property
     def embd_scale(self) -> float:
@@ -335,7 +339,7 @@ def _meta_kv(wr: gguf.GGUFWriter, spec: TinySpec) -> None:
 def _qwen35_kv(wr: gguf.GGUFWriter, spec: TinySpec) -> None:
     arch = spec.arch
     wr.add_array(f"{arch}.rope.dimension_sections", spec.rope_sections())
-    wr.add_uint32(f"{arch}.full_attention_interval", 2 if spec.hybrid else 1)
+    wr.add_uint32(f"{arch}.full_attention_interval", 2)
     ssm = QWEN35_SSM
     for key, value in ssm.items():
         wr.add_uint32(f"{arch}.ssm.{key}", value)
@@ -394,8 +398,9 @@ def _attn_tensors(t: Tensors, rnd: _Weights, spec: TinySpec, il: int) -> None:
 
 
 def _recurrent_tensors(t: Tensors, rnd: _Weights, spec: TinySpec, il: int) -> None:
-    """A Gated DeltaNet layer of the hybrid qwen35 variants (llama_model_qwen35::load_arch_tensors):
-    decaying (ssm_a < 0), mildly gated, its output the size of an attention layer's."""
+    """A Gated DeltaNet layer (llama_model_qwen35::load_arch_tensors): decaying (ssm_a < 0), mildly
+    gated, its output the size of an attention layer's; silent (``ssm_out`` zero) unless the
+    variant is a ``-hybrid`` one."""
     p = f"blk.{il}."
     ssm = QWEN35_SSM
     key_dim = ssm["state_size"] * ssm["group_count"]
@@ -409,7 +414,8 @@ def _recurrent_tensors(t: Tensors, rnd: _Weights, spec: TinySpec, il: int) -> No
     t[p + "ssm_beta.weight"] = rnd.matrix(spec.n_embd, n_v_heads, scale=0.1)
     t[p + "ssm_alpha.weight"] = rnd.matrix(spec.n_embd, n_v_heads, scale=0.1)
     t[p + "ssm_norm.weight"] = _filled(ssm["state_size"], 1.0)
-    t[p + "ssm_out.weight"] = rnd.matrix(value_dim, spec.n_embd, scale=spec.vo_scale)
+    out = rnd.matrix(value_dim, spec.n_embd, scale=spec.vo_scale)
+    t[p + "ssm_out.weight"] = out if spec.hybrid else np.zeros_like(out)
 
 
 def _ffn_tensors(t: Tensors, rnd: _Weights, spec: TinySpec, il: int) -> None:
