@@ -77,7 +77,14 @@ SHAPES: dict[str, TinySpec] = {
 }
 # CPU flash attention's f16 noise on gemma4 is too close to DCA's own to give a trustworthy FA
 # tolerance (test_dca_model.py, EXACT_REFERENCE_ARCHS): gemma4 shapes are compared exactly only
-FLASH_SHAPES = tuple(name for name, spec in SHAPES.items() if spec.arch != "gemma4")
+# qwen35moe with a 128 head under CPU FA: DCA 1.86e-3 from the reference against plain's 7.1e-4
+# (2.6x, over the 2x tolerance; top-2 routing turns f16 noise into expert flips), while the
+# position mistake lies at 0.28, 150x further: compared exactly only, as gemma4
+FLASH_SHAPES = tuple(
+    name
+    for name, spec in SHAPES.items()
+    if spec.arch != "gemma4" and name != "qwen35moe-d128-gqa2"
+)
 
 CHUNK = ref.DcaConfig(chunk_size=45, local_window=5)  # chunk_len 40
 ARGS = ("-c", "512", "-b", "128", "-ub", "13", "-np", "2")
