@@ -6,8 +6,14 @@ with a softmax-gated top-k MoE FFN, weights renormalized), gemma3 (embedding sca
 norms, pre-scaled Q, GELU FFN, sliding-window layers), gemma4 (as gemma3 plus attention scale 1.0,
 weightless V norm, per-layer SWA array, shared-KV layers, logit softcap 30, per-layer head sizes
 (key_length_swa), rope frequency factors on the global layers, V = the K projection where a global
-layer has no attn_v). Partial rotary (rope.dimension_count < head size): the first n_rot dims are
-roped, the others pass through, as ggml's rope.
+layer has no attn_v), qwen35 / qwen35moe whose Gated DeltaNet layers are silent (ssm_out zero:
+they add nothing to the residual, their FFN runs; live Gated DeltaNet is not implemented, and a
+model with it is refused): attn_q giving each head's
+query and output gate side by side, q/k RMS norms, interleaved M-RoPE (``rope_multi``: sections
+t, h, w, e over the rotated pairs; a text token has every component at its position), the
+sigmoid output gate, post_attention_norm before the FFN, and qwen35moe's sigmoid-gated shared
+expert. Partial rotary (rope.dimension_count < head size): the first n_rot dims are roped, the
+others pass through, as ggml's rope.
 Where llama.cpp's CPU evaluation rounds in a way that the sharp tiny models amplify, the
 reference follows it: rope angles as ggml's float32 rope cache, GELU through ggml's f16 table,
 and (``RunConfig.kv_type``) the KV cache's f16 / bf16 / Hadamard-rotated q8_0 and q4_0 round
@@ -35,8 +41,18 @@ import numpy.typing as npt
 from gguf import GGUFReader
 
 F64 = npt.NDArray[np.float64]
-SUPPORTED_ARCHS: tuple[str, ...] = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "gemma4")
+SUPPORTED_ARCHS: tuple[str, ...] = (
+    "llama",
+    "qwen2",
+    "qwen3",
+    "qwen3moe",
+    "gemma3",
+    "gemma4",
+    "qwen35",
+    "qwen35moe",
+)
 GEMMA_ARCHS = frozenset({"gemma3", "gemma4"})
+QWEN35_ARCHS = frozenset({"qwen35", "qwen35moe"})
 NEG_INF = -np.inf
 
 
@@ -78,6 +94,7 @@ class Mutation:
     drop_inter: bool = False
     merge_f16: bool = False
     mscale_once: bool = False  # the mscale factor m applied once instead of squared
+    mrope_h_unmoved: bool = False  # M-RoPE: the h section left at the token's plain position
 
 
 CORRECT = Mutation()
@@ -90,6 +107,8 @@ MUTATIONS: dict[str, Mutation] = {
     "merge_in_f16": Mutation(merge_f16=True),
 }
 MSCALE_MUTATIONS: dict[str, Mutation] = {"mscale_not_squared": Mutation(mscale_once=True)}
+# M-RoPE models only: DCA must move every section, not only the temporal one
+MROPE_MUTATIONS: dict[str, Mutation] = {"mrope_h_section_unmoved": Mutation(mrope_h_unmoved=True)}
 
 
 @dataclass(frozen=True)
@@ -111,6 +130,8 @@ class HParams:
     n_rot: int = 0  # rotary dims of the global layers (0: the whole head)
     n_rot_swa: int = 0  # of the SWA layers (0: the whole head)
     n_expert_used: int = 0  # qwen3moe
+    mrope_sections: tuple[int, ...] = ()  # qwen35: rope.dimension_sections (t, h, w, e)
+    recurrent_layers: frozenset[int] = frozenset()  # qwen35: silent Gated DeltaNet layers
 
     def layer_head_dim(self, il: int) -> int:
         return self.head_dim_swa if il in self.swa_layers and self.head_dim_swa else self.head_dim
@@ -126,6 +147,10 @@ class HParams:
     @property
     def gemma(self) -> bool:
         return self.arch in GEMMA_ARCHS
+
+    @property
+    def qwen35(self) -> bool:
+        return self.arch in QWEN35_ARCHS
 
 
 @dataclass(frozen=True)
@@ -180,13 +205,41 @@ def _softcap(reader: GGUFReader, arch: str) -> float:
     return float(_field(reader, f"{arch}.final_logit_softcapping", default)) if default else 0.0
 
 
+def _mrope_sections(reader: GGUFReader, arch: str) -> tuple[int, ...]:
+    """qwen35's M-RoPE sections (none for the other archs)."""
+    if arch not in QWEN35_ARCHS:
+        return ()
+    return tuple(int(v) for v in _field(reader, f"{arch}.rope.dimension_sections"))
+
+
+def _recurrent_layers(reader: GGUFReader, arch: str, n_layer: int) -> frozenset[int]:
+    """qwen35's Gated DeltaNet layers (llama_model_qwen35::load_arch_hparams); each must be silent
+    (ssm_out zero), as the reference does not implement a live one."""
+    if arch not in QWEN35_ARCHS:
+        return frozenset()
+    if f"{arch}.attention.recurrent_layers" in reader.fields:
+        raise ValueError(f"reference reads {arch}.full_attention_interval, not recurrent_layers")
+    interval = int(_field(reader, f"{arch}.full_attention_interval", 4))
+    layers = frozenset(il for il in range(n_layer) if (il + 1) % interval != 0)
+    out_w = {t.name: t for t in reader.tensors}
+    for il in layers:
+        if np.any(np.array(out_w[f"blk.{il}.ssm_out.weight"].data) != 0):
+            raise ValueError(
+                f"reference does not implement {arch}'s Gated DeltaNet layers: layer {il} is live "
+                "(give a model whose recurrent layers are silent, ssm_out zero)"
+            )
+    return layers
+
+
 def load_model(path: Path) -> TinyModel:
     """Read hyperparameters and tensors (as float64) from a tiny GGUF."""
     reader = GGUFReader(str(path))
     arch = str(_field(reader, "general.architecture"))
     if arch not in SUPPORTED_ARCHS:
         raise ValueError(f"reference does not implement arch {arch!r}")
+    sections = _mrope_sections(reader, arch)
     n_layer = int(_field(reader, f"{arch}.block_count"))
+    recurrent = _recurrent_layers(reader, arch, n_layer)
     n_head = int(_field(reader, f"{arch}.attention.head_count"))
     n_embd = int(_field(reader, f"{arch}.embedding_length"))
     head_dim = int(_field(reader, f"{arch}.attention.key_length", n_embd // n_head))
@@ -208,6 +261,8 @@ def load_model(path: Path) -> TinyModel:
         n_rot=n_rot,
         n_rot_swa=int(_field(reader, f"{arch}.rope.dimension_count_swa", n_rot)),
         n_expert_used=int(_field(reader, f"{arch}.expert_used_count", 0)),
+        mrope_sections=sections,
+        recurrent_layers=recurrent,
     )
     tensors = {t.name: np.array(t.data, dtype=np.float64) for t in reader.tensors}
     return TinyModel(hp=hp, tensors=tensors)
@@ -267,6 +322,43 @@ def rope(
     return out
 
 
+def imrope_components(n_pairs: int, sections: Sequence[int]) -> npt.NDArray[np.int64]:
+    """Per rotated pair, the position component (0 t, 1 h, 2 w, 3 e) interleaved M-RoPE takes its
+    angle from (ggml's ggml_mrope_cache_init with is_imrope)."""
+    sect_dims = sum(sections)
+    comp = np.empty(n_pairs, dtype=np.int64)
+    for i in range(n_pairs):
+        sector = i % sect_dims
+        if sector % 3 == 1 and sector < 3 * sections[1]:
+            comp[i] = 1
+        elif sector % 3 == 2 and sector < 3 * sections[2]:
+            comp[i] = 2
+        elif sector % 3 == 0 and sector < 3 * sections[0]:
+            comp[i] = 0
+        else:
+            comp[i] = 3
+    return comp
+
+
+def rope_multi(
+    x: F64, pos4: npt.NDArray[np.int64], base: float, n_rot: int, sections: Sequence[int]
+) -> F64:
+    """Interleaved M-RoPE (NEOX pairing) of x (tokens, heads, dim) at positions ``pos4`` (4,
+    tokens): pair i rotates by its component's angle (``imrope_components``), each component's
+    angles evaluated as ggml's float32 cache does (``rope_angles_ggml``). With every component
+    equal (text) this is the NEOX rope."""
+    dim = n_rot or x.shape[-1]
+    comp = imrope_components(dim // 2, sections)
+    angles = np.stack([rope_angles_ggml(pos4[c], base, dim) for c in range(4)])  # (4, n, pairs)
+    theta = angles[comp, :, np.arange(dim // 2)].T  # (n, pairs)
+    cos = np.cos(theta).astype(np.float32).astype(np.float64)[:, None, :]
+    sin = np.sin(theta).astype(np.float32).astype(np.float64)[:, None, :]
+    out = x.copy()
+    a, b = x[..., : dim // 2], x[..., dim // 2 : dim]
+    out[..., :dim] = np.concatenate([a * cos - b * sin, a * sin + b * cos], axis=-1)
+    return out
+
+
 def gelu_ggml_cpu(x: F64) -> F64:
     """ggml CPU GELU (tanh form) as evaluated through its f16 lookup table (GGML_GELU_FP16)."""
     x16 = x.astype(np.float16).astype(np.float64)
@@ -315,9 +407,17 @@ class AttnInput:
     kv_type: str = "f32"
     n_rot: int = 0  # rotary dims (0: all)
     freq_factors: F64 | None = None
+    mrope_sections: tuple[int, ...] = ()  # M-RoPE (qwen35): every component at ``pos``
 
-    def rope(self, x: F64, pos: npt.NDArray[np.int64]) -> F64:
-        return rope(x, pos, self.base, self.neox, self.n_rot, self.freq_factors)
+    def rope(
+        self, x: F64, pos: npt.NDArray[np.int64], h_pos: npt.NDArray[np.int64] | None = None
+    ) -> F64:
+        """Rope at ``pos``; M-RoPE: every component at ``pos``, except the h component at
+        ``h_pos`` when given (the ``mrope_h_unmoved`` mistake)."""
+        if not self.mrope_sections:
+            return rope(x, pos, self.base, self.neox, self.n_rot, self.freq_factors)
+        pos4 = np.stack([pos, pos if h_pos is None else h_pos, pos, pos])
+        return rope_multi(x, pos4, self.base, self.n_rot, self.mrope_sections)
 
     def k_stored(self, k_roped: F64) -> F64:
         """K as read back from the cache (quantized caches: Hadamard-rotated, then quantized)."""
@@ -477,13 +577,14 @@ def dca_regime_scores(
     n = a.q.shape[0]
     pos = np.arange(n, dtype=np.int64)
     k_pos = pos if mut.keys_unwrapped else pos % dca.chunk_len
-    k = a.k_stored(a.rope(a.k, k_pos))
+    h_pos = pos if mut.mrope_h_unmoved else None
+    k = a.k_stored(a.rope(a.k, k_pos, h_pos))
     factors = mscale_factors(n, dca.mscale_orig)
     if mut.mscale_once:
         factors = np.sqrt(factors)
     # llama.cpp scales the roped query rows (never the cached keys)
     per_regime = [
-        _gqa_scores(a.q_for_dot(a.rope(a.q, qp) * factors[:, None, None]), k, a.scale)
+        _gqa_scores(a.q_for_dot(a.rope(a.q, qp, h_pos) * factors[:, None, None]), k, a.scale)
         for qp in _dca_query_positions(n, dca, mut)
     ]
     regime = regime_matrix(n, dca.chunk_len)
@@ -556,10 +657,15 @@ def _proj(m: TinyModel, il: int, name: str, x: F64) -> F64:
     return _heads(y if bias is None else y + bias, m.hp.layer_head_dim(il))
 
 
-def _q(m: TinyModel, il: int, x: F64) -> F64:
+def _q(m: TinyModel, il: int, x: F64) -> tuple[F64, F64 | None]:
+    """The normed query (tokens, heads, dim) and qwen35's output gate (tokens, heads * dim)."""
     q = _proj(m, il, "attn_q", x)
+    gate = None
+    if m.hp.qwen35:  # per head: the query, then its gate
+        q = q.reshape(q.shape[0], m.hp.n_head, -1)
+        q, gate = q[..., : m.hp.head_dim], q[..., m.hp.head_dim :].reshape(q.shape[0], -1)
     norm = m.opt(f"blk.{il}.attn_q_norm.weight")
-    return q if norm is None else rms_norm(q, norm, m.hp.rms_eps)
+    return (q if norm is None else rms_norm(q, norm, m.hp.rms_eps)), gate
 
 
 def _kv(m: TinyModel, il: int, x: F64) -> tuple[F64, F64]:
@@ -584,8 +690,9 @@ def _attention(m: TinyModel, il: int, x: F64, run: RunConfig, kv_store: KvStore)
     k, v = kv_store[src]
     # gemma4: the global layers' rope frequency factors (proportional rope)
     ff = m.opt("rope_freqs.weight") if m.hp.arch == "gemma4" and il not in m.hp.swa_layers else None
+    q, gate = _q(m, il, x)
     a = AttnInput(
-        q=_q(m, il, x),
+        q=q,
         k=k,
         v=v,
         scale=_attn_scale(m.hp.arch, m.hp.layer_head_dim(il)),
@@ -594,6 +701,7 @@ def _attention(m: TinyModel, il: int, x: F64, run: RunConfig, kv_store: KvStore)
         kv_type=run.kv_type,
         n_rot=m.hp.layer_n_rot(il),
         freq_factors=ff,
+        mrope_sections=m.hp.mrope_sections,
     )
     if il in m.hp.swa_layers:
         out = plain_attention(a, window=m.hp.sliding_window)
@@ -601,7 +709,10 @@ def _attention(m: TinyModel, il: int, x: F64, run: RunConfig, kv_store: KvStore)
         out = plain_attention(a)
     else:
         out = dca_attention(a, run.dca, run.mutation)
-    res: F64 = out.reshape(out.shape[0], -1) @ m.t(f"blk.{il}.attn_output.weight").T
+    flat = out.reshape(out.shape[0], -1)
+    if gate is not None:  # qwen35: the sigmoid output gate, before the output projection
+        flat = flat / (1.0 + np.exp(-gate))
+    res: F64 = flat @ m.t(f"blk.{il}.attn_output.weight").T
     return res
 
 
@@ -620,6 +731,13 @@ def _moe_ffn(m: TinyModel, il: int, x: F64) -> F64:
         for e, we in zip(top[i], w, strict=True):
             hidden = silu(gate_w[e] @ x[i]) * (up_w[e] @ x[i])
             out[i] += we * (down_w[e] @ hidden)
+    if m.opt(p + "ffn_up_shexp.weight") is not None:
+        # qwen35moe: a shared expert, scaled by the sigmoid of its own one-value gate
+        up = x @ m.t(p + "ffn_up_shexp.weight").T
+        hidden = silu(x @ m.t(p + "ffn_gate_shexp.weight").T) * up
+        shared = hidden @ m.t(p + "ffn_down_shexp.weight").T
+        g = 1.0 / (1.0 + np.exp(-(x @ m.t(p + "ffn_gate_inp_shexp.weight"))))
+        out += shared * g[:, None]
     return out
 
 
@@ -636,14 +754,19 @@ def _ffn(m: TinyModel, il: int, x: F64) -> F64:
 
 def _layer(m: TinyModel, il: int, h: F64, run: RunConfig, kv_store: KvStore) -> F64:
     p, eps = f"blk.{il}.", m.hp.rms_eps
-    attn = _attention(m, il, rms_norm(h, m.t(p + "attn_norm.weight"), eps), run, kv_store)
+    if il in m.hp.recurrent_layers:  # silent Gated DeltaNet: adds exactly zero
+        attn: F64 = np.zeros_like(h)
+    else:
+        attn = _attention(m, il, rms_norm(h, m.t(p + "attn_norm.weight"), eps), run, kv_store)
     if m.hp.gemma:
         h = h + rms_norm(attn, m.t(p + "post_attention_norm.weight"), eps)
         ffn = _ffn(m, il, rms_norm(h, m.t(p + "ffn_norm.weight"), eps))
         out: F64 = h + rms_norm(ffn, m.t(p + "post_ffw_norm.weight"), eps)
         return out
     h = h + attn
-    out = h + _ffn(m, il, rms_norm(h, m.t(p + "ffn_norm.weight"), eps))
+    # qwen35: post_attention_norm is the FFN's input norm
+    ffn_norm = "post_attention_norm" if m.hp.qwen35 else "ffn_norm"
+    out = h + _ffn(m, il, rms_norm(h, m.t(p + ffn_norm + ".weight"), eps))
     return out
 
 

@@ -256,7 +256,7 @@ def mscale_plan() -> Plan:
 
 
 @pytest.mark.parametrize("mode", list(MODES))
-@pytest.mark.parametrize("arch", ["qwen2", "gemma3"])
+@pytest.mark.parametrize("arch", ["qwen2", "gemma3", "qwen35"])
 def test_mscale_matches_the_reference_and_leaves_the_cache_alone(
     arch: str, mode: str, dca_tool: Path, models_dir: TinyModels, tmp_path: Path
 ) -> None:

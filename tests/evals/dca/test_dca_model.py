@@ -1,19 +1,22 @@
 """CI (CPU) acceptance: DCA in the llama.cpp graph, checked end to end on tiny models.
 
 - ``--dca off``: logits and greedy tokens byte-identical to the unpatched upstream build.
-- ``--dca on`` with chunk >= sequence: equal to plain attention (1e-4 relative), all six archs
-  (plus gemma4 with shared-KV layers); also for chunk_size + 1 tokens on the exact path, and a
-  prefill split into ubatches + single-token decode equals one-shot prefill under DCA.
+- ``--dca on`` with chunk >= sequence: equal to plain attention (1e-4 relative), all eight archs
+  (plus gemma4 with shared-KV layers and the hybrid qwen35 / qwen35moe); also for chunk_size + 1
+  tokens on the exact path, and a prefill split into ubatches + single-token decode equals
+  one-shot prefill under DCA.
 - multi-chunk (6 chunks, ubatches crossing chunk boundaries, decode past boundaries, two
   sequences, split and unified KV): equal to the independent float64 numpy reference with DCA
-  (tests/evals/dca/reference.py), for llama, qwen2, qwen3 and gemma3 (DCA on its global layer only),
-  and on the exact path also gemma4 and gemma4 with shared-KV layers.
+  (tests/evals/dca/reference.py), for llama, qwen2, qwen3, gemma3 (DCA on its global layer only),
+  qwen35 and qwen35moe (M-RoPE, every layer attention), and on the exact path also gemma4 and
+  gemma4 with shared-KV layers.
   * f32 KV, flash attention off (the exact path): within 1e-3 (the required bound) and within a
     tighter bound derived from the same build's plain-attention error (1e-5 .. 6e-5).
   * flash attention on (CPU FA computes in f16): the tolerance is 2x the same build's
     plain-attention error against the reference (measured in the test); q8_0 KV likewise,
     floored at 5e-3 (the reference models the Hadamard rotation and q8_0 round trip).
-- every deliberate DCA mistake (reference.MUTATIONS) puts the mutated reference at least 10x the
+- every deliberate DCA mistake (reference.MUTATIONS; for the M-RoPE models also an h section left at
+  the plain position, reference.MROPE_MUTATIONS) puts the mutated reference at least 10x the
   tolerance away from llama.cpp, so a DCA with that mistake cannot pass. Every tolerance comes
   from the same run's plain-attention error, so it follows the CPU's rounding; gemma4's reference
   comparisons run on a model with softer attention (REFERENCE_SPECS), where its plain path is
@@ -54,7 +57,7 @@ from .model_runs import (
     single_plan,
     tolerance,
 )
-from .tiny_models import ARCHS, TinyModels, TinySpec
+from .tiny_models import ARCHS, HYBRID_VARIANTS, QWEN35_ARCHS, TinyModels, TinySpec
 
 CHUNK_SIZE, LOCAL_WINDOW = 64, 8  # chunk_len 56: 300 tokens span 6 chunks
 DCA = ref.DcaConfig(chunk_size=CHUNK_SIZE, local_window=LOCAL_WINDOW)
@@ -86,12 +89,15 @@ MODE_KV_TYPE = {"exact": "f32", "flash": "f32", "flash-q8_0": "q8_0"}
 SPEC_EXACT_TOL = 1e-3
 SPEC_EQUAL_TOL = 1e-4  # chunk >= sequence vs plain attention
 MISTAKE_MARGIN = 10.0  # every deliberate mistake must be this many tolerances away
-REFERENCE_ARCHS = ("llama", "qwen2", "qwen3", "gemma3")  # every mode
+REFERENCE_ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "qwen35", "qwen35moe")  # every mode
 # gemma4 (5-6 layers, 4 of them SWA) is compared on the exact path only: its plain CPU FA error is
 # ~1e-2 of the logit scale and the DCA/plain ratio of that noise (1.7-2.1x) is too close to any
 # fixed margin to make a trustworthy FA tolerance.
 EXACT_REFERENCE_ARCHS = (*REFERENCE_ARCHS, "gemma4", "gemma4-shared")
-VARIANTS = (*ARCHS, "gemma4-shared")  # the six archs, plus gemma4 with shared-KV layers
+# the eight archs, plus gemma4 with shared-KV layers and the hybrid qwen35 models (Gated DeltaNet
+# layers between the attention ones; the reference does not implement those)
+VARIANTS = (*ARCHS, "gemma4-shared", *HYBRID_VARIANTS)
+ALL_MUTATIONS = {**ref.MUTATIONS, **ref.MROPE_MUTATIONS}
 
 
 # gemma4 (attention scale 1.0, one or two global layers among SWA ones) with the default Q/K norm
@@ -220,7 +226,7 @@ class MultiChunkResult:
 
     def mistake_err(self, mistake: str) -> float:
         """|llama.cpp DCA - reference with the deliberate mistake| (relative)."""
-        run = ref.RunConfig(dca=DCA, mutation=ref.MUTATIONS[mistake], kv_type=self.kv_type)
+        run = ref.RunConfig(dca=DCA, mutation=ALL_MUTATIONS[mistake], kv_type=self.kv_type)
         return rel_err_all(self.got, reference_logits(self.model, self.tokens, run))
 
 
@@ -297,6 +303,11 @@ MISTAKE_CASES = [
     for arch in (EXACT_REFERENCE_ARCHS if mode == "exact" else REFERENCE_ARCHS)
     for mistake in ref.MUTATIONS
     if not (mode != "exact" and mistake == "merge_in_f16")
+] + [
+    (arch, mode, mistake)
+    for mode in MODES
+    for arch in QWEN35_ARCHS
+    for mistake in ref.MROPE_MUTATIONS
 ]
 
 
@@ -349,7 +360,7 @@ def test_sequences_span_three_or_more_chunks() -> None:
 def test_multichunk_split_decode_equals_one_shot(
     arch: str, dca_tool: Path, models_dir: TinyModels, tmp_path: Path
 ) -> None:
-    """All six archs (also those without a numpy reference): 300 tokens over 6 chunks give the
+    """Every variant (also those without a numpy reference): 300 tokens over 6 chunks give the
     same DCA logits prefilled in one ubatch as in ubatches of 40 plus single-token decode steps
     across chunk boundaries 112 and 168."""
     model = model_path(models_dir, arch)

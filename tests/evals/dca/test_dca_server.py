@@ -13,8 +13,9 @@
   greedy text of the server without a draft; ``--spec-draft-dca on`` resolves the draft's chunk
   parameters for the draft model; values the draft model cannot take fail at start, naming the
   draft's flag.
-- Other model shapes (head size 112 / GQA 7; Gemma 4's 512 / 256 heads): two slots decode two
-  multi-chunk prompts at once; greedy tokens and log-probabilities equal the dump tool's run.
+- Other model shapes (head size 112 / GQA 7; Gemma 4's 512 / 256 heads; Qwen3.5's 256 head with
+  M-RoPE, and the hybrid qwen35): two slots decode two multi-chunk prompts at once; greedy tokens
+  and log-probabilities equal the dump tool's run.
 
 The exact attention path (f32 KV, flash attention off) is used where texts are compared, so that
 batching cannot move a greedy choice (its logits differ across batch layouts by ~1e-7 only).
@@ -331,7 +332,10 @@ def test_draft_dca_is_resolved_for_the_draft_model(
 # ---------------------------------------------------------------------------------------------
 # other model shapes through the HTTP API
 
-SHAPE_CASES = ("qwen3-d112-gqa7", "gemma4-d512-swa256")  # test_dca_model_shapes.SHAPES
+# test_dca_model_shapes.SHAPES, and the hybrid qwen35 (its Gated DeltaNet layers keep a state per
+# slot); the native run is the reference for both
+SHAPE_CASES = ("qwen3-d112-gqa7", "gemma4-d512-swa256", "qwen35-d256-rot64-gqa4", "qwen35-hybrid")
+SERVER_SPECS = {**SHAPES, "qwen35-hybrid": TinySpec("qwen35-hybrid")}
 SHAPE_PROMPTS = (prompt(130, seed=21), prompt(95, seed=22))  # chunk_len 40: 4 and 3 chunks
 SHAPE_N_PREDICT = 8
 SHAPE_ARGS = ("-c", "1024", "-b", "256", "-ub", "13")  # the ubatch crosses chunk boundaries
@@ -391,7 +395,7 @@ def test_other_shapes_through_the_server_equal_the_native_run(
     V = K), at once: each request's greedy tokens equal the dump tool's run of it alone, and its
     log-probabilities are within LOGPROB_TOL; a native run with the local window one larger is
     >= 10x further away (a server that dropped a setting or moved a position cannot pass)."""
-    model = models_dir.write(SHAPES[shape])
+    model = models_dir.write(SERVER_SPECS[shape])
     flags = dca_flags(CHUNK)
     server = servers.start(
         "-m", str(model), "-t", "2", "--no-warmup", "--no-webui", "-np", "2",

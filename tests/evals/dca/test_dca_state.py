@@ -8,7 +8,8 @@ llama-completion use is checked through tests/evals/dca/native/dca_state.cpp:
   (``llama_state_seq_save_file``: llama-server ``/slots`` save/restore) and sequence buffers
   (``llama_state_seq_get_data``: llama-server's in-memory prompt cache);
 - a state restored with the same settings continues exactly as an uninterrupted run (same greedy
-  tokens), for a plain cache (qwen2) and an iSWA one (gemma3, DCA on its global layers);
+  tokens), for a plain cache (qwen2), an iSWA one (gemma3, DCA on its global layers) and a hybrid
+  memory (qwen35 with Gated DeltaNet layers, DCA on its attention layers);
 - a state saved with DCA settings X is refused by a context with settings Y (other chunk size,
   DCA off, or a DCA-off state into a DCA-on context), with an error naming both;
 - with ``--dca off`` the state bytes are those of the unpatched upstream build (the format is
@@ -29,6 +30,9 @@ from .model_runs import build_tool
 from .tiny_models import TinyModels, TinySpec, tokenizer_for
 
 KINDS = ("full", "seq", "mem")
+# a plain cache, an iSWA one (DCA on its global layers) and a hybrid memory (DCA on the attention
+# layers' cache, the Gated DeltaNet layers' state saved beside it)
+STATE_ARCHS = ("qwen2", "gemma3", "qwen35-hybrid")
 N_PROMPT, N_GEN = 700, 12  # chunk_len 256: the prompt spans three chunks, decoding crosses none
 BASE = (
     "-c",
@@ -85,7 +89,7 @@ def state_models(
     tmp_path_factory: pytest.TempPathFactory, dca_build: LlamaBuild
 ) -> dict[str, Path]:
     models = TinyModels(tmp_path_factory.mktemp("state-models"), tokenizer_for(dca_build.src))
-    return {arch: models.write(TinySpec(arch)) for arch in ("qwen2", "gemma3")}
+    return {arch: models.write(TinySpec(arch)) for arch in STATE_ARCHS}
 
 
 def run_state(tool: Path, mode: str, file: Path, model: Path, args: Sequence[str]) -> Run:
@@ -101,7 +105,7 @@ def ok(run: Run, what: str) -> Run:
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("arch", ["qwen2", "gemma3"])
+@pytest.mark.parametrize("arch", STATE_ARCHS)
 def test_restored_dca_state_continues_like_an_uninterrupted_run(
     arch: str, kind: str, state_tool: Path, state_models: dict[str, Path], tmp_path: Path
 ) -> None:

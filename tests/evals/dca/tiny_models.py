@@ -2,8 +2,20 @@
 
 Each model is a complete GGUF that llama.cpp loads: the arch's metadata, a tokenizer (below)
 and random weights for every tensor the loader expects, for llama, qwen2, qwen3,
-qwen3moe, gemma3 and gemma4, each drawn from its own seeded generator, with the attention
-sharpness as a parameter (below).
+qwen3moe, gemma3, gemma4, qwen35 and qwen35moe, each drawn from its own seeded generator, with
+the attention sharpness as a parameter (below).
+
+Qwen3.5 (``qwen35``, ``qwen35moe``): the attention layers as the pinned upstream builds them
+(src/models/qwen35*.cpp): attn_q projects each head's query and its output gate side by side,
+Q/K RMS norms, M-RoPE (``rope.dimension_sections``, partial rotary: ``n_rot`` defaults to half
+the head), a sigmoid output gate, ``post_attention_norm`` before the FFN (qwen35moe: softmax
+top-k experts plus a sigmoid-gated shared expert). 4 layers, every 2nd attention
+(``full_attention_interval`` 2), the others Gated DeltaNet (the ``ssm_*`` tensors). Variant
+``qwen35`` / ``qwen35moe``: the Gated DeltaNet layers are silent (``ssm_out`` zero: they add
+exactly nothing to the residual stream, their FFN still runs), so the float64 reference, which
+does not implement Gated DeltaNet, covers the whole model; a model with no recurrent layer at all
+cannot be used, as upstream's hybrid input asserts on its unused state-copy tensor.
+``qwen35-hybrid`` / ``qwen35moe-hybrid``: live Gated DeltaNet layers.
 
 The same generator makes the random-weight models of the shape benchmark
 (evals/dca/shape_matrix.py): the per-layer shapes of real models (``n_embd``, heads, ``head_dim``,
@@ -45,8 +57,23 @@ import gguf
 import numpy as np
 import numpy.typing as npt
 
-ARCHS: tuple[str, ...] = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "gemma4")
-QK_NORM_ARCHS: frozenset[str] = frozenset({"qwen3", "qwen3moe", "gemma3", "gemma4"})
+ARCHS: tuple[str, ...] = (
+    "llama",
+    "qwen2",
+    "qwen3",
+    "qwen3moe",
+    "gemma3",
+    "gemma4",
+    "qwen35",
+    "qwen35moe",
+)
+QWEN35_ARCHS: frozenset[str] = frozenset({"qwen35", "qwen35moe"})
+HYBRID_VARIANTS: tuple[str, ...] = ("qwen35-hybrid", "qwen35moe-hybrid")
+QK_NORM_ARCHS: frozenset[str] = frozenset({"qwen3", "qwen3moe", "gemma3", "gemma4", *QWEN35_ARCHS})
+MOE_ARCHS: frozenset[str] = frozenset({"qwen3moe", "qwen35moe"})
+QWEN35_SSM = {"conv_kernel": 4, "state_size": 16, "group_count": 2, "time_step_rank": 2}
+"""The Gated DeltaNet shape of the tiny hybrid models: head size ``state_size`` for keys and
+values, ``group_count`` key heads, ``time_step_rank`` value heads (inner size = their product)."""
 N_EXPERT = 4
 TOKENIZERS: tuple[str, ...] = ("test", "llama", "no_vocab")
 SPM_SPECIALS: tuple[str, ...] = ("<unk>", "<s>", "</s>")  # ids 0, 1, 2: unk, bos, eos
@@ -96,7 +123,35 @@ class TinySpec:
 
     @property
     def arch(self) -> str:
-        return "gemma4" if self.variant.startswith("gemma4") else self.variant
+        if self.variant.startswith("gemma4"):
+            return "gemma4"
+        return self.variant.removesuffix("-hybrid")
+
+    @property
+    def hybrid(self) -> bool:
+        """qwen35 / qwen35moe whose Gated DeltaNet layers are live (not silent)."""
+        return self.variant in HYBRID_VARIANTS
+
+    @property
+    def rot_dims(self) -> int:
+        """rope.dimension_count: ``n_rot``, else the head (qwen35: half of it, partial rotary)."""
+        if self.n_rot:
+            return self.n_rot
+        return self.head_dim // 2 if self.arch in QWEN35_ARCHS else self.head_dim
+
+    def rope_sections(self) -> list[int]:
+        """qwen35 M-RoPE sections (t, h, w, e) over the ``rot_dims / 2`` rotated pairs, as Qwen3.5's
+        [11, 11, 10] over its 32: every section gets pairs, so a section left at the token's plain
+        position would show."""
+        pairs = self.rot_dims // 2
+        t = -(-pairs // 3)
+        h = -(-(pairs - t) // 2)
+        return [t, h, pairs - t - h, 0]
+
+    def recurrent_layers(self) -> list[bool]:
+        """Per layer: Gated DeltaNet (True) or attention (qwen35: every 2nd layer attention)."""
+        qwen35 = self.arch in QWEN35_ARCHS
+        return [qwen35 and (il + 1) % 2 != 0 for il in range(self.n_layer)]
 
     @property
     def n_shared_kv(self) -> int:
@@ -108,7 +163,7 @@ class TinySpec:
             return self.layers
         if self.arch == "gemma4":
             return 6 if self.n_shared_kv else 5
-        return 2
+        return 4 if self.arch in QWEN35_ARCHS else 2
 
     @property
     def embd_scale(self) -> float:
@@ -219,7 +274,7 @@ def _common_kv(wr: gguf.GGUFWriter, spec: TinySpec) -> None:
     wr.add_head_count_kv(spec.n_head_kv)
     wr.add_key_length(spec.head_dim)
     wr.add_value_length(spec.head_dim)
-    wr.add_rope_dimension_count(spec.n_rot or spec.head_dim)
+    wr.add_rope_dimension_count(spec.rot_dims)
     wr.add_layer_norm_rms_eps(1e-6)
     wr.add_rope_freq_base(spec.rope_freq_base)
     if spec.tokenizer == "no_vocab":
@@ -281,11 +336,25 @@ def _meta_kv(wr: gguf.GGUFWriter, spec: TinySpec) -> None:
         wr.add_rope_scaling_orig_ctx_len(spec.yarn[1])
 
 
+def _qwen35_kv(wr: gguf.GGUFWriter, spec: TinySpec) -> None:
+    arch = spec.arch
+    wr.add_array(f"{arch}.rope.dimension_sections", spec.rope_sections())
+    wr.add_uint32(f"{arch}.full_attention_interval", 2)
+    ssm = QWEN35_SSM
+    for key, value in ssm.items():
+        wr.add_uint32(f"{arch}.ssm.{key}", value)
+    wr.add_uint32(f"{arch}.ssm.inner_size", ssm["state_size"] * ssm["time_step_rank"])
+    if arch == "qwen35moe":
+        wr.add_uint32(f"{arch}.expert_shared_feed_forward_length", spec.n_ff)
+
+
 def _arch_kv(wr: gguf.GGUFWriter, spec: TinySpec) -> None:
-    if spec.arch == "qwen3moe":
+    if spec.arch in MOE_ARCHS:
         wr.add_expert_count(N_EXPERT)
         wr.add_expert_used_count(2)
         wr.add_expert_feed_forward_length(spec.n_ff)
+    if spec.arch in QWEN35_ARCHS:
+        _qwen35_kv(wr, spec)
     if spec.arch == "gemma3":
         wr.add_sliding_window(spec.sliding_window)
         wr.add_sliding_window_pattern(spec.swa_pattern)  # see TinySpec.swa_layers
@@ -310,7 +379,9 @@ def _attn_tensors(t: Tensors, rnd: _Weights, spec: TinySpec, il: int) -> None:
     qk_norm = spec.arch in QK_NORM_ARCHS
     proj_scale = 0.02 if qk_norm else spec.qk_scale
     has_kv = not (spec.n_shared_kv and il >= spec.n_layer - spec.n_shared_kv)
-    t[p + "attn_q.weight"] = rnd.matrix(spec.n_embd, q_dim, scale=proj_scale)
+    # qwen35: each head's query, then its output gate (2 * head_dim rows per head)
+    q_rows = 2 * q_dim if spec.arch in QWEN35_ARCHS else q_dim
+    t[p + "attn_q.weight"] = rnd.matrix(spec.n_embd, q_rows, scale=proj_scale)
     if has_kv:
         t[p + "attn_k.weight"] = rnd.matrix(spec.n_embd, kv_dim, scale=proj_scale)
         if not (spec.k_eq_v and not spec.swa_layers()[il]):
@@ -326,14 +397,42 @@ def _attn_tensors(t: Tensors, rnd: _Weights, spec: TinySpec, il: int) -> None:
             t[p + "attn_k_norm.weight"] = _filled(head_dim, spec.qk_norm_weight)
 
 
+def _recurrent_tensors(t: Tensors, rnd: _Weights, spec: TinySpec, il: int) -> None:
+    """A Gated DeltaNet layer (llama_model_qwen35::load_arch_tensors): decaying (ssm_a < 0), mildly
+    gated, its output the size of an attention layer's; silent (``ssm_out`` zero) unless the
+    variant is a ``-hybrid`` one."""
+    p = f"blk.{il}."
+    ssm = QWEN35_SSM
+    key_dim = ssm["state_size"] * ssm["group_count"]
+    value_dim = ssm["state_size"] * ssm["time_step_rank"]
+    n_v_heads = ssm["time_step_rank"]
+    t[p + "attn_qkv.weight"] = rnd.matrix(spec.n_embd, 2 * key_dim + value_dim, scale=0.1)
+    t[p + "attn_gate.weight"] = rnd.matrix(spec.n_embd, value_dim, scale=0.1)
+    t[p + "ssm_conv1d.weight"] = rnd.normal(ssm["conv_kernel"], 2 * key_dim + value_dim, scale=0.3)
+    t[p + "ssm_dt.bias"] = _filled(n_v_heads, 0.0)
+    t[p + "ssm_a"] = _filled(n_v_heads, -1.0)
+    t[p + "ssm_beta.weight"] = rnd.matrix(spec.n_embd, n_v_heads, scale=0.1)
+    t[p + "ssm_alpha.weight"] = rnd.matrix(spec.n_embd, n_v_heads, scale=0.1)
+    t[p + "ssm_norm.weight"] = _filled(ssm["state_size"], 1.0)
+    out = rnd.matrix(value_dim, spec.n_embd, scale=spec.vo_scale)
+    t[p + "ssm_out.weight"] = out if spec.hybrid else np.zeros_like(out)
+
+
 def _ffn_tensors(t: Tensors, rnd: _Weights, spec: TinySpec, il: int) -> None:
     p = f"blk.{il}."
-    t[p + "ffn_norm.weight"] = _filled(spec.n_embd, 1.0)
-    if spec.arch == "qwen3moe":
+    # qwen35: post_attention_norm is the FFN's input norm (no ffn_norm)
+    norm = "post_attention_norm" if spec.arch in QWEN35_ARCHS else "ffn_norm"
+    t[p + norm + ".weight"] = _filled(spec.n_embd, 1.0)
+    if spec.arch in MOE_ARCHS:
         t[p + "ffn_gate_inp.weight"] = rnd.normal(spec.n_embd, N_EXPERT)
         t[p + "ffn_gate_exps.weight"] = rnd.matrix(spec.n_embd, spec.n_ff, N_EXPERT)
         t[p + "ffn_up_exps.weight"] = rnd.matrix(spec.n_embd, spec.n_ff, N_EXPERT)
         t[p + "ffn_down_exps.weight"] = rnd.matrix(spec.n_ff, spec.n_embd, N_EXPERT)
+        if spec.arch == "qwen35moe":  # the shared expert and its sigmoid gate (one value a token)
+            t[p + "ffn_gate_inp_shexp.weight"] = rnd.normal(spec.n_embd, scale=0.1)
+            t[p + "ffn_gate_shexp.weight"] = rnd.matrix(spec.n_embd, spec.n_ff, scale=0.1)
+            t[p + "ffn_up_shexp.weight"] = rnd.matrix(spec.n_embd, spec.n_ff, scale=0.1)
+            t[p + "ffn_down_shexp.weight"] = rnd.matrix(spec.n_ff, spec.n_embd, scale=0.1)
         return
     t[p + "ffn_gate.weight"] = rnd.matrix(spec.n_embd, spec.n_ff, scale=0.1)
     t[p + "ffn_up.weight"] = rnd.matrix(spec.n_embd, spec.n_ff, scale=0.1)
@@ -347,9 +446,13 @@ def build_tensors(spec: TinySpec) -> Tensors:
         "token_embd.weight": rnd.normal(spec.n_embd, spec.n_vocab, scale=spec.embd_scale),
         "output_norm.weight": _filled(spec.n_embd, 1.0),
     }
+    recurrent = spec.recurrent_layers()
     for il in range(spec.n_layer):
         t[f"blk.{il}.attn_norm.weight"] = _filled(spec.n_embd, 1.0)
-        _attn_tensors(t, rnd, spec, il)
+        if recurrent[il]:
+            _recurrent_tensors(t, rnd, spec, il)
+        else:
+            _attn_tensors(t, rnd, spec, il)
         if spec.arch in ("gemma3", "gemma4"):
             t[f"blk.{il}.post_attention_norm.weight"] = _filled(spec.n_embd, 1.0)
             # small: CPU GELU goes through an f16 table whose rounding the float64 reference
