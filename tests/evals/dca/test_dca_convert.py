@@ -109,9 +109,10 @@ def test_the_keys_are_the_ones_the_tests_models_carry(dca_gguf_kv: KvFn, tmp_pat
 
 # --dca-config FILE (apply_dca_config_file): a DCA configuration kept beside config.json, as
 # Qwen3-*-2507 ship config_1m.json. No verbatim copy of a published config_1m.json could be
-# found to test with (see the test data README), so these configs are synthetic: a tiny model's
-# config.json and a "1M" file that adds max_position_embeddings and a dual_chunk_attention_config
-# with the fields vLLM and SGLang read (the sparse-attention ones inside it).
+# found in the public code searched when this was written, and none is invented here: these
+# configs are synthetic, a tiny model's config.json and a "1M" file that adds
+# max_position_embeddings and a dual_chunk_attention_config with the fields vLLM and SGLang read
+# (the sparse-attention ones inside it).
 TINY_CONFIG: dict[str, Any] = {
     "architectures": ["Qwen2ForCausalLM"],
     "model_type": "qwen2",
