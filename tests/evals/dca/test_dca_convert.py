@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -15,7 +16,9 @@ from typing import Any
 import pytest
 
 from .builds import LlamaBuild
-from .tiny_models import TinySpec, write_tiny_gguf
+from .model_runs import run_tool, single_plan
+from .test_dca_config import LOG_INFO, resolved
+from .tiny_models import TinyModels, TinySpec, write_tiny_gguf
 
 # Qwen/Qwen2.5-14B-Instruct-1M config.json (huggingface.co, revision d5c878c)
 QWEN_1M = {
@@ -102,3 +105,146 @@ def test_the_keys_are_the_ones_the_tests_models_carry(dca_gguf_kv: KvFn, tmp_pat
     written = {k for k in reader.fields if ".attention.dca." in k}
     converted = {k for k, v in dca_gguf_kv("qwen2", QWEN_1M) if isinstance(v, int)}
     assert written == converted
+
+
+# --dca-config FILE (apply_dca_config_file): a DCA configuration kept beside config.json, as
+# Qwen3-*-2507 ship config_1m.json. No verbatim copy of a published config_1m.json could be
+# found in the public code searched when this was written, and none is invented here: these
+# configs are synthetic, a tiny model's config.json and a "1M" file that adds
+# max_position_embeddings and a dual_chunk_attention_config with the fields vLLM and SGLang read
+# (the sparse-attention ones inside it).
+TINY_CONFIG: dict[str, Any] = {
+    "architectures": ["Qwen2ForCausalLM"],
+    "model_type": "qwen2",
+    "num_hidden_layers": 2,
+    "hidden_size": 128,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "vocab_size": 256,
+    "max_position_embeddings": 8192,
+    "rope_theta": 10000.0,
+}
+TINY_DCA = {
+    "chunk_size": 96,
+    "local_size": 12,
+    "original_max_position_embeddings": 128,
+    "sparse_attention_enabled": True,
+    "sparse_attention_threshold": 32768,
+    "sparse_attention_last_q": 64,
+    "sparse_attention_config": [{"0": ["vertical_and_slash", 1000, 6096, 0.5]}] * 2,
+}
+TINY_CONFIG_1M = {
+    **TINY_CONFIG,
+    "max_position_embeddings": 32768,
+    "dual_chunk_attention_config": TINY_DCA,
+}
+
+ApplyFn = Callable[[dict[str, Any], str], dict[str, Any]]
+
+
+@pytest.fixture(scope="module")
+def apply_dca_config_file(dca_build: LlamaBuild) -> ApplyFn:
+    fn: ApplyFn = _module(dca_build).apply_dca_config_file
+    return fn
+
+
+def _write(path: Path, config: object) -> str:
+    path.write_text(json.dumps(config, indent=2), encoding="utf-8")
+    return str(path)
+
+
+def test_a_1m_config_file_replaces_the_dca_config_and_length(
+    apply_dca_config_file: ApplyFn, tmp_path: Path
+) -> None:
+    merged = apply_dca_config_file(
+        dict(TINY_CONFIG), _write(tmp_path / "config_1m.json", TINY_CONFIG_1M)
+    )
+    assert merged["dual_chunk_attention_config"] == TINY_DCA
+    assert merged["max_position_embeddings"] == 32768
+    assert {k: v for k, v in merged.items() if k not in TINY_CONFIG_1M} == {}
+    assert "dual_chunk_attention_config" not in TINY_CONFIG  # the input is not modified
+
+
+REFUSED_FILES: dict[str, tuple[object | None, str]] = {
+    "not-json": (None, "cannot read it as JSON"),
+    "a-list": ([TINY_CONFIG_1M], "must hold a JSON object"),
+    "no-dca": (dict(TINY_CONFIG), "has no dual_chunk_attention_config"),
+    "malformed-dca": (
+        {**TINY_CONFIG_1M, "dual_chunk_attention_config": {"chunk_size": "96"}},
+        "chunk_size",
+    ),
+    "other-model-layers": ({**TINY_CONFIG_1M, "num_hidden_layers": 48}, "num_hidden_layers is 48"),
+    "other-model-arch": (
+        {**TINY_CONFIG_1M, "architectures": ["Qwen3MoeForCausalLM"]},
+        "describes another model",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED_FILES))
+def test_a_bad_dca_config_file_is_refused_naming_it(
+    case: str, apply_dca_config_file: ApplyFn, tmp_path: Path
+) -> None:
+    content, fragment = REFUSED_FILES[case]
+    path = tmp_path / f"{case}.json"
+    if content is None:
+        path.write_text("{ not json", encoding="utf-8")
+    else:
+        _write(path, content)
+    with pytest.raises(ValueError) as err:
+        apply_dca_config_file(dict(TINY_CONFIG), str(path))
+    assert f"--dca-config {path}" in str(err.value) and fragment in str(err.value)
+
+
+def test_a_missing_dca_config_file_is_refused(
+    apply_dca_config_file: ApplyFn, tmp_path: Path
+) -> None:
+    with pytest.raises(ValueError, match="cannot read it as JSON"):
+        apply_dca_config_file(dict(TINY_CONFIG), str(tmp_path / "config_1m.json"))
+
+
+def test_round_trip_config_1m_to_gguf_to_llama_cpp(
+    apply_dca_config_file: ApplyFn,
+    dca_gguf_kv: KvFn,
+    dca_tool: Path,
+    models_dir: TinyModels,
+    tmp_path: Path,
+) -> None:
+    """config.json + --dca-config config_1m.json -> the converter's keys in a GGUF -> read back
+    with gguf-py -> resolved by llama.cpp with --dca on: the file's chunk, window and original
+    length, each from its GGUF key, and the whole DCA config (sparse settings included) as JSON."""
+    import gguf
+
+    merged = apply_dca_config_file(
+        dict(TINY_CONFIG), _write(tmp_path / "config_1m.json", TINY_CONFIG_1M)
+    )
+    kv = tuple(dca_gguf_kv("qwen2", merged))
+    spec = replace(
+        TinySpec("qwen2"),
+        n_ctx_train=merged["max_position_embeddings"],
+        tokenizer=models_dir.tokenizer,
+    )
+    model = write_tiny_gguf(spec, models_dir.dir, kv)
+
+    reader = gguf.GGUFReader(str(model))
+    back: dict[str, int | str] = {}
+    for key, field in reader.fields.items():
+        if ".attention.dca." in key or key == "qwen2.context_length":
+            value = field.contents()
+            assert isinstance(value, (int, str))
+            back[key] = value
+    assert back == {**dict(kv), "qwen2.context_length": 32768}
+    whole = back["qwen2.attention.dca.config"]
+    assert isinstance(whole, str) and json.loads(whole) == TINY_DCA
+
+    plan = single_plan(40, n_gen=2)
+    dump = run_tool(
+        dca_tool, plan, model, ("-c", "256", "--dca", "on", *LOG_INFO), tmp_path / "run"
+    )
+    r = resolved(dump.log)
+    assert (r.chunk_size, r.chunk_source) == (96, "GGUF attention.dca.chunk_size")
+    assert (r.local_window, r.local_source) == (12, "GGUF attention.dca.local_size")
+    assert (r.original, r.original_source) == (
+        128,
+        "GGUF attention.dca.original_max_position_embeddings",
+    )

@@ -48,6 +48,7 @@ Notes:
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -104,6 +105,10 @@ class TinySpec:
     dca_local_size: int = 0
     dca_orig: int = 0
     yarn: tuple[float, int] | None = None
+    # general.basename / general.name ("" = absent): the release a GGUF names, which the known-model
+    # table of DCA defaults matches (with context_length and rope_freq_base)
+    basename: str = ""
+    name: str = ""
     # other shapes and rope layouts (0 / defaults = the usual tiny model): ``n_rot`` rotary dims
     # (rope.dimension_count; < head_dim is partial rotary; gemma4: its global layers only),
     # ``head_dim_swa`` gemma4's SWA-layer head size (key_length_swa; its global layers use
@@ -204,6 +209,9 @@ class TinySpec:
             meta += f"-dca{self.dca_chunk_size}.{self.dca_local_size}.{self.dca_orig}"
         if self.yarn is not None:
             meta += f"-yarn{self.yarn[0]:g}.{self.yarn[1]}"
+        if self.basename or self.name:
+            ident = hashlib.sha256(f"{self.basename}\0{self.name}".encode()).hexdigest()[:10]
+            meta += f"-id{ident}"
         shape = ""
         dims = (self.n_embd, self.n_ff, self.n_head, self.n_head_kv, self.head_dim)
         if (*dims, self.n_vocab, self.n_ctx_train) != (128, 192, 2, 1, 64, 256, 8192):
@@ -323,6 +331,10 @@ def _spm_kv(wr: gguf.GGUFWriter, n_vocab: int) -> None:
 
 
 def _meta_kv(wr: gguf.GGUFWriter, spec: TinySpec) -> None:
+    if spec.basename:
+        wr.add_basename(spec.basename)
+    if spec.name:
+        wr.add_name(spec.name)
     for key, value in (
         ("chunk_size", spec.dca_chunk_size),
         ("local_size", spec.dca_local_size),
@@ -506,12 +518,19 @@ class TinyModels:
         return write_tiny_gguf(replace(spec, tokenizer=self.tokenizer), self.dir)
 
 
-def write_tiny_gguf(spec: TinySpec, out_dir: Path) -> Path:
-    """Write the model to ``out_dir`` (reused if already there) and return its path."""
+def write_tiny_gguf(
+    spec: TinySpec, out_dir: Path, extra_kv: tuple[tuple[str, int | str], ...] = ()
+) -> Path:
+    """Write the model to ``out_dir`` (reused if already there) and return its path. ``extra_kv``:
+    more metadata as a converter would write it (int: u32, str: string), after the spec's."""
     if spec.tokenizer not in TOKENIZERS:
         raise ValueError(f"tokenizer {spec.tokenizer!r}: use one of {', '.join(TOKENIZERS)}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / spec.file_name()
+    name = spec.file_name()
+    if extra_kv:
+        digest = hashlib.sha256(repr(extra_kv).encode()).hexdigest()[:10]
+        name = name.removesuffix(".gguf") + f"-kv{digest}.gguf"
+    path = out_dir / name
     if path.exists():
         return path
     tmp = path.with_suffix(".tmp")
@@ -519,6 +538,11 @@ def write_tiny_gguf(spec: TinySpec, out_dir: Path) -> Path:
     _common_kv(wr, spec)
     _arch_kv(wr, spec)
     _meta_kv(wr, spec)
+    for key, value in extra_kv:
+        if isinstance(value, str):
+            wr.add_string(key, value)
+        else:
+            wr.add_uint32(key, value)
     for name, arr in build_tensors(spec).items():
         quantized = arr.dtype == np.uint8
         wr.add_tensor(name, arr, raw_dtype=gguf.GGMLQuantizationType.Q8_0 if quantized else None)
