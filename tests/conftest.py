@@ -9,10 +9,12 @@ disabled, and the patchctl cache points into the fake HOME.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.debpkg import ccache
 from support.files import Files
 from support.gitconfig import GIT_ENV_TO_DROP, install_user_config
 from support.repos import MakePatch, MakeRepo, Repo, diff_files, new_repo
@@ -71,3 +73,13 @@ def make_patch(tmp_path: Path) -> MakePatch:
 def cache_home(hermetic_seal: Path) -> Iterator[Path]:
     """The patchctl cache inside the fake HOME (XDG_CACHE_HOME/patchctl)."""
     yield hermetic_seal / ".cache" / "patchctl"
+
+
+@pytest.fixture
+def ccache_on_path(hermetic_seal: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """`ccache` first on PATH, for the tests of `--launcher ccache`: the installed one, else
+    Debian's, fetched and checked by tests/support/debpkg.py (so such a test never skips on a
+    fresh machine). Its path."""
+    folder = ccache()
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ.get('PATH', '')}")
+    return folder / "ccache"

@@ -148,11 +148,10 @@ def test_a_prefix_that_does_not_apply_fails_at_apply(
 
 
 def test_the_launcher_reaches_every_prefix_build(
-    tiny_series: Callable[[bool], Path], capsys: pytest.CaptureFixture[str]
+    tiny_series: Callable[[bool], Path], capsys: pytest.CaptureFixture[str], ccache_on_path: Path
 ) -> None:
     ccache = shutil.which("ccache")
-    if ccache is None:
-        pytest.skip("ccache not installed")
+    assert ccache is not None and Path(ccache).samefile(ccache_on_path)
     series = tiny_series(False)
     args = ["check-prefixes", "--series", str(series), "-t", "hello", "--launcher", "ccache"]
     assert main([*args, "--json"]) == 0

@@ -149,9 +149,9 @@ def test_cmake_cpu_command_line(tiny: Repo, tmp_path: Path) -> None:
     assert plan.steps[0].env == () and plan.tree_id == tiny.tree and not plan.dirty
 
 
-def test_cmake_cuda_archs_and_ccache_launcher(tiny: Repo, tmp_path: Path, fake_nvcc: Path) -> None:
-    if shutil.which("ccache") is None:
-        pytest.skip("ccache not installed")
+def test_cmake_cuda_archs_and_ccache_launcher(
+    tiny: Repo, tmp_path: Path, fake_nvcc: Path, ccache_on_path: Path
+) -> None:
     config = BuildConfig(cuda=("sm_86", "sm_90"), launcher="ccache", targets=("hello",))
     plan = plan_build(tiny.path, config, tmp_path / "builds")
     argv = configure_argv(plan)
@@ -440,11 +440,13 @@ def test_llamafile_make_and_cuda_sh_with_requested_archs(
 
 
 def test_llamafile_launcher_never_wraps_cosmocc(
-    make_repo: Callable[..., Repo], tmp_path: Path, cosmocc: Path, fake_nvcc: Path
+    make_repo: Callable[..., Repo],
+    tmp_path: Path,
+    cosmocc: Path,
+    fake_nvcc: Path,
+    ccache_on_path: Path,
 ) -> None:
     """cosmocc also writes .aarch64/<name>.o, which a ccache hit would not restore."""
-    if shutil.which("ccache") is None:
-        pytest.skip("ccache not installed")
     repo = make_repo(LLAMAFILE_TREE, name="llamafile")
     config = BuildConfig(
         cosmocc=cosmocc, launcher="ccache", targets=("o//llamafile",), jobs=2, cuda=("sm_86",)
