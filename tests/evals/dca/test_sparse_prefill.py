@@ -12,6 +12,9 @@ reference (tests/evals/dca/reference.py: sparse_keep, sparse_plain_attention, sp
   dense reference); the sparse reference lies at least MARGIN tolerances from the dense one, so a
   selection that ignored the budget, or picked other keys, fails. The prefill in ubatches of 64
   and in one ubatch: each against its own reference (the selection is per ubatch).
+- A model's DCA config (GGUF <arch>.attention.dca.config, written by the converter from HF's
+  dual_chunk_attention_config) gives the defaults: the largest per-head budgets, vLLM's threshold
+  and last_q keys, each logged with its source; a flag wins; a malformed config is an error.
 - Bad values end with an error naming the flag.
 
 CPU flash attention (the sparse path needs it) computes in f16; the KV cache is f16 by default.
@@ -19,6 +22,7 @@ CPU flash attention (the sparse path needs it) computes in f16; the KV cache is 
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -35,7 +39,7 @@ from .model_runs import (
     run_tool_proc,
     single_plan,
 )
-from .tiny_models import TinyModels
+from .tiny_models import TinyModels, TinySpec
 
 N_TOKENS = 300
 VERTICAL, SLASH, LAST_Q = 34, 104, 16  # 4 columns and 4 diagonals beyond the always-kept 30 and 100
@@ -160,3 +164,74 @@ def test_bad_values_name_the_flag(
     assert isinstance(proc, subprocess.CompletedProcess)
     assert proc.returncode != 0
     assert flag in proc.stderr
+
+
+# per layer, per head: ["vertical_and_slash", vertical, slash, score] (vLLM's format); the largest
+# budgets (34 and 104) are the ones sparse_on() passes as flags
+GGUF_SPARSE = {
+    "chunk_size": 64,
+    "local_size": 8,
+    "sparse_attention_threshold": 0,
+    "sparse_attention_last_q": LAST_Q,
+    "sparse_attention_config": [
+        {"0": ["vertical_and_slash", 34, 100, 0.9], "1": ["vertical_and_slash", 31, 104, 0.8]},
+        {"0": ["vertical_and_slash", 30, 101, 0.7], "1": ["vertical_and_slash", 33, 102, 0.6]},
+    ],
+}
+LOG_INFO = ("-lv", "4")
+
+
+def _gguf_model(models_dir: TinyModels, config: object) -> Path:
+    return models_dir.write(TinySpec("qwen2", dca_config=json.dumps(config)))
+
+
+def test_gguf_config_gives_the_defaults(
+    dca_tool: Path, models_dir: TinyModels, tmp_path: Path
+) -> None:
+    plain_model = model_path(models_dir, "qwen2")
+    gguf_model = _gguf_model(models_dir, GGUF_SPARSE)
+    plan = single_plan(N_TOKENS)
+    args = (*BASE, "-ub", "64")
+    flags = run_tool(dca_tool, plan, plain_model, (*args, *sparse_on()), tmp_path / "flags")
+    from_gguf = run_tool(
+        dca_tool, plan, gguf_model, (*args, "--sparse-prefill", "on", *LOG_INFO), tmp_path / "gguf"
+    )
+    src = "GGUF qwen2.attention.dca.config"
+    assert (
+        f"vertical {VERTICAL} ({src}), slash {SLASH} ({src}), threshold 0 ({src})" in from_gguf.log
+    )
+    assert from_gguf.raw == flags.raw
+    # a flag wins over the GGUF
+    wide = ("--sparse-vertical", "4096", "--sparse-slash", "4096", *LOG_INFO)
+    flag_wins = run_tool(
+        dca_tool, plan, gguf_model, (*args, "--sparse-prefill", "on", *wide), tmp_path / "wide"
+    )
+    assert "vertical 4096 (flag), slash 4096 (flag), threshold 0 (GGUF" in flag_wins.log
+    dense = run_tool(dca_tool, plan, plain_model, args, tmp_path / "dense")
+    assert flag_wins.raw == dense.raw
+
+
+@pytest.mark.parametrize(
+    ("config", "names"),
+    [
+        ({"sparse_attention_threshold": -1}, "sparse_attention_threshold"),
+        ({"sparse_attention_last_q": "64"}, "sparse_attention_last_q"),
+        ({"sparse_attention_config": {"0": 1}}, "sparse_attention_config must be a list"),
+        ({"sparse_attention_config": [{"0": ["a_shape", 1, 2, 0.5]}]}, "[0][0] must be"),
+        (
+            {"sparse_attention_config": [{"3": ["vertical_and_slash", 0, 2, 0.5]}]},
+            "[0][3] vertical",
+        ),
+    ],
+)
+def test_malformed_gguf_config_is_an_error(
+    config: object, names: str, dca_tool: Path, models_dir: TinyModels, tmp_path: Path
+) -> None:
+    model = _gguf_model(models_dir, config)
+    args = (*BASE, "--sparse-prefill", "on")
+    proc, _out = run_tool_proc(dca_tool, single_plan(8), model, args, tmp_path / "bad")
+    assert proc.returncode != 0
+    assert "GGUF qwen2.attention.dca.config" in proc.stderr and names in proc.stderr
+    # without --sparse-prefill on the config is not read
+    off, _ = run_tool_proc(dca_tool, single_plan(8), model, BASE, tmp_path / "off")
+    assert off.returncode == 0, off.stderr[-2000:]

@@ -36,6 +36,7 @@ Notes:
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -76,6 +77,9 @@ class TinySpec:
     dca_chunk_size: int = 0
     dca_local_size: int = 0
     dca_orig: int = 0
+    # the converter's JSON copy of dual_chunk_attention_config (<arch>.attention.dca.config; "":
+    # absent)
+    dca_config: str = ""
     yarn: tuple[float, int] | None = None
     # other shapes and rope layouts (0 / defaults = the usual tiny model): ``n_rot`` rotary dims
     # (rope.dimension_count; < head_dim is partial rotary; gemma4: its global layers only),
@@ -147,6 +151,8 @@ class TinySpec:
         meta = ""
         if self.dca_chunk_size or self.dca_local_size or self.dca_orig:
             meta += f"-dca{self.dca_chunk_size}.{self.dca_local_size}.{self.dca_orig}"
+        if self.dca_config:
+            meta += "-dcacfg" + hashlib.sha256(self.dca_config.encode()).hexdigest()[:10]
         if self.yarn is not None:
             meta += f"-yarn{self.yarn[0]:g}.{self.yarn[1]}"
         shape = ""
@@ -275,6 +281,8 @@ def _meta_kv(wr: gguf.GGUFWriter, spec: TinySpec) -> None:
     ):
         if value:
             wr.add_uint32(f"{spec.arch}.attention.dca.{key}", value)
+    if spec.dca_config:
+        wr.add_string(f"{spec.arch}.attention.dca.config", spec.dca_config)
     if spec.yarn is not None:
         wr.add_rope_scaling_type(gguf.RopeScalingType.YARN)
         wr.add_rope_scaling_factor(spec.yarn[0])
