@@ -10,6 +10,12 @@ Built in (``{factor}`` = length / trained length, at least 1; ``{n_train}`` = tr
 | dca | ``--dca on`` (mscale: the build's default, auto) | yes |
 | dca-mscale | ``--dca on --dca-mscale on`` | no (the factor is 1 up to the trained length) |
 | dca-q8 | ``--dca on -ctk q8_0 -ctv q8_0`` (q8_0 KV cache; not in the default list) | yes |
+| naive-sparse | ``--sparse-prefill on`` (published defaults; not in the default list) | yes |
+| dca-sparse | ``--dca on --sparse-prefill on`` (not in the default list) | yes |
+
+The sparse methods engage only on prefill ubatches whose KV length exceeds ``--sparse-threshold``
+(32768 by default): for shorter haystacks add your own, e.g.
+``dca-sparse-4k=--dca on --sparse-prefill on --sparse-threshold 4096``.
 
 A run may add its own: ``NAME=FLAGS`` (e.g. ``dca-q8=--dca on -ctk q8_0 -ctv q8_0``), run at every
 length. Flags a server build lacks are found before it starts (server.check_flags), so a method
@@ -67,6 +73,8 @@ BUILTIN: dict[str, Method] = {
         Method("dca", ("--dca", "on")),
         Method("dca-mscale", ("--dca", "on", "--dca-mscale", "on"), False),
         Method("dca-q8", ("--dca", "on", "-ctk", "q8_0", "-ctv", "q8_0")),
+        Method("naive-sparse", ("--sparse-prefill", "on")),
+        Method("dca-sparse", ("--dca", "on", "--sparse-prefill", "on")),
     )
 }
 DEFAULT_METHODS = ("naive", "linear", "yarn", "dca", "dca-mscale")

@@ -570,21 +570,25 @@ def dca_distances(n: int, dca: DcaConfig, mut: Mutation = CORRECT) -> npt.NDArra
     return dist
 
 
-def dca_regime_scores(
-    a: AttnInput, dca: DcaConfig, mut: Mutation
-) -> tuple[F64, npt.NDArray[np.int64]]:
-    """Per-pair DCA scores (n_head, n, n), each from its regime's query rope; and the regime map."""
+def dca_regime_parts(
+    a: AttnInput, dca: DcaConfig, mut: Mutation = CORRECT, key_type: str | None = None
+) -> tuple[list[F64], npt.NDArray[np.int64]]:
+    """Each regime's scores (n_head, n, n) from its own query rope, and the regime map.
+    ``key_type``: the keys rounded to that cache type and the queries taken as they are (the
+    sparse estimation's view), instead of the attention's (AttnInput.k_stored, q_for_dot)."""
     n = a.q.shape[0]
     pos = np.arange(n, dtype=np.int64)
     k_pos = pos if mut.keys_unwrapped else pos % dca.chunk_len
     h_pos = pos if mut.mrope_h_unmoved else None
-    k = a.k_stored(a.rope(a.k, k_pos, h_pos))
+    k_roped = a.rope(a.k, k_pos, h_pos)
+    k = a.k_stored(k_roped) if key_type is None else kv_round(k_roped, key_type)
+    q_view = a.q_for_dot if key_type is None else (lambda x: x)
     factors = mscale_factors(n, dca.mscale_orig)
     if mut.mscale_once:
         factors = np.sqrt(factors)
     # llama.cpp scales the roped query rows (never the cached keys)
     per_regime = [
-        _gqa_scores(a.q_for_dot(a.rope(a.q, qp, h_pos) * factors[:, None, None]), k, a.scale)
+        _gqa_scores(q_view(a.rope(a.q, qp, h_pos) * factors[:, None, None]), k, a.scale)
         for qp in _dca_query_positions(n, dca, mut)
     ]
     regime = regime_matrix(n, dca.chunk_len)
@@ -592,6 +596,14 @@ def dca_regime_scores(
         regime = np.where(regime == SUCC, MASKED, regime)
     if mut.drop_inter:
         regime = np.where(regime == INTER, MASKED, regime)
+    return per_regime, regime
+
+
+def dca_regime_scores(
+    a: AttnInput, dca: DcaConfig, mut: Mutation
+) -> tuple[F64, npt.NDArray[np.int64]]:
+    """Per-pair DCA scores (n_head, n, n), each from its regime's query rope; and the regime map."""
+    per_regime, regime = dca_regime_parts(a, dca, mut)
     scores = np.full_like(per_regime[0], NEG_INF)
     for r, s in enumerate(per_regime):
         scores = np.where((regime == r)[None], s, scores)
@@ -632,6 +644,133 @@ def dca_attention(a: AttnInput, dca: DcaConfig, mut: Mutation = CORRECT) -> F64:
 
 
 # ---------------------------------------------------------------------------------------------
+# sparse prefill (MInference vertical-slash, as llama-sparse.cpp selects)
+
+SINK_COLUMNS = 30  # the first key columns, always kept
+LOCAL_DIAGONALS = 100  # the diagonals nearest the query, always kept
+
+
+@dataclass(frozen=True)
+class SparseConfig:
+    """Sparse prefill: per prefill ubatch of ``ubatch`` tokens (the last one may be shorter) with at
+    least ``last_q`` tokens, each head keeps the ``vertical`` columns and ``slash`` diagonals its
+    last ``last_q`` queries score highest. The tests give a threshold below every KV length."""
+
+    vertical: int
+    slash: int
+    last_q: int
+    ubatch: int
+    key_type: str = (
+        "f16"  # the cache type of the keys the estimation reads (llama.cpp reads the cache)
+    )
+
+
+# a selection boundary closer than this (relative) can flip between llama.cpp's float32 scores and
+# these float64 ones: such an input cannot check "the same indices from the same scores"
+MIN_SELECTION_GAP = 1e-3
+
+
+class AmbiguousSelection(ValueError):
+    """The n-th and (n+1)-th candidate scores are within MIN_SELECTION_GAP of each other."""
+
+
+def sparse_top(score: F64, n: int) -> npt.NDArray[np.bool_]:
+    """The ``n`` largest scores among the candidates (score >= 0), ties to the lower index.
+    Raises AmbiguousSelection when the last kept and the first dropped finite positive scores
+    are nearly equal (exact ties, of forced or unseen candidates, break by index alike)."""
+    idx = np.flatnonzero(score >= 0)
+    order = idx[np.lexsort((idx, -score[idx]))]
+    if n < order.size:
+        last, first_out = score[order[n - 1]], score[order[n]]
+        if np.isfinite(last) and first_out > 0 and last - first_out < MIN_SELECTION_GAP * last:
+            raise AmbiguousSelection(f"kept {last:.6g} vs dropped {first_out:.6g}")
+    keep = np.zeros(score.shape[0], dtype=bool)
+    keep[order[:n]] = True
+    return keep
+
+
+def sparse_keep(
+    scores: F64, visible: npt.NDArray[np.bool_], start: int, end: int, cfg: SparseConfig
+) -> npt.NDArray[np.bool_]:
+    """keep (n_head, end - start, n) for the queries start..end-1 of one ubatch: within
+    ``visible``, the selected columns and diagonals of each head, estimated from the softmax of the
+    ``scores`` of the ubatch's last ``last_q`` queries over their visible keys."""
+    n_head, n, _ = scores.shape
+    cols = np.arange(n)
+    keep = np.zeros((n_head, end - start, n), dtype=bool)
+    for h in range(n_head):
+        # -1: not a candidate (no query of the ubatch sees a key of it); 0: a candidate the
+        # estimation queries do not see
+        vsum = np.full(n, -1.0)
+        dsum = np.full(n, -1.0)
+        for i in range(start, end):
+            vis = cols[visible[i]]
+            vsum[vis] = 0.0
+            dsum[i - vis] = 0.0
+        for i in range(end - min(cfg.last_q, end - start), end):
+            vis = cols[visible[i]]
+            if vis.size == 0:
+                continue
+            s = scores[h, i, vis]
+            e = np.exp(s - np.max(s))
+            p = e / np.sum(e)
+            vsum[vis] += p
+            dsum[i - vis] += p
+        vsum[:SINK_COLUMNS] = np.where(vsum[:SINK_COLUMNS] >= 0, np.inf, vsum[:SINK_COLUMNS])
+        dsum[:LOCAL_DIAGONALS] = np.where(
+            dsum[:LOCAL_DIAGONALS] >= 0, np.inf, dsum[:LOCAL_DIAGONALS]
+        )
+        vk, dk = sparse_top(vsum, cfg.vertical), sparse_top(dsum, cfg.slash)
+        for i in range(start, end):
+            d = i - cols
+            on_diag = np.where(d >= 0, dk[np.clip(d, 0, n - 1)], False)
+            keep[h, i - start] = visible[i] & (vk | on_diag)
+    return keep
+
+
+def sparse_allowed(
+    scores: Sequence[F64], visible: Sequence[npt.NDArray[np.bool_]], cfg: SparseConfig
+) -> npt.NDArray[np.bool_]:
+    """allowed (n_head, n, n): per ubatch and per part (plain attention: one; DCA: the regimes,
+    each with its own estimation scores and visible pairs) the kept pairs; a ubatch shorter than
+    last_q is dense."""
+    n_head, n, _ = scores[0].shape
+    allowed = np.zeros((n_head, n, n), dtype=bool)
+    for start in range(0, n, cfg.ubatch):
+        end = min(start + cfg.ubatch, n)
+        for s, vis in zip(scores, visible, strict=True):
+            if end - start < cfg.last_q:
+                allowed[:, start:end] |= vis[None, start:end]
+            else:
+                allowed[:, start:end] |= sparse_keep(s, vis, start, end, cfg)
+    return allowed
+
+
+def sparse_plain_attention(a: AttnInput, cfg: SparseConfig) -> F64:
+    """Causal attention restricted to the vertical-slash selection of each ubatch."""
+    n = a.q.shape[0]
+    pos = np.arange(n, dtype=np.int64)
+    q, k = a.rope(a.q, pos), a.rope(a.k, pos)
+    scores = _gqa_scores(a.q_for_dot(q), a.k_stored(k), a.scale)
+    estimate = _gqa_scores(q, kv_round(k, cfg.key_type), a.scale)
+    allowed = sparse_allowed([estimate], [pos[:, None] >= pos[None, :]], cfg)
+    scores = np.where(allowed, scores, NEG_INF)
+    return a.out_from_stored_v(_gqa_out(_softmax_rows(scores), a.v_stored()))
+
+
+def sparse_dca_attention(a: AttnInput, dca: DcaConfig, cfg: SparseConfig) -> F64:
+    """DCA attention where each regime keeps its own vertical-slash selection (estimated with that
+    regime's query rope over that regime's keys); one softmax over the union (== the LSE merge)."""
+    per_regime, regime = dca_regime_parts(a, dca)
+    estimate, _ = dca_regime_parts(a, dca, key_type=cfg.key_type)
+    allowed = sparse_allowed(estimate, [regime == r for r in (INTRA, SUCC, INTER)], cfg)
+    scores = np.full_like(per_regime[0], NEG_INF)
+    for r, s in enumerate(per_regime):
+        scores = np.where((regime == r)[None] & allowed, s, scores)
+    return a.out_from_stored_v(_gqa_out(_softmax_rows(scores), a.v_stored()))
+
+
+# ---------------------------------------------------------------------------------------------
 # model forward
 
 
@@ -644,6 +783,7 @@ class RunConfig:
     dca: DcaConfig | None = None
     mutation: Mutation = CORRECT
     kv_type: str = "f32"
+    sparse: SparseConfig | None = None
 
 
 def _heads(x: F64, dim: int) -> F64:
@@ -706,7 +846,9 @@ def _attention(m: TinyModel, il: int, x: F64, run: RunConfig, kv_store: KvStore)
     if il in m.hp.swa_layers:
         out = plain_attention(a, window=m.hp.sliding_window)
     elif run.dca is None:
-        out = plain_attention(a)
+        out = plain_attention(a) if run.sparse is None else sparse_plain_attention(a, run.sparse)
+    elif run.sparse is not None:
+        out = sparse_dca_attention(a, run.dca, run.sparse)
     else:
         out = dca_attention(a, run.dca, run.mutation)
     flat = out.reshape(out.shape[0], -1)

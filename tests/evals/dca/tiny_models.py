@@ -104,6 +104,9 @@ class TinySpec:
     dca_chunk_size: int = 0
     dca_local_size: int = 0
     dca_orig: int = 0
+    # the converter's JSON copy of dual_chunk_attention_config (<arch>.attention.dca.config; "":
+    # absent)
+    dca_config: str = ""
     yarn: tuple[float, int] | None = None
     # general.basename / general.name ("" = absent): the release a GGUF names, which the known-model
     # table of DCA defaults matches (with context_length and rope_freq_base)
@@ -207,6 +210,8 @@ class TinySpec:
         meta = ""
         if self.dca_chunk_size or self.dca_local_size or self.dca_orig:
             meta += f"-dca{self.dca_chunk_size}.{self.dca_local_size}.{self.dca_orig}"
+        if self.dca_config:
+            meta += "-dcacfg" + hashlib.sha256(self.dca_config.encode()).hexdigest()[:10]
         if self.yarn is not None:
             meta += f"-yarn{self.yarn[0]:g}.{self.yarn[1]}"
         if self.basename or self.name:
@@ -342,6 +347,8 @@ def _meta_kv(wr: gguf.GGUFWriter, spec: TinySpec) -> None:
     ):
         if value:
             wr.add_uint32(f"{spec.arch}.attention.dca.{key}", value)
+    if spec.dca_config:
+        wr.add_string(f"{spec.arch}.attention.dca.config", spec.dca_config)
     if spec.yarn is not None:
         wr.add_rope_scaling_type(gguf.RopeScalingType.YARN)
         wr.add_rope_scaling_factor(spec.yarn[0])

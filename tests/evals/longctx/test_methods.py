@@ -16,6 +16,11 @@ def test_builtins_render_their_scale_factor() -> None:
     assert BUILTIN["linear"].render(4096, 8192)[-1] == "1"  # never below 1
     assert BUILTIN["dca"].render(10**6, 32768) == ("--dca", "on")
     assert BUILTIN["dca-mscale"].args == ("--dca", "on", "--dca-mscale", "on")
+    # the sparse-prefill methods: the published budgets and threshold, at every length
+    assert BUILTIN["naive-sparse"].render(10**6, 32768) == ("--sparse-prefill", "on")
+    assert BUILTIN["dca-sparse"].render(10**6, 32768) == ("--dca", "on", "--sparse-prefill", "on")
+    assert BUILTIN["dca-sparse"].runs_at(16384, 32768)
+    assert "dca-sparse" not in DEFAULT_METHODS
 
 
 def test_which_lengths_a_method_runs_at() -> None:

@@ -43,6 +43,15 @@ static int dca_tool_start(int argc, char ** argv, int dashes, dca_tool & tool) {
         tool.model = nullptr;
         return 1;
     }
+#ifdef COMMON_HAS_SPARSE_PREFILL
+    // sparse prefill is a setting of the context (--sparse-*), applied as common_init_from_params does
+    if (!common_set_sparse_prefill(tool.ctx, params)) {
+        llama_free(tool.ctx);
+        llama_model_free(tool.model);
+        tool = dca_tool{};
+        return 1;
+    }
+#endif
     tool.n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(tool.model));
     return 0;
 }
