@@ -4,12 +4,15 @@
 # check-prefixes has applied and built the prefix; this runs in its clean room with
 # PATCHCTL_BUILD_DIR, PATCHCTL_BIN_DIR and PATCHCTL_PATCH_ID set. Which tests apply is decided
 # by what the prefix's tree contains, never by patch id, so the script serves any series:
-#   - test-backend-ops -b CPU on FLASH_ATTN_EXT (a subset: head dims 64/128, kv 512, batch
-#     1/3/32/75), always: upstream's op must not change under any prefix;
+#   - test-backend-ops -b CPU on FLASH_ATTN_EXT (a subset: head dims 64/128, kv 512, batch 1/32:
+#     decode and a prefill tile; half of `make run`'s subset, which takes ~3 min on an idle
+#     2-core machine, times six prefixes), always: upstream's op must not change under any prefix;
 #   - test-backend-ops -b CPU on FLASH_ATTN_EXT_LSE and FLASH_ATTN_EXT_LSE_MERGE (every case),
 #     when ggml.h declares the op and test-backend-ops has cases for it;
 #   - tests/evals/dca/test_fa_lse.py (the LSE op against a float64 reference, through a probe
-#     linked to the built ggml), when ggml.h declares ggml_flash_attn_ext_lse;
+#     linked to the built ggml), when ggml.h declares ggml_flash_attn_ext_lse and llama has DCA
+#     (src/llama-dca.h): the float64 references belong to the prefixes that carry llama's DCA
+#     (test-backend-ops covers the op alone before that, against the CPU reference path);
 #   - tests/evals/dca/test_dca_model.py (DCA logits of tiny models against a float64
 #     reference, `--dca off` byte-identical to upstream), when llama has DCA (src/llama-dca.h)
 #     and common parses `--dca` (its native tool takes the llama.cpp tools' arguments through
@@ -77,7 +80,7 @@ if [ ! -x "$bin/test-backend-ops" ]; then
   failed=1
 else
   run_check "test-backend-ops FLASH_ATTN_EXT" "$logs/FLASH_ATTN_EXT.log" \
-    "$bin/test-backend-ops" test -b CPU -o FLASH_ATTN_EXT -p "hsk=(64|128),.*kv=512,nb=(1|3|32|75),"
+    "$bin/test-backend-ops" test -b CPU -o FLASH_ATTN_EXT -p "hsk=(64|128),.*kv=512,nb=(1|32),"
   for op in FLASH_ATTN_EXT_LSE FLASH_ATTN_EXT_LSE_MERGE; do
     if ! has ggml/include/ggml.h "GGML_OP_$op,"; then
       skip "test-backend-ops $op" "ggml.h has no GGML_OP_$op"
@@ -94,6 +97,8 @@ dca_env=(env PATCHCTL_DCA_SRC="$src" PATCHCTL_DCA_BUILD="$build")
 pytest=(-m pytest -q -p no:cacheprovider --rootdir "$repo")
 if ! has ggml/include/ggml.h "ggml_flash_attn_ext_lse("; then
   skip "test_fa_lse.py" "ggml.h declares no ggml_flash_attn_ext_lse"
+elif [ ! -f "$src/src/llama-dca.h" ]; then
+  skip "test_fa_lse.py" "no src/llama-dca.h: the float64 references run once llama has DCA"
 else
   run_check "test_fa_lse.py" "$logs/test_fa_lse.log" \
     "${dca_env[@]}" bash -c 'cd "$0" && exec "$@"' "$repo" "$py" "${pytest[@]}" tests/evals/dca/test_fa_lse.py
