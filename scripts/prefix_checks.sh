@@ -57,7 +57,7 @@ run_check() {  # name log command...
   "$@" > "$log" 2>&1
   rc=$?
   ended=$(date +%s.%N)
-  summary=$(grep -E "tests passed|passed|failed|error" "$log" | tail -1)
+  summary=$(grep -E "[0-9]+/[0-9]+ tests passed|[0-9]+ (passed|failed)" "$log" | tail -1 | sed 's/^[ =]*//; s/[ =]*$//')
   local secs
   secs=$("$py" -c 'import sys; print(round(float(sys.argv[2]) - float(sys.argv[1]), 1))' "$started" "$ended")
   if [ "$rc" -eq 0 ]; then
