@@ -937,7 +937,7 @@ def _take_resolution(room: Cleanroom, series: Series, journal: Journal) -> Journ
     pre = room.git.tree_of(journal.head)
     post = worktree_snapshot(room.git, room.git.tree_of(journal.new_base))
     _check_resolution(room, series, patch, pre, post)
-    learned = resolutions.record_resolution(room.git, room.path, stop, post)
+    learned = resolutions.record_resolution(room.git, room.path, stop, pre, post)
     data = _old_bytes(room, patch)
     with scratch_repo([room.path]) as scratch:
         new = regenerated(scratch, patch, data, pre, post, series.root)

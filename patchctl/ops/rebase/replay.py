@@ -93,16 +93,20 @@ def replay_conflict(
     return Again(Merged(tree, tuple(left), merged.messages), names, tuple(notes))
 
 
-def record_resolution(git: Git, room: Path, stop: Stop, post: str) -> tuple[Learned, ...]:
+def record_resolution(git: Git, room: Path, stop: Stop, pre: str, post: str) -> tuple[Learned, ...]:
     """`--continue`: a record for each conflict block of the stop as the tree `post`
     resolves it, staged under the rebase's state directory (written into the series when the
-    rebase finishes). What each file taught."""
+    rebase finishes). What each file taught. A file the resolved patch no longer changes
+    (`post` holds it as the new base `pre` does) gets no record: a record must belong to a
+    path its patch changes, or verify calls it stale."""
     found: list[Learned] = []
     for path in stop.files:
         merged = git.maybe_rev(f"{stop.merged}:{path}")
         resolved = git.maybe_rev(f"{post}:{path}")
         if merged is None or resolved is None:
             continue  # deleted on one side: no block to learn
+        if git.maybe_rev(f"{pre}:{path}") == resolved:
+            continue  # the patch gave this file up: nothing of it is the patch's any more
         learned = resolutions.learn(
             stop.id, path, git.cat_file("blob", merged), git.cat_file("blob", resolved)
         )

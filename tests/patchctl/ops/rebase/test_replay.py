@@ -159,3 +159,23 @@ def test_skip_moves_the_records_of_the_dropped_patch_aside(tmp_path: Path) -> No
     kept = list((second / "skipped").rglob("*.yaml"))
     assert len(kept) == 1 and kept[0].parent.name == PATCH
     assert store_problems(load_series(second)) == []
+
+
+def test_a_file_the_resolution_gives_back_to_upstream_gets_no_record(tmp_path: Path) -> None:
+    """Taking the new upstream's side of a file whole leaves the patch not changing it: a
+    record there would be stale at once (verify refuses records of paths a patch does not
+    change), so none is made, and the finished series verifies."""
+    series_dir, onto = rebase_ready(tmp_path)
+    stopped = rebase(series_dir, onto)
+    assert stopped.stop is not None and stopped.stop.id == PATCH
+    room = room_of(series_dir)
+    git = Git(room)
+    ours = git.maybe_rev(":2:src/c.c")  # the stop's stage 2: the new base's version
+    assert ours is not None
+    (room / "src" / "c.c").write_bytes(git.cat_file("blob", ours))
+    (room / "src" / "extra.c").write_text("int extra;\n")  # so the patch is not empty
+    done = rebase_continue(series_dir)
+    assert done.state == "done"
+    assert {d.id: d for d in done.patches}[PATCH].recorded == ()
+    assert not (series_dir / "resolutions" / PATCH).exists()
+    verify(series_dir).raise_if_failed()
