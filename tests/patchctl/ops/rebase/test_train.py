@@ -79,14 +79,15 @@ def test_train_refuses_a_series_that_extends_another(tmp_path: Path) -> None:
 
 REPO = Path(__file__).resolve().parents[4]
 FIVE_PATCHES = "9604bfd"  # patches/llamafile split into five patches, on 0.3.36
+MOVED_FIVE = "04ddcab"  # patches/llamafile-0.3.35: those five patches moved by hand onto 0.3.35
 REAL_HOME = Path(pwd.getpwuid(os.getuid()).pw_dir)
 TEST_CACHE = Path(os.environ.get("PATCHCTL_TEST_CACHE", REAL_HOME / ".cache" / "patchctl-test"))
 
 
-def old_series(commit: str, into: Path) -> None:
-    """patches/llamafile as it was at `commit` (read from the repository's history)."""
+def old_series(commit: str, into: Path, name: str = "llamafile") -> None:
+    """patches/<name> as it was at `commit` (read from the repository's history)."""
     raw = subprocess.run(
-        ["git", "-C", str(REPO), "archive", "--format=tar", commit, "patches/llamafile"],
+        ["git", "-C", str(REPO), "archive", "--format=tar", commit, f"patches/{name}"],
         check=True,
         capture_output=True,
     ).stdout
@@ -95,7 +96,8 @@ def old_series(commit: str, into: Path) -> None:
             if member.isfile():
                 data = tar.extractfile(member)
                 assert data is not None
-                target = into / Path(member.name).name
+                target = into / Path(member.name).relative_to(f"patches/{name}")
+                target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(data.read())
 
 
@@ -109,7 +111,8 @@ def test_the_real_move_to_0335_is_learned_and_replayed(
     old.mkdir(parents=True)
     old_series(FIVE_PATCHES, old)
     moved = patches / "llamafile-0.3.35"
-    shutil.copytree(REPO / "patches" / "llamafile-0.3.35", moved)
+    moved.mkdir()
+    old_series(MOVED_FIVE, moved, "llamafile-0.3.35")
     assert load_series(old).ids() == load_series(moved).ids()
 
     learned = train(old, moved)
