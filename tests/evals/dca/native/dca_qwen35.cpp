@@ -67,36 +67,9 @@ std::vector<llama_token> read_tokens(const char * path) {
     return out;
 }
 
-// as dca_tool_start, with the eval callback set on the context
+// dca_tool_start, with the eval callback dumping into `dump` when one is given
 int start(int argc, char ** argv, int dashes, dca_tool & tool, tensor_dump * dump) {
-    std::vector<char *> cargv(argv + dashes, argv + argc);
-    cargv[0] = argv[0];
-    common_params params;
-    if (!common_params_parse((int) cargv.size(), cargv.data(), params, LLAMA_EXAMPLE_PARALLEL)) {
-        return 2;
-    }
-    common_init();
-    llama_backend_init();
-
-    tool.model = llama_model_load_from_file(params.model.path.c_str(), common_model_params_to_llama(params));
-    if (tool.model == nullptr) {
-        std::fprintf(stderr, "failed to load model %s\n", params.model.path.c_str());
-        return 1;
-    }
-    llama_context_params cparams = common_context_params_to_llama(params);
-    if (dump != nullptr) {
-        cparams.cb_eval           = dump_cb;
-        cparams.cb_eval_user_data = dump;
-    }
-    tool.ctx = llama_init_from_model(tool.model, cparams);
-    if (tool.ctx == nullptr) {
-        std::fprintf(stderr, "failed to create context\n");
-        llama_model_free(tool.model);
-        tool.model = nullptr;
-        return 1;
-    }
-    tool.n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(tool.model));
-    return 0;
+    return dca_tool_start(argc, argv, dashes, tool, dump != nullptr ? dump_cb : nullptr, dump);
 }
 
 int run_tensor(int argc, char ** argv) {

@@ -20,8 +20,10 @@ struct dca_tool {
 };
 
 // parse argv[dashes..] (argv[dashes] is "--", which becomes the program name for the common parser), then load
-// the model and create its context; 0 on success, else the exit code (2 bad arguments, 1 a failed load)
-static int dca_tool_start(int argc, char ** argv, int dashes, dca_tool & tool) {
+// the model and create its context (with the eval callback `cb_eval`, when given, on it); 0 on success, else the
+// exit code (2 bad arguments, 1 a failed load)
+static int dca_tool_start(int argc, char ** argv, int dashes, dca_tool & tool,
+                          ggml_backend_sched_eval_callback cb_eval = nullptr, void * cb_eval_user_data = nullptr) {
     std::vector<char *> cargv(argv + dashes, argv + argc);
     cargv[0] = argv[0];
     common_params params;
@@ -36,7 +38,12 @@ static int dca_tool_start(int argc, char ** argv, int dashes, dca_tool & tool) {
         std::fprintf(stderr, "failed to load model %s\n", params.model.path.c_str());
         return 1;
     }
-    tool.ctx = llama_init_from_model(tool.model, common_context_params_to_llama(params));
+    llama_context_params cparams = common_context_params_to_llama(params);
+    if (cb_eval != nullptr) {
+        cparams.cb_eval           = cb_eval;
+        cparams.cb_eval_user_data = cb_eval_user_data;
+    }
+    tool.ctx = llama_init_from_model(tool.model, cparams);
     if (tool.ctx == nullptr) {
         std::fprintf(stderr, "failed to create context\n");
         llama_model_free(tool.model);
