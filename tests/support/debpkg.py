@@ -153,11 +153,10 @@ def ccache(cache: Path = CACHE, suite: str = SUITE) -> Path:
     """A `ccache` to put first on PATH: the installed one, else Debian's, unpacked under the test
     cache and run through a small wrapper that names its libraries (the folder it returns holds
     only that `ccache`)."""
-    top = cache / "ccache-bin"
     installed = shutil.which("ccache")
     if installed is not None:
-        top.mkdir(parents=True, exist_ok=True)
         return Path(installed).parent
+    top = cache / "ccache-bin"
     root = unpacked("ccache", Path("usr/bin/ccache"), cache, suite)
     libs = sorted({str(p.parent) for p in root.rglob("*.so*") if p.is_file()})
     wrapper = top / "ccache"
