@@ -76,6 +76,12 @@ class Shape:
     real_layers: int
     swa_pattern: int = 2  # gemma3: one global layer in swa_pattern (the real 5:1 is 6)
     sliding_window: int = 512
+    # qwen35: rotary dims (partial rotary), every attn_interval-th layer attention, the others
+    # Gated DeltaNet of ssm = (conv_kernel, state_size, group_count, time_step_rank)
+    n_rot: int = 0
+    attn_interval: int = 2
+    ssm: tuple[int, int, int, int] = ()
+    n_vocab: int = 256  # the real vocabulary only where it matters (the memory shapes' logits)
 
     @property
     def gqa(self) -> int:
@@ -86,6 +92,8 @@ class Shape:
         """Layers that run DCA (gemma3: the global ones only)."""
         if self.arch == "gemma3":
             return self.layers // self.swa_pattern
+        if self.arch == "qwen35":
+            return self.layers // self.attn_interval
         return self.layers
 
     @property
@@ -109,6 +117,15 @@ SHAPES: dict[str, Shape] = {s.name: s for s in (
     Shape("qwen2.5-0.5b-l2", "Qwen2.5-0.5B", "qwen2", 896, 14, 2, 64, 4864, 2, 24),
     Shape("qwen3-0.6b-l2", "Qwen3-0.6B", "qwen3", 1024, 16, 8, 128, 3072, 2, 28),
     Shape("qwen1.5-0.5b-l2", "Qwen1.5-0.5B", "qwen2", 1024, 16, 16, 64, 2816, 2, 24),
+    # Qwen3.5-9B (config.json text_config): 32 layers, every 4th attention (16 query heads, 4 KV
+    # heads of 256, rotary over 64 of them), the others Gated DeltaNet (conv kernel 4, 16 key heads
+    # and 32 value heads of 128); 8 layers here keep its 3:1 mix
+    Shape("qwen3.5-9b", "Qwen3.5-9B", "qwen35", 4096, 16, 4, 256, 12288, 8, 32,
+          n_rot=64, attn_interval=4, ssm=(4, 128, 16, 32)),
+    # all 32 layers and the real vocabulary (248,320): the KV cache, recurrent state and compute
+    # buffers of the real model (its weights are Q8_0 here, the embeddings f32: see gpu_mem.py)
+    Shape("qwen3.5-9b-full", "Qwen3.5-9B", "qwen35", 4096, 16, 4, 256, 12288, 32, 32,
+          n_rot=64, attn_interval=4, ssm=(4, 128, 16, 32), n_vocab=248320),
 )}
 
 
@@ -143,6 +160,9 @@ GPU_CELLS: tuple[Cell, ...] = (
     Cell("qwen2.5-0.5b-l4/q4_0", "qwen2.5-0.5b-l4", "q4_0", why="quantized KV, hd 64, GQA 7"),
     Cell("llama3-8b/q8_0", "llama3-8b", "q8_0", why="quantized KV, hd 128, GQA 4"),
     Cell("llama3-8b/q4_0", "llama3-8b", "q4_0", why="quantized KV, hd 128, GQA 4"),
+    Cell("qwen3.5-9b/f16", "qwen3.5-9b", "f16",
+         why="hybrid: 2 attention of 8 layers (GQA 4, hd 256, M-RoPE over 64 dims), Gated DeltaNet"),
+    Cell("qwen3.5-9b/q8_0", "qwen3.5-9b", "q8_0", why="hybrid, quantized KV"),
     Cell("gemma3-1b/q8_0", "gemma3-1b", "q8_0", why="quantized KV, hd 256, GQA 4"),
     Cell("gemma3-1b/q4_0", "gemma3-1b", "q4_0", why="quantized KV, hd 256, GQA 4"),
     Cell("qwen2.5-0.5b-l4/f16@512k", "qwen2.5-0.5b-l4", "f16", (524288,), why="one 512k cell"),
@@ -159,7 +179,12 @@ CPU_CELLS: tuple[Cell, ...] = (
     Cell("qwen2.5-0.5b-l2/q8_0", "qwen2.5-0.5b-l2", "q8_0", (8192,), "quantized KV", _CPU_DCA),
 )
 
-MATRICES = {"gpu": GPU_CELLS, "cpu": CPU_CELLS}
+# Models for device memory (evals/device/gpu_mem.py), not benchmarked: the KV type is gpu_mem's --kv.
+MEMORY_CELLS: tuple[Cell, ...] = (
+    Cell("qwen3.5-9b-full/any", "qwen3.5-9b-full", "f16", why="Qwen3.5-9B memory at 256k-1M"),
+)
+
+MATRICES = {"gpu": GPU_CELLS, "cpu": CPU_CELLS, "memory": MEMORY_CELLS}
 
 # Time model of one llama-bench run on the H200, fitted to the pair-launch run's benches of the same
 # command (results/dca-cuda/2026-11-29-pair-launch/bench-*.json, test_time stamps): SmolLM2-135M, attention
@@ -228,7 +253,9 @@ def write_model(shape: Shape, work: Path) -> Path:
     spec = TinySpec(shape.arch, n_ctx_train=N_CTX_TRAIN, n_embd=shape.n_embd, n_ff=shape.n_ff,
                     n_head=shape.n_head, n_head_kv=shape.n_head_kv, head_dim=shape.head_dim,
                     layers=shape.layers, swa_pattern=shape.swa_pattern,
-                    sliding_window=shape.sliding_window, weight_type="q8_0")
+                    sliding_window=shape.sliding_window, weight_type="q8_0",
+                    n_rot=shape.n_rot, attn_interval=shape.attn_interval, ssm_shape=shape.ssm,
+                    n_vocab=shape.n_vocab)
     path: Path = write_tiny_gguf(spec, work)
     return path
 

@@ -2,6 +2,7 @@
 """Device memory of DCA off vs on, per process: llama-completion at a given context size.
 
 usage: gpu_mem.py OUT.json --bin DIR --model GGUF [--ctx 131072,1048576] [--kv f16] [--n 16]
+                  [--extra "LLAMA.CPP FLAGS"]
 
 For each context size and DCA off / on, one `llama-completion -m GGUF -ngl 99 -fa on -c CTX -n N
 -no-cnv -p Hello --dca off|on -v` process (it allocates the KV cache and reserves the compute
@@ -12,6 +13,8 @@ is the process's footprint where the driver does not report per-process numbers,
 containers). The llama.cpp memory breakdown lines (model + context + compute = self) are kept too,
 and are the footprint when nvidia-smi gives no usable number (each row names its source).
 Rows: extra MiB and % of DCA on vs off per context size; exit 1 when one exceeds 5%.
+--extra appends flags to every run (e.g. an --override-kv that gives a random-weight model the
+training length of the real one, so that DCA picks the real model's chunks).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -120,6 +124,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--ctx", default="131072,1048576")
     ap.add_argument("--kv", default="f16")
     ap.add_argument("--n", type=int, default=16)
+    ap.add_argument("--extra", default="", help="flags appended to every llama-completion run")
     args = ap.parse_args(argv)
 
     runs, rows = [], []
@@ -128,7 +133,7 @@ def main(argv: list[str]) -> int:
         for dca in ("off", "on"):
             cmd = [str(args.bin / "llama-completion"), "-m", args.model, "-ngl", "99", "-fa", "on",
                    "-c", str(ctx), "-n", str(args.n), "-no-cnv", "-p", "Hello", "--dca", dca,
-                   "-ctk", args.kv, "-ctv", args.kv, "-v"]
+                   "-ctk", args.kv, "-ctv", args.kv, "-v", *shlex.split(args.extra)]
             run = measure(cmd)
             run.update({"ctx": ctx, "dca": dca})
             runs.append(run)
@@ -148,8 +153,9 @@ def main(argv: list[str]) -> int:
                      "met": ok_runs and extra_pct is not None and extra_pct <= LIMIT_PCT})
         print(f"ctx {ctx}: DCA on - off = {rows[-1]['extra_mib']} MiB "
               f"({rows[-1]['extra_pct']}%), limit {LIMIT_PCT}%", flush=True)
-    args.out.write_text(json.dumps({"what": "device memory per process, DCA off vs on (issue 15)",
-                                    "model": args.model, "kv": args.kv, "limit_pct": LIMIT_PCT,
+    args.out.write_text(json.dumps({"what": "device memory per process, DCA off vs on",
+                                    "model": args.model, "kv": args.kv, "extra": args.extra,
+                                    "limit_pct": LIMIT_PCT,
                                     "rows": rows, "runs": runs}, indent=1) + "\n")
     return 0 if all(r["met"] for r in rows) else 1
 

@@ -142,3 +142,13 @@ def test_a_missing_gguf_package_names_the_fix(
     with pytest.raises(SystemExit) as exc:
         ds.import_gguf(tmp_path / "no-gguf-here")
     assert "--gguf-py TREE/gguf-py" in str(exc.value) and "no-gguf-here" in str(exc.value)
+
+
+def test_the_qwen35_shape_keeps_the_hybrid_mix_and_the_memory_model_is_whole() -> None:
+    s = ds.SHAPES["qwen3.5-9b"]
+    assert s.arch == "qwen35" and s.attn_interval == 4 and s.dca_layers == s.layers // 4 == 2
+    assert {c.shape for c in ds.GPU_CELLS} >= {"qwen3.5-9b"}
+    full = ds.SHAPES["qwen3.5-9b-full"]
+    assert full.layers == full.real_layers == 32 and full.n_vocab == 248320
+    assert [c.shape for c in ds.MATRICES["memory"]] == ["qwen3.5-9b-full"]
+    assert "qwen3.5-9b-full" not in {c.shape for c in ds.GPU_CELLS}

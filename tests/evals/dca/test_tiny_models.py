@@ -151,3 +151,25 @@ def test_tiny_models_write_with_their_tokenizer(tmp_path: Path) -> None:
     assert path == tmp_path / TinySpec("llama", tokenizer="no_vocab").file_name()
     assert _field(gguf.GGUFReader(str(path)), "tokenizer.ggml.model") == "no_vocab"
     assert TinyModels(tmp_path).write(TinySpec("llama")).name == TinySpec("llama").file_name()
+
+
+def test_qwen35_interval_and_recurrent_shape_of_a_real_model(tmp_path: Path) -> None:
+    # the throughput matrix's Qwen3.5-9B shape: every 4th layer attention, its Gated DeltaNet sizes
+    spec = TinySpec("qwen35", n_embd=256, n_ff=384, n_head=4, n_head_kv=2, head_dim=64, n_rot=16,
+                    layers=8, attn_interval=4, ssm_shape=(4, 32, 4, 8))
+    assert spec.recurrent_layers() == [True, True, True, False] * 2
+    assert TinySpec("qwen35").file_name() == TinySpec("qwen35", attn_interval=2).file_name()
+    assert spec.file_name() != TinySpec("qwen35", n_embd=256, n_ff=384, n_head=4, n_head_kv=2,
+                                        head_dim=64, n_rot=16, layers=8).file_name()
+    reader = gguf.GGUFReader(str(write_tiny_gguf(spec, tmp_path)))
+    assert _field(reader, "qwen35.full_attention_interval") == 4
+    assert _field(reader, "qwen35.ssm.state_size") == 32
+    assert _field(reader, "qwen35.ssm.group_count") == 4
+    assert _field(reader, "qwen35.ssm.time_step_rank") == 8
+    assert _field(reader, "qwen35.ssm.inner_size") == 32 * 8
+    shapes = {t.name: [int(n) for n in t.shape] for t in reader.tensors}
+    # qkv of the recurrent layer: 2 key projections (4 heads x 32) and the values (8 heads x 32)
+    assert shapes["blk.0.attn_qkv.weight"] == [256, 2 * 4 * 32 + 8 * 32]
+    assert shapes["blk.0.ssm_a"] == [8]
+    assert "blk.3.attn_k.weight" in shapes and "blk.3.attn_qkv.weight" not in shapes
+    assert "blk.7.attn_k.weight" in shapes and "blk.4.attn_k.weight" not in shapes

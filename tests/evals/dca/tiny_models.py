@@ -128,6 +128,11 @@ class TinySpec:
     swa_pattern: int = 2  # gemma3: every swa_pattern-th layer is global, the others sliding-window
     weight_type: str = "f32"  # "f32" or "q8_0" (the 2-D projection matrices)
     tokenizer: str = "test"  # one of TOKENIZERS (see the module notes)
+    # qwen35 / qwen35moe: every ``attn_interval``-th layer is attention (full_attention_interval),
+    # and the Gated DeltaNet shape (conv_kernel, state_size, group_count, time_step_rank); () is
+    # QWEN35_SSM. Real shapes (Qwen3.5-9B: 4 and (4, 128, 16, 32)) are for the throughput matrix.
+    attn_interval: int = 2
+    ssm_shape: tuple[int, int, int, int] = ()
 
     @property
     def arch(self) -> str:
@@ -157,9 +162,18 @@ class TinySpec:
         return [t, h, pairs - t - h, 0]
 
     def recurrent_layers(self) -> list[bool]:
-        """Per layer: Gated DeltaNet (True) or attention (qwen35: every 2nd layer attention)."""
+        """Per layer: Gated DeltaNet (True) or attention (qwen35: every ``attn_interval``-th layer
+        attention, by default every 2nd)."""
         qwen35 = self.arch in QWEN35_ARCHS
-        return [qwen35 and (il + 1) % 2 != 0 for il in range(self.n_layer)]
+        return [qwen35 and (il + 1) % self.attn_interval != 0 for il in range(self.n_layer)]
+
+    @property
+    def ssm(self) -> dict[str, int]:
+        """The Gated DeltaNet shape: ``ssm_shape`` if given, else QWEN35_SSM."""
+        if not self.ssm_shape:
+            return dict(QWEN35_SSM)
+        return dict(zip(("conv_kernel", "state_size", "group_count", "time_step_rank"),
+                        self.ssm_shape, strict=True))
 
     @property
     def n_shared_kv(self) -> int:
@@ -228,6 +242,8 @@ class TinySpec:
             shape += f"-L{self.layers}-p{self.swa_pattern}-{self.weight_type}"
         if self.tokenizer != "test":
             shape += f"-tk{self.tokenizer}"
+        if (self.attn_interval, self.ssm_shape) != (2, ()):
+            shape += f"-i{self.attn_interval}-ssm" + ".".join(map(str, self.ssm_shape))
         rope = (self.n_rot, self.head_dim_swa, self.rope_freqs, self.k_eq_v, self.rope_freq_base)
         if rope != (0, 0, "ones", False, 10000.0):
             shape += (
@@ -358,8 +374,8 @@ def _meta_kv(wr: gguf.GGUFWriter, spec: TinySpec) -> None:
 def _qwen35_kv(wr: gguf.GGUFWriter, spec: TinySpec) -> None:
     arch = spec.arch
     wr.add_array(f"{arch}.rope.dimension_sections", spec.rope_sections())
-    wr.add_uint32(f"{arch}.full_attention_interval", 2)
-    ssm = QWEN35_SSM
+    wr.add_uint32(f"{arch}.full_attention_interval", spec.attn_interval)
+    ssm = spec.ssm
     for key, value in ssm.items():
         wr.add_uint32(f"{arch}.ssm.{key}", value)
     wr.add_uint32(f"{arch}.ssm.inner_size", ssm["state_size"] * ssm["time_step_rank"])
@@ -421,7 +437,7 @@ def _recurrent_tensors(t: Tensors, rnd: _Weights, spec: TinySpec, il: int) -> No
     gated, its output the size of an attention layer's; silent (``ssm_out`` zero) unless the
     variant is a ``-hybrid`` one."""
     p = f"blk.{il}."
-    ssm = QWEN35_SSM
+    ssm = spec.ssm
     key_dim = ssm["state_size"] * ssm["group_count"]
     value_dim = ssm["state_size"] * ssm["time_step_rank"]
     n_v_heads = ssm["time_step_rank"]

@@ -78,3 +78,14 @@ def test_footprint_prefers_the_driver_numbers() -> None:
     assert gm.footprint(run) == (950.0, "nvidia-smi device - baseline")
     run["peak_device_minus_baseline_mib"] = 0.0
     assert gm.footprint(run)[0] == 800.0
+
+
+def test_extra_flags_reach_every_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bin_dir = _bin(tmp_path, 0)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    out = tmp_path / "mem.json"
+    extra = "--override-kv qwen35.context_length=int:262144"
+    gm.main([str(out), "--bin", str(bin_dir), "--model", "m.gguf", "--ctx", "4096", "--extra", extra])
+    doc = json.loads(out.read_text())
+    assert doc["extra"] == extra
+    assert all(r["command"][-2:] == extra.split() for r in doc["runs"]) and len(doc["runs"]) == 2
