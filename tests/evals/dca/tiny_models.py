@@ -132,7 +132,7 @@ class TinySpec:
     # and the Gated DeltaNet shape (conv_kernel, state_size, group_count, time_step_rank); () is
     # QWEN35_SSM. Real shapes (Qwen3.5-9B: 4 and (4, 128, 16, 32)) are for the throughput matrix.
     attn_interval: int = 2
-    ssm_shape: tuple[int, int, int, int] = ()
+    ssm_shape: tuple[int, ...] = ()
 
     @property
     def arch(self) -> str:

@@ -85,7 +85,8 @@ def test_extra_flags_reach_every_run(tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     out = tmp_path / "mem.json"
     extra = "--override-kv qwen35.context_length=int:262144"
-    gm.main([str(out), "--bin", str(bin_dir), "--model", "m.gguf", "--ctx", "4096", "--extra", extra])
+    gm.main([str(out), "--bin", str(bin_dir), "--model", "m.gguf", "--ctx", "4096",
+             "--extra", extra])
     doc = json.loads(out.read_text())
     assert doc["extra"] == extra
     assert all(r["command"][-2:] == extra.split() for r in doc["runs"]) and len(doc["runs"]) == 2
