@@ -202,6 +202,12 @@ def test_dca_on_up_to_chunk_size_equals_plain_exact(
     if not ON_GPU:
         assert rel_err_all(dca.logits(), plain.logits()) <= SPEC_EQUAL_TOL
         return
+    if arch in HYBRID_VARIANTS:
+        # GPU, live Gated DeltaNet layers: no float64 reference implements them; DCA and plain
+        # attention of the same build, the same recurrent layers, held to the bound the plain
+        # path meets against the reference on the other models
+        assert rel_err_all(dca.logits(), plain.logits()) <= GPU_PLAIN_MAX
+        return
     # GPU: both against the float64 plain-attention reference (DCA with every distance true is plain
     # attention), DCA held to GPU_PLAIN_FACTOR x the plain path's own error
     want = reference_logits(model, plain.tokens, ref.RunConfig(kv_type="f32"))
