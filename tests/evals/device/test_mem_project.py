@@ -9,8 +9,9 @@ from script_module import load_script
 
 mp = load_script("device/mem_project.py")
 
-LOADED = "|   - CUDA0 (H200)       | 143155 = 97385 + (45170 = 10894 +   32818 +    1457) +         600 |"
-PROBE = "|   - CUDA0 (H200)       | 143155 = 142575 + (45170 = 10894 +   32818 +    1457) +      -44589 |"
+ROW = "| - CUDA0 (H200) | 143155 = {free} + (45170 = 10894 +   32818 +    1457) +   {unacc} |"
+LOADED = ROW.format(free=97385, unacc="      600")
+PROBE = ROW.format(free=142575, unacc="   -44589")
 
 
 def _doc(rc: int = 0) -> dict[str, object]:
