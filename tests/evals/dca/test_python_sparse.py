@@ -321,7 +321,7 @@ def test_the_struct_reaches_llama_cpp_by_value_and_its_reason_the_python_error(
         assert rc == -1
         assert reason == f"x: sparse prefill: {field} must be >= {least} (got -5)", reason
     assert out["error"] == (
-        "Failed to set sparse prefill: sparse prefill: sparse_last_q must be >= 1 (got 0)"
+        "Failed to set sparse prefill: sparse_last_q must be >= 1 (got 0)"
     )
 
 
