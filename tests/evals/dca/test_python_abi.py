@@ -153,6 +153,25 @@ def test_a_c_field_without_its_mirror_fails(
     assert "'dca_mscale', 'dca_next')" in str(info.value)
 
 
+def test_a_sparse_field_without_its_mirror_fails(
+    python_site: Path, patched_headers: list[Path], tmp_path: Path
+) -> None:
+    """The same for the struct llama_set_sparse_prefill takes by value: a field appended to the
+    C struct (the next knob) fails here until the bindings patch mirrors it."""
+    headers = tmp_path / "include"
+    shutil.copytree(patched_headers[0], headers)
+    llama_h = headers / "llama.h"
+    old = "int32_t last_q;"
+    text = llama_h.read_text()
+    assert text.count(old) == 1
+    llama_h.write_text(text.replace(old, old + " int32_t next_knob;"))
+    package = python_site / "llama_cpp"
+    with pytest.raises(AbiMismatch) as info:
+        check(package, package / "lib", [headers, patched_headers[1]], tmp_path / "c")
+    assert "llama_sparse_prefill_params: ctypes.sizeof 20 != C sizeof 24" in str(info.value)
+    assert "'last_q', 'next_knob')" in str(info.value)
+
+
 def test_the_header_parser_reads_what_llama_h_declares(tmp_path: Path) -> None:
     body = """
         enum llama_x tag;          // a comment; with a semicolon
