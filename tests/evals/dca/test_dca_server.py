@@ -16,6 +16,10 @@
 - Other model shapes (head size 112 / GQA 7; Gemma 4's 512 / 256 heads; Qwen3.5's 256 head with
   M-RoPE, and the hybrid qwen35): two slots decode two multi-chunk prompts at once; greedy tokens
   and log-probabilities equal the dump tool's run.
+- Sparse prefill: the --sparse-* flags reach the server's context (its log shows the values, their
+  source and llama.cpp's context line); a prompt longer than the tiny threshold under budgets
+  covering every key gives exactly the dense server's tokens and log-probabilities, under small
+  budgets the dump tool's run with the same flags (and not the dense one).
 
 The exact attention path (f32 KV, flash attention off) is used where texts are compared, so that
 batching cannot move a greedy choice (its logits differ across batch layouts by ~1e-7 only).
@@ -35,10 +39,12 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from . import reference as ref
 from .builds import LlamaBuild
 from .llama_server import LlamaServer, Reply, ServerFailed
-from .model_runs import Plan, run_tool
+from .model_runs import Plan, model_path, run_tool
 from .test_dca_model_shapes import CHUNK, SHAPES, dca_flags
+from .test_sparse_prefill import LAST_Q, SLASH, VERTICAL, unambiguous_prompt
 from .tiny_models import TinyModels, TinySpec, tokenizer_for, write_tiny_gguf
 
 DCA = ("--dca", "on", "--dca-chunk-size", "320", "--dca-local-window", "64")  # chunk_len 256
@@ -364,12 +370,18 @@ def served_logprobs(reply: Reply) -> Served:
 
 
 def native_logprobs(
-    tool: Path, model: Path, tokens: Sequence[int], args: Sequence[str], work: Path
+    tool: Path,
+    model: Path,
+    tokens: Sequence[int],
+    args: Sequence[str],
+    work: Path,
+    n_predict: int = SHAPE_N_PREDICT,
+    base: Sequence[str] = (*SHAPE_ARGS, *EXACT),
 ) -> tuple[list[int], npt.NDArray[np.float64]]:
     """The same prompt and greedy steps through the dump tool: generated ids and the full
     log-softmax rows that chose them (n_generated, n_vocab)."""
-    plan = Plan(seqs=(tuple(tokens),), steps=(f"call 0:{len(tokens)}", f"gen 0 {SHAPE_N_PREDICT}"))
-    dump = run_tool(tool, plan, model, (*SHAPE_ARGS, *EXACT, *args), work)
+    plan = Plan(seqs=(tuple(tokens),), steps=(f"call 0:{len(tokens)}", f"gen 0 {n_predict}"))
+    dump = run_tool(tool, plan, model, (*base, *args), work)
     logits = dump.logits()[0].astype(np.float64)[len(tokens) - 1 : -1]
     top = logits.max(axis=1, keepdims=True)
     logsm = logits - top - np.log(np.exp(logits - top).sum(axis=1, keepdims=True))
@@ -418,3 +430,61 @@ def test_other_shapes_through_the_server_equal_the_native_run(
         _, other = native_logprobs(dca_tool, model, tokens, moved, tmp_path / f"m{i}")
         far = logprob_gap(served, other)
         assert far >= 10 * LOGPROB_TOL, f"prompt {i}: local window + 1 only {far:.3g} away"
+
+
+# ---------------------------------------------------------------------------------------------
+# sparse prefill through the server
+
+SPARSE_CONTEXT = ("-c", "1024", "-b", "512", "-ub", "64", "-fa", "on")
+SPARSE_SERVER = ("-t", "2", "--no-warmup", "--no-webui", "-np", "1", *SPARSE_CONTEXT, *CONTEXT_LOG)
+SPARSE_N_PREDICT = 4
+
+
+def _sparse_flags(vertical: int, slash: int) -> tuple[str, ...]:
+    return (
+        *("--sparse-prefill", "on", "--sparse-threshold", "0", "--sparse-last-q", str(LAST_Q)),
+        *("--sparse-vertical", str(vertical), "--sparse-slash", str(slash)),
+    )
+
+
+def test_sparse_prefill_flags_reach_the_server_context(
+    servers: Servers, dca_tool: Path, models_dir: TinyModels, tmp_path: Path
+) -> None:
+    model = model_path(models_dir, "qwen2")
+    sparse = ref.SparseConfig(vertical=VERTICAL, slash=SLASH, last_q=LAST_Q, ubatch=64)
+    tokens = unambiguous_prompt(model, ref.RunConfig(sparse=sparse))
+    small_flags = _sparse_flags(VERTICAL, SLASH)
+    started = {
+        "dense": servers.start("-m", str(model), *SPARSE_SERVER),
+        "full": servers.start("-m", str(model), *SPARSE_SERVER, *_sparse_flags(4096, 4096)),
+        "small": servers.start("-m", str(model), *SPARSE_SERVER, *small_flags),
+    }
+    body: dict[str, Any] = {"n_predict": SPARSE_N_PREDICT, "temperature": 0.0, "ignore_eos": True}
+    body |= {"n_probs": N_PROBS, "cache_prompt": False, "prompt": list(tokens)}
+    served = {name: served_logprobs(s.post("/completion", body)) for name, s in started.items()}
+
+    logs = {name: s.log_text() for name, s in started.items()}
+    assert "sparse prefill on" not in logs["dense"]
+    for name, (vertical, slash) in {"full": (4096, 4096), "small": (VERTICAL, SLASH)}.items():
+        chosen = (
+            f"sparse prefill: vertical {vertical} (flag), slash {slash} (flag), "
+            f"threshold 0 (flag), last_q {LAST_Q} (flag)"
+        )
+        context = f"sparse prefill on: vertical = {vertical}, slash = {slash}, threshold = 0"
+        assert chosen in logs[name] and context in logs[name], logs[name][-3000:]
+
+    # budgets covering every key: the dense computation, bit for bit
+    assert served["full"].ids == served["dense"].ids
+    assert np.array_equal(served["full"].logprobs, served["dense"].logprobs)
+    # small budgets: the dump tool's run with the same flags, far from its dense run
+    want_ids, want = native_logprobs(
+        dca_tool, model, tokens, small_flags, tmp_path / "n", SPARSE_N_PREDICT, SPARSE_CONTEXT
+    )
+    _ids, dense = native_logprobs(
+        dca_tool, model, tokens, (), tmp_path / "d", SPARSE_N_PREDICT, SPARSE_CONTEXT
+    )
+    assert served["small"].ids == want_ids
+    gap = logprob_gap(served["small"], want)
+    assert gap <= LOGPROB_TOL, f"sparse server {gap:.3g} from the native sparse run"
+    far = logprob_gap(served["small"], dense)
+    assert far >= 10 * LOGPROB_TOL, f"sparse server only {far:.3g} from the dense run"

@@ -19,6 +19,7 @@ from .abi import AbiMismatch, _field_names, c_structs, check
 from .wheel import Wheel
 
 DCA_FIELDS = ("dca", "dca_chunk_size", "dca_local_window", "dca_mscale")
+SPARSE_FIELDS = ("enabled", "vertical", "slash", "threshold", "last_q")
 
 
 @pytest.fixture(scope="session")
@@ -42,10 +43,18 @@ def test_every_mirrored_struct_matches_the_patched_headers(
     package = python_site / "llama_cpp"
     report = check(package, package / "lib", patched_headers, tmp_path)
     assert report.unmatched == ()  # every ctypes struct has a C struct of that name
-    assert {"llama_context_params", "llama_model_params", "llama_opt_params"} <= set(report.checked)
+    assert {
+        "llama_context_params",
+        "llama_model_params",
+        "llama_opt_params",
+        "llama_sparse_prefill_params",
+    } <= set(report.checked)
     context = [name for name, _offset, _size in report.checked["llama_context_params"].fields]
     assert tuple(context[-4:]) == DCA_FIELDS  # appended, in the C order
     assert report.checked["llama_context_params"].size == 176  # 160 upstream + DCA's 16
+    sparse = report.checked["llama_sparse_prefill_params"]
+    assert tuple(name for name, _offset, _size in sparse.fields) == SPARSE_FIELDS
+    assert sparse.size == 20  # a bool padded to 4, four int32_t
 
 
 def _copy(python_site: Path, target: Path) -> Path:
@@ -87,6 +96,21 @@ MUTATIONS: dict[str, tuple[tuple[str, str], str]] = {
         ),
         "llama_context_params.dca_chunk_size: ctypes offset 168 size 8 != C offset 164 size 4",
     ),
+    # sparse prefill's struct (passed by value to llama_set_sparse_prefill): two budgets swapped
+    "sparse-reordered": (
+        (
+            FIELD.format(name="vertical", ctype="c_int32")
+            + FIELD.format(name="slash", ctype="c_int32"),
+            FIELD.format(name="slash", ctype="c_int32")
+            + FIELD.format(name="vertical", ctype="c_int32"),
+        ),
+        "llama_sparse_prefill_params.slash: ctypes offset 4 size 4 != C offset 8 size 4",
+    ),
+    # its last field dropped: the struct is 4 bytes short
+    "sparse-dropped": (
+        (FIELD.format(name="last_q", ctype="c_int32"), ""),
+        "llama_sparse_prefill_params: ctypes.sizeof 16 != C sizeof 20",
+    ),
     # a dropped trailing bool hides in the padding (same size, same offsets): the names see it
     "dropped-in-padding": (
         (FIELD.format(name="load_mtp", ctype="c_bool"), ""),
@@ -127,6 +151,25 @@ def test_a_c_field_without_its_mirror_fails(
         check(package, package / "lib", [headers, patched_headers[1]], tmp_path / "c")
     assert "llama_context_params: ctypes.sizeof 176 != C sizeof 184" in str(info.value)
     assert "'dca_mscale', 'dca_next')" in str(info.value)
+
+
+def test_a_sparse_field_without_its_mirror_fails(
+    python_site: Path, patched_headers: list[Path], tmp_path: Path
+) -> None:
+    """The same for the struct llama_set_sparse_prefill takes by value: a field appended to the
+    C struct (the next knob) fails here until the bindings patch mirrors it."""
+    headers = tmp_path / "include"
+    shutil.copytree(patched_headers[0], headers)
+    llama_h = headers / "llama.h"
+    old = "int32_t last_q;"
+    text = llama_h.read_text()
+    assert text.count(old) == 1
+    llama_h.write_text(text.replace(old, old + " int32_t next_knob;"))
+    package = python_site / "llama_cpp"
+    with pytest.raises(AbiMismatch) as info:
+        check(package, package / "lib", [headers, patched_headers[1]], tmp_path / "c")
+    assert "llama_sparse_prefill_params: ctypes.sizeof 20 != C sizeof 24" in str(info.value)
+    assert "'last_q', 'next_knob')" in str(info.value)
 
 
 def test_the_header_parser_reads_what_llama_h_declares(tmp_path: Path) -> None:
