@@ -5,6 +5,7 @@ converter module itself needs torch, this one does not, so it is tested on its o
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 from collections.abc import Callable
@@ -247,4 +248,150 @@ def test_round_trip_config_1m_to_gguf_to_llama_cpp(
     assert (r.original, r.original_source) == (
         128,
         "GGUF attention.dca.original_max_position_embeddings",
+    )
+
+
+# The published configs (tests/evals/dca/data/hf-configs; SOURCE.md there names each file's
+# source, revision and how exact the copy is): the same checks on the real texts, read as the
+# converter reads config.json. Each file is pinned by its sha256 so an edit shows here.
+HF_CONFIGS = Path(__file__).parent / "data" / "hf-configs"
+PUBLISHED: dict[str, str] = {
+    "Qwen2.5-14B-Instruct-1M.config.json": (
+        "c4e96c0217a9d9bb38842b40874ee2afa9f8277e4a56a4ae6ef02b6b35700c8a"
+    ),
+    "Qwen2.5-7B-Instruct-1M.openvino-fp16.config.json": (
+        "cb8106d3bed85b3cdcf8315fb70729fc22286d9efec5a03606d9a71f9b1f0dee"
+    ),
+}
+PUBLISHED_DCA = {
+    "chunk_size": 262144,
+    "local_size": 8192,
+    "original_max_position_embeddings": 262144,
+}
+"""What both files say (and docs/dca.md quotes): the numbers asserted below come from here, and
+this from the files (test_published_configs_are_the_recorded_files)."""
+
+
+def _published(name: str) -> dict[str, Any]:
+    text = (HF_CONFIGS / name).read_bytes()
+    assert hashlib.sha256(text).hexdigest() == PUBLISHED[name], f"{name} was edited"
+    config = json.loads(text)
+    assert isinstance(config, dict)
+    return config
+
+
+def test_published_configs_are_the_recorded_files() -> None:
+    source = (HF_CONFIGS / "SOURCE.md").read_text(encoding="utf-8")
+    assert sorted(p.name for p in HF_CONFIGS.glob("*.json")) == sorted(PUBLISHED)
+    for name, digest in PUBLISHED.items():
+        config = _published(name)
+        assert f"`{name}`" in source and digest in source
+        assert config["dual_chunk_attention_config"] == PUBLISHED_DCA
+        assert config["model_type"] == "qwen2" and config["max_position_embeddings"] == 1010000
+        assert config["rope_theta"] == 1e7
+
+
+@pytest.mark.parametrize("name", list(PUBLISHED))
+def test_published_config_becomes_every_key(name: str, dca_gguf_kv: KvFn) -> None:
+    config = _published(name)
+    kv = dca_gguf_kv("qwen2", config)
+    assert [k for k, _ in kv] == [
+        "qwen2.attention.dca.chunk_size",
+        "qwen2.attention.dca.local_size",
+        "qwen2.attention.dca.original_max_position_embeddings",
+        "qwen2.attention.dca.config",
+    ]
+    got = dict(kv)
+    assert got["qwen2.attention.dca.chunk_size"] == 262144
+    assert got["qwen2.attention.dca.local_size"] == 8192
+    assert got["qwen2.attention.dca.original_max_position_embeddings"] == 262144
+    whole = got["qwen2.attention.dca.config"]
+    assert isinstance(whole, str) and json.loads(whole) == config["dual_chunk_attention_config"]
+
+
+@pytest.mark.parametrize("name", list(PUBLISHED))
+def test_published_config_given_as_dca_config_file(
+    name: str, apply_dca_config_file: ApplyFn, tmp_path: Path
+) -> None:
+    """--dca-config pointed at the published file of the same model: a config.json without the
+    DCA block (and a shorter max_position_embeddings) gets the file's block and length."""
+    published = _published(name)
+    plain = {k: v for k, v in published.items() if k != "dual_chunk_attention_config"}
+    plain["max_position_embeddings"] = 32768
+    merged = apply_dca_config_file(plain, str(HF_CONFIGS / name))
+    assert merged["dual_chunk_attention_config"] == PUBLISHED_DCA
+    assert merged["max_position_embeddings"] == 1010000
+    assert merged == published
+
+
+def test_published_config_of_another_model_is_refused(
+    apply_dca_config_file: ApplyFn,
+) -> None:
+    """The 14B's file given for a model of another shape is refused, naming the first field of
+    the model's identity that differs; so is the 7B's file given for the 14B."""
+    path = HF_CONFIGS / "Qwen2.5-14B-Instruct-1M.config.json"
+    with pytest.raises(ValueError) as err:
+        apply_dca_config_file(dict(TINY_CONFIG), str(path))
+    assert f"--dca-config {path}" in str(err.value)
+    assert "num_hidden_layers is 48 there but 2" in str(err.value)
+    other = HF_CONFIGS / "Qwen2.5-7B-Instruct-1M.openvino-fp16.config.json"
+    with pytest.raises(ValueError, match="num_hidden_layers is 28 there but 48"):
+        apply_dca_config_file(_published(path.name), str(other))
+
+
+@pytest.mark.parametrize("name", list(PUBLISHED))
+def test_round_trip_published_config_to_llama_cpp(
+    name: str,
+    dca_gguf_kv: KvFn,
+    dca_tool: Path,
+    models_dir: TinyModels,
+    tmp_path: Path,
+) -> None:
+    """The published file -> the converter's keys in a tiny GGUF carrying the release's metadata
+    (qwen2, context_length 1010000, rope base 1e7, basename Qwen2.5) -> read back with gguf-py,
+    key by key -> llama.cpp with --dca on takes each size from its GGUF key. The same GGUF without
+    the keys gets the same three numbers from the known-model table: the table entry agrees
+    with the published file."""
+    import gguf
+
+    config = _published(name)
+    kv = tuple(dca_gguf_kv("qwen2", config))
+    spec = replace(
+        TinySpec("qwen2"),
+        n_ctx_train=config["max_position_embeddings"],
+        rope_freq_base=config["rope_theta"],
+        basename="Qwen2.5",
+        name="Qwen2.5 14B Instruct 1M" if "14B" in name else "Qwen2.5 7B Instruct 1M",
+        tokenizer=models_dir.tokenizer,
+    )
+    keyed = write_tiny_gguf(spec, models_dir.dir, kv)
+    reader = gguf.GGUFReader(str(keyed))
+    for key, value in kv:
+        assert reader.fields[key].contents() == value, key
+    assert reader.fields["qwen2.context_length"].contents() == 1010000
+
+    plan = single_plan(40, n_gen=2)
+    args = ("-c", "256", "--dca", "on", *LOG_INFO)
+    from_keys = resolved(run_tool(dca_tool, plan, keyed, args, tmp_path / "keys").log)
+    want = PUBLISHED_DCA
+    assert (from_keys.chunk_size, from_keys.chunk_source) == (
+        want["chunk_size"],
+        "GGUF attention.dca.chunk_size",
+    )
+    assert (from_keys.local_window, from_keys.local_source) == (
+        want["local_size"],
+        "GGUF attention.dca.local_size",
+    )
+    assert (from_keys.original, from_keys.original_source) == (
+        want["original_max_position_embeddings"],
+        "GGUF attention.dca.original_max_position_embeddings",
+    )
+
+    bare = write_tiny_gguf(spec, models_dir.dir)
+    from_table = resolved(run_tool(dca_tool, plan, bare, args, tmp_path / "table").log)
+    assert from_table.chunk_source.startswith("known-model table")
+    assert (from_table.chunk_size, from_table.local_window, from_table.original) == (
+        from_keys.chunk_size,
+        from_keys.local_window,
+        from_keys.original,
     )
