@@ -3,13 +3,16 @@ dual_chunk_attention_config; print each key and value. Exit 1 on any difference.
 
     python check_keys.py GGUF PUBLISHED_CONFIG [EXPECTED_CONTEXT_LENGTH] [--absent]
 
-With --absent every DCA key must be missing (a model converted without a DCA config).
+With --absent every DCA key must be missing (a model converted without a DCA config). A
+sparse_attention_config.json beside PUBLISHED_CONFIG is expected inside the GGUF's DCA config, as
+vLLM merges it (with sparse_attention_enabled true unless the config says).
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import gguf
 
@@ -19,6 +22,11 @@ path, published = args[0], args[1]
 want_ctx = int(args[2]) if len(args) > 2 else None
 with open(published, encoding="utf-8") as f:
     dca = json.load(f)["dual_chunk_attention_config"]
+sparse = Path(published).with_name("sparse_attention_config.json")
+if sparse.is_file():
+    with open(sparse, encoding="utf-8") as f:
+        dca = {**dca, "sparse_attention_config": json.load(f)}
+    dca.setdefault("sparse_attention_enabled", True)
 fields = gguf.GGUFReader(path).fields
 arch = fields["general.architecture"].contents()
 want = {

@@ -8,6 +8,9 @@ OUT_DIR/with-dca/        config.json keeps the published dual_chunk_attention_co
 OUT_DIR/plain/           the same model, config.json without it (max_position_embeddings 32768)
 OUT_DIR/config_1m.json   the plain config plus the published block and length, a --dca-config
                          file of the tiny model's own shape (as Qwen3-2507 ship config_1m.json)
+OUT_DIR/with-sparse/     with-dca plus a sparse_attention_config.json (as Qwen2.5-1M ship one);
+                         its patterns are synthetic (no published copy was found), in vLLM's
+                         layout, one object per layer: "<head>": ["vertical_and_slash", v, s, score]
 """
 
 from __future__ import annotations
@@ -104,9 +107,26 @@ def main(published: Path, out: Path) -> None:
     plain["max_position_embeddings"] = 32768
     (plain_dir / "config.json").write_text(json.dumps(plain, indent=2) + "\n", encoding="utf-8")
 
+    sparse_dir = out / "with-sparse"
+    sparse_dir.mkdir(exist_ok=True)
+    for f in ("tokenizer.model", "model.safetensors", "config.json"):
+        shutil.copyfile(with_dca / f, sparse_dir / f)
+    patterns = [
+        {
+            "0": ["vertical_and_slash", 1000, 6096, 0.9],
+            "1": ["vertical_and_slash", 1500, 6096, 0.8],
+        },
+        {
+            "0": ["vertical_and_slash", 1000, 7000, 0.7],
+            "1": ["vertical_and_slash", 1000, 6096, 0.6],
+        },
+    ]
+    (sparse_dir / "sparse_attention_config.json").write_text(json.dumps(patterns, indent=2) + "\n")
+
     one_m = {**plain, "max_position_embeddings": 1010000, "dual_chunk_attention_config": dca}
     (out / "config_1m.json").write_text(json.dumps(one_m, indent=2) + "\n", encoding="utf-8")
-    print(f"vocab {cfg['vocab_size']}; wrote {with_dca}, {plain_dir}, {out / 'config_1m.json'}")
+    wrote = ", ".join(str(p) for p in (with_dca, plain_dir, sparse_dir, out / "config_1m.json"))
+    print(f"vocab {cfg['vocab_size']}; wrote {wrote}")
 
 
 if __name__ == "__main__":

@@ -36,8 +36,19 @@ step c-keys . "$PY" "$HERE/check_keys.py" c-dca-config.gguf "$PUBLISHED" 1010000
 # D: the plain model, no DCA config anywhere: no DCA key
 step d-convert "$CONV" "$PY" "$TREE/convert_hf_to_gguf.py" plain --outfile d-plain.gguf --outtype f32
 step d-keys . "$PY" "$HERE/check_keys.py" d-plain.gguf "$PUBLISHED" 32768 --absent
+# E: config.json with the published block, and a sparse_attention_config.json beside it (synthetic
+#    patterns: the largest vertical is 1500, the largest slash 7000)
+step e-convert "$CONV|sparse" "$PY" "$TREE/convert_hf_to_gguf.py" with-sparse --outfile e-with-sparse.gguf --outtype f32
+step e-keys . "$PY" "$HERE/check_keys.py" e-with-sparse.gguf with-sparse/config.json 1010000
+# F: a sparse_attention_config.json that does not fit the model (3 layer entries for 2 layers): refused
+mkdir -p bad-sparse && cp with-sparse/* bad-sparse/ && \
+  "$PY" -c 'import json; p="bad-sparse/sparse_attention_config.json"; d=json.load(open(p)); json.dump(d + d[:1], open(p, "w"))'
+step f-convert "$CONV|sparse" "$PY" "$TREE/convert_hf_to_gguf.py" bad-sparse --outfile f-refused.gguf --outtype f32
+test -e f-refused.gguf && echo "f-refused.gguf WAS WRITTEN" || echo "no f-refused.gguf written"
 # the GGUFs in llama.cpp: the DCA line names each value and where it came from
-for m in a-with-dca c-dca-config d-plain; do
+for m in a-with-dca c-dca-config d-plain e-with-sparse; do
   step "run-$m" "$RUN|dca: " "$BIN/llama-completion" -m $m.gguf -c 512 -n 4 -p "the tiny model number 7 reads" \
       --dca on -lv 4 --temp 0 -no-cnv
 done
+step run-e-sparse "$RUN|sparse prefill" "$BIN/llama-completion" -m e-with-sparse.gguf -c 512 -n 4 \
+    -p "the tiny model number 7 reads" --dca on --sparse-prefill on -lv 4 --temp 0 -no-cnv
