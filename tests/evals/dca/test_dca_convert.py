@@ -5,6 +5,7 @@ converter module itself needs torch, this one does not, so it is tested on its o
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 from collections.abc import Callable
@@ -248,3 +249,329 @@ def test_round_trip_config_1m_to_gguf_to_llama_cpp(
         128,
         "GGUF attention.dca.original_max_position_embeddings",
     )
+
+
+# The published configs (tests/evals/dca/data/hf-configs; SOURCE.md there names each file's
+# source, revision and how exact the copy is): the same checks on the real texts, read as the
+# converter reads config.json. Each file is pinned by its sha256 so an edit shows here.
+HF_CONFIGS = Path(__file__).parent / "data" / "hf-configs"
+PUBLISHED: dict[str, str] = {
+    "Qwen2.5-14B-Instruct-1M.config.json": (
+        "c4e96c0217a9d9bb38842b40874ee2afa9f8277e4a56a4ae6ef02b6b35700c8a"
+    ),
+    "Qwen2.5-7B-Instruct-1M.openvino-fp16.config.json": (
+        "cb8106d3bed85b3cdcf8315fb70729fc22286d9efec5a03606d9a71f9b1f0dee"
+    ),
+}
+PUBLISHED_DCA = {
+    "chunk_size": 262144,
+    "local_size": 8192,
+    "original_max_position_embeddings": 262144,
+}
+"""What both files say (and docs/dca.md quotes): the numbers asserted below come from here, and
+this from the files (test_published_configs_are_the_recorded_files)."""
+
+
+def _published(name: str) -> dict[str, Any]:
+    text = (HF_CONFIGS / name).read_bytes()
+    assert hashlib.sha256(text).hexdigest() == PUBLISHED[name], f"{name} was edited"
+    config = json.loads(text)
+    assert isinstance(config, dict)
+    return config
+
+
+def test_published_configs_are_the_recorded_files() -> None:
+    source = (HF_CONFIGS / "SOURCE.md").read_text(encoding="utf-8")
+    assert sorted(p.name for p in HF_CONFIGS.glob("*.json")) == sorted(PUBLISHED)
+    for name, digest in PUBLISHED.items():
+        config = _published(name)
+        assert f"`{name}`" in source and digest in source
+        assert config["dual_chunk_attention_config"] == PUBLISHED_DCA
+        assert config["model_type"] == "qwen2" and config["max_position_embeddings"] == 1010000
+        assert config["rope_theta"] == 1e7
+
+
+@pytest.mark.parametrize("name", list(PUBLISHED))
+def test_published_config_becomes_every_key(name: str, dca_gguf_kv: KvFn) -> None:
+    config = _published(name)
+    kv = dca_gguf_kv("qwen2", config)
+    assert [k for k, _ in kv] == [
+        "qwen2.attention.dca.chunk_size",
+        "qwen2.attention.dca.local_size",
+        "qwen2.attention.dca.original_max_position_embeddings",
+        "qwen2.attention.dca.config",
+    ]
+    got = dict(kv)
+    assert got["qwen2.attention.dca.chunk_size"] == 262144
+    assert got["qwen2.attention.dca.local_size"] == 8192
+    assert got["qwen2.attention.dca.original_max_position_embeddings"] == 262144
+    whole = got["qwen2.attention.dca.config"]
+    assert isinstance(whole, str) and json.loads(whole) == config["dual_chunk_attention_config"]
+
+
+@pytest.mark.parametrize("name", list(PUBLISHED))
+def test_published_config_given_as_dca_config_file(
+    name: str, apply_dca_config_file: ApplyFn, tmp_path: Path
+) -> None:
+    """--dca-config pointed at the published file of the same model: a config.json without the
+    DCA block (and a shorter max_position_embeddings) gets the file's block and length."""
+    published = _published(name)
+    plain = {k: v for k, v in published.items() if k != "dual_chunk_attention_config"}
+    plain["max_position_embeddings"] = 32768
+    merged = apply_dca_config_file(plain, str(HF_CONFIGS / name))
+    assert merged["dual_chunk_attention_config"] == PUBLISHED_DCA
+    assert merged["max_position_embeddings"] == 1010000
+    assert merged == published
+
+
+def test_published_config_of_another_model_is_refused(
+    apply_dca_config_file: ApplyFn,
+) -> None:
+    """The 14B's file given for a model of another shape is refused, naming the first field of
+    the model's identity that differs; so is the 7B's file given for the 14B."""
+    path = HF_CONFIGS / "Qwen2.5-14B-Instruct-1M.config.json"
+    with pytest.raises(ValueError) as err:
+        apply_dca_config_file(dict(TINY_CONFIG), str(path))
+    assert f"--dca-config {path}" in str(err.value)
+    assert "num_hidden_layers is 48 there but 2" in str(err.value)
+    other = HF_CONFIGS / "Qwen2.5-7B-Instruct-1M.openvino-fp16.config.json"
+    with pytest.raises(ValueError, match="num_hidden_layers is 28 there but 48"):
+        apply_dca_config_file(_published(path.name), str(other))
+
+
+@pytest.mark.parametrize("name", list(PUBLISHED))
+def test_round_trip_published_config_to_llama_cpp(
+    name: str,
+    dca_gguf_kv: KvFn,
+    dca_tool: Path,
+    models_dir: TinyModels,
+    tmp_path: Path,
+) -> None:
+    """The published file -> the converter's keys in a tiny GGUF carrying the release's metadata
+    (qwen2, context_length 1010000, rope base 1e7, basename Qwen2.5) -> read back with gguf-py,
+    key by key -> llama.cpp with --dca on takes each size from its GGUF key. The same GGUF without
+    the keys gets the same three numbers from the known-model table: the table entry agrees
+    with the published file."""
+    import gguf
+
+    config = _published(name)
+    kv = tuple(dca_gguf_kv("qwen2", config))
+    spec = replace(
+        TinySpec("qwen2"),
+        n_ctx_train=config["max_position_embeddings"],
+        rope_freq_base=config["rope_theta"],
+        basename="Qwen2.5",
+        name="Qwen2.5 14B Instruct 1M" if "14B" in name else "Qwen2.5 7B Instruct 1M",
+        tokenizer=models_dir.tokenizer,
+    )
+    keyed = write_tiny_gguf(spec, models_dir.dir, kv)
+    reader = gguf.GGUFReader(str(keyed))
+    for key, value in kv:
+        assert reader.fields[key].contents() == value, key
+    assert reader.fields["qwen2.context_length"].contents() == 1010000
+
+    plan = single_plan(40, n_gen=2)
+    args = ("-c", "256", "--dca", "on", *LOG_INFO)
+    from_keys = resolved(run_tool(dca_tool, plan, keyed, args, tmp_path / "keys").log)
+    want = PUBLISHED_DCA
+    assert (from_keys.chunk_size, from_keys.chunk_source) == (
+        want["chunk_size"],
+        "GGUF attention.dca.chunk_size",
+    )
+    assert (from_keys.local_window, from_keys.local_source) == (
+        want["local_size"],
+        "GGUF attention.dca.local_size",
+    )
+    assert (from_keys.original, from_keys.original_source) == (
+        want["original_max_position_embeddings"],
+        "GGUF attention.dca.original_max_position_embeddings",
+    )
+
+    bare = write_tiny_gguf(spec, models_dir.dir)
+    from_table = resolved(run_tool(dca_tool, plan, bare, args, tmp_path / "table").log)
+    assert from_table.chunk_source.startswith("known-model table")
+    assert (from_table.chunk_size, from_table.local_window, from_table.original) == (
+        from_keys.chunk_size,
+        from_keys.local_window,
+        from_keys.original,
+    )
+
+
+# sparse_attention_config.json beside config.json (apply_sparse_attention_file): Qwen2.5-7B/14B-
+# Instruct-1M ship their per-head sparse patterns in that file, which vLLM and SGLang load into the
+# DCA config. No verbatim copy of it could be found (SOURCE.md), so the patterns here are synthetic:
+# vLLM's layout (one object per layer, "<head>": ["vertical_and_slash", vertical, slash, score]),
+# MInference's published default budgets (1000 vertical, 6096 slash) on every head but two, sized
+# to the published 14B config (48 layers, 40 heads) that sits beside them.
+SparseFn = Callable[[dict[str, Any], Path], tuple[dict[str, Any], "str | None"]]
+N_LAYER_14B, N_HEAD_14B = 48, 40
+VERTICAL_MAX, SLASH_MAX = 1500, 7000  # layer 7 head 3's vertical, layer 40 head 39's slash
+
+
+def _patterns(n_layer: int = N_LAYER_14B, n_head: int = N_HEAD_14B) -> list[dict[str, Any]]:
+    def pattern(il: int, h: int) -> list[object]:
+        vertical = VERTICAL_MAX if (il, h) == (7, 3) else 1000
+        slash = SLASH_MAX if (il, h) == (40, 39) else 6096
+        return ["vertical_and_slash", vertical, slash, 0.9]
+
+    return [{str(h): pattern(il, h) for h in range(n_head)} for il in range(n_layer)]
+
+
+@pytest.fixture(scope="module")
+def apply_sparse_file(dca_build: LlamaBuild) -> SparseFn:
+    fn: SparseFn = _module(dca_build).apply_sparse_attention_file
+    return fn
+
+
+def _model_dir(tmp_path: Path, patterns: object | None) -> tuple[Path, dict[str, Any]]:
+    """A model folder holding the published 14B config.json and, unless None, the patterns."""
+    model = tmp_path / "model"
+    model.mkdir()
+    name = "Qwen2.5-14B-Instruct-1M.config.json"
+    (model / "config.json").write_bytes((HF_CONFIGS / name).read_bytes())
+    if patterns is not None:
+        _write(model / "sparse_attention_config.json", patterns)
+    return model, _published(name)
+
+
+def test_sparse_file_goes_into_the_published_dca_config(
+    apply_sparse_file: SparseFn, dca_gguf_kv: KvFn, tmp_path: Path
+) -> None:
+    model, config = _model_dir(tmp_path, _patterns())
+    merged, note = apply_sparse_file(config, model)
+    assert merged["dual_chunk_attention_config"] == {
+        **PUBLISHED_DCA,
+        "sparse_attention_config": _patterns(),
+        "sparse_attention_enabled": True,
+    }
+    assert note is not None and "48 layers" in note and "sparse_attention_config.json" in note
+    assert config["dual_chunk_attention_config"] == PUBLISHED_DCA  # the input is not modified
+    kv = dict(dca_gguf_kv("qwen2", merged))
+    assert kv["qwen2.attention.dca.chunk_size"] == 262144
+    assert kv["qwen2.attention.dca.local_size"] == 8192
+    assert kv["qwen2.attention.dca.original_max_position_embeddings"] == 262144
+    whole = kv["qwen2.attention.dca.config"]
+    assert isinstance(whole, str)
+    assert json.loads(whole) == merged["dual_chunk_attention_config"]
+
+
+def test_sparse_file_replaces_an_inline_one_and_keeps_enabled(
+    apply_sparse_file: SparseFn, tmp_path: Path
+) -> None:
+    """As in vLLM: the file wins over a sparse_attention_config already in the DCA config, and
+    a sparse_attention_enabled the config states is kept."""
+    (tmp_path / "sparse_attention_config.json").write_text(json.dumps(_patterns(2, 2)))
+    config = {
+        **TINY_CONFIG_1M,
+        "dual_chunk_attention_config": {**TINY_DCA, "sparse_attention_enabled": False},
+    }
+    merged, note = apply_sparse_file(config, tmp_path)
+    dca = merged["dual_chunk_attention_config"]
+    assert dca["sparse_attention_config"] == _patterns(2, 2) != TINY_DCA["sparse_attention_config"]
+    assert dca["sparse_attention_enabled"] is False
+    assert note is not None and "replace" in note
+
+
+@pytest.mark.parametrize(
+    ("case", "patterns", "fragment"),
+    [
+        ("no-file", None, None),
+        ("empty", [], "ignored: it is empty"),
+    ],
+)
+def test_sparse_file_absent_or_empty_changes_nothing(
+    case: str,
+    patterns: object | None,
+    fragment: str | None,
+    apply_sparse_file: SparseFn,
+    tmp_path: Path,
+) -> None:
+    model, config = _model_dir(tmp_path, patterns)
+    merged, note = apply_sparse_file(config, model)
+    assert merged == config
+    assert note is None if fragment is None else (note is not None and fragment in note)
+
+
+def test_sparse_file_without_a_dca_config_is_ignored(
+    apply_sparse_file: SparseFn, tmp_path: Path
+) -> None:
+    _write(tmp_path / "sparse_attention_config.json", _patterns(2, 2))
+    merged, note = apply_sparse_file(dict(TINY_CONFIG), tmp_path)
+    assert merged == TINY_CONFIG
+    assert note is not None and "no dual_chunk_attention_config" in note
+
+
+def _one_bad(il: int, head: str, pattern: object) -> list[dict[str, Any]]:
+    patterns = _patterns()
+    patterns[il][head] = pattern
+    return patterns
+
+
+def _without_head(il: int, head: str) -> list[dict[str, Any]]:
+    patterns = _patterns()
+    del patterns[il][head]
+    return patterns
+
+
+BAD_SPARSE: dict[str, tuple[object, str]] = {
+    "an-object": ({"0": _patterns()[0]}, "must be a list with one entry per layer"),
+    "too-few-layers": (_patterns()[:47], "has 47 layer entries but the model has 48 layers"),
+    "layer-not-object": ([*_patterns()[:5], ["x"], *_patterns()[6:]], "[5]: must be an object"),
+    "head-not-index": (_one_bad(2, "x", ["vertical_and_slash", 1, 2, 0.5]), "[2]['x']: the key"),
+    "head-out-of-range": (_one_bad(2, "40", ["vertical_and_slash", 1, 2, 0.5]), "0 to 39"),
+    "head-missing": (_without_head(9, "17"), "[9]: no pattern for head(s) [17]"),
+    "other-type": (_one_bad(3, "0", ["a_shape", 128, 1024, 0.5]), "[3]['0']: must be"),
+    "too-short": (_one_bad(3, "1", ["vertical_and_slash", 100]), "[3]['1']: must be"),
+    "vertical-zero": (_one_bad(4, "2", ["vertical_and_slash", 0, 6096, 0.5]), "vertical_size"),
+    "slash-text": (_one_bad(4, "2", ["vertical_and_slash", 1000, "6096", 0.5]), "slash_size"),
+    "slash-bool": (_one_bad(4, "2", ["vertical_and_slash", 1000, True, 0.5]), "slash_size"),
+    "vertical-huge": (_one_bad(4, "2", ["vertical_and_slash", 2**31, 6096, 0.5]), "below 2^31"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_SPARSE))
+def test_a_bad_sparse_file_is_refused_naming_the_entry(
+    case: str, apply_sparse_file: SparseFn, tmp_path: Path
+) -> None:
+    patterns, fragment = BAD_SPARSE[case]
+    model, config = _model_dir(tmp_path, patterns)
+    with pytest.raises(ValueError) as err:
+        apply_sparse_file(config, model)
+    assert str(model / "sparse_attention_config.json") in str(err.value)
+    assert fragment in str(err.value)
+
+
+def test_an_unreadable_sparse_file_is_refused(apply_sparse_file: SparseFn, tmp_path: Path) -> None:
+    model, config = _model_dir(tmp_path, None)
+    (model / "sparse_attention_config.json").write_text("[{", encoding="utf-8")
+    with pytest.raises(ValueError, match="cannot read it as JSON"):
+        apply_sparse_file(config, model)
+
+
+def test_round_trip_sparse_file_to_llama_cpp(
+    apply_sparse_file: SparseFn,
+    dca_gguf_kv: KvFn,
+    dca_tool: Path,
+    models_dir: TinyModels,
+    tmp_path: Path,
+) -> None:
+    """The published 14B config.json and the patterns beside it -> the converter's keys in a tiny
+    GGUF -> llama.cpp with --dca on --sparse-prefill on: the DCA sizes from their keys, and the
+    sparse budgets (the largest of every head's) from the GGUF's DCA config."""
+    model, config = _model_dir(tmp_path, _patterns())
+    merged, _ = apply_sparse_file(config, model)
+    kv = tuple(dca_gguf_kv("qwen2", merged))
+    spec = replace(
+        TinySpec("qwen2"),
+        n_ctx_train=merged["max_position_embeddings"],
+        rope_freq_base=merged["rope_theta"],
+        tokenizer=models_dir.tokenizer,
+    )
+    gguf_model = write_tiny_gguf(spec, models_dir.dir, kv)
+    args = ("-c", "256", "--dca", "on", "--sparse-prefill", "on", *LOG_INFO)
+    log = run_tool(dca_tool, single_plan(40, n_gen=2), gguf_model, args, tmp_path / "run").log
+    r = resolved(log)
+    assert (r.chunk_size, r.chunk_source) == (262144, "GGUF attention.dca.chunk_size")
+    assert (r.original, r.local_window) == (262144, 8192)
+    src = "GGUF qwen2.attention.dca.config"
+    assert f"vertical {VERTICAL_MAX} ({src}), slash {SLASH_MAX} ({src})" in log
