@@ -45,21 +45,19 @@ class Entry:
     root: str  # the directory of the clean-room tree the patch applies under (--directory)
     prefix: str  # where the owning series' upstream tree lies in the clean-room tree
     series: Series  # the series the patch belongs to
+    # True for a patch of the extended series (also when `extends.root` is "." and both
+    # series pin the same tree: the prefix alone cannot tell)
+    inherited: bool = False
 
     @property
     def id(self) -> str:
         """The patch id."""
         return self.patch.id
 
-    @property
-    def inherited(self) -> bool:
-        """True for a patch of the extended series."""
-        return self.prefix != "."
-
     def local_tree(self, git: Git, tree: str) -> str | None:
         """`tree` (a clean-room tree) as the owning series records trees: the subtree at
         `prefix` for an inherited patch, `tree` itself for an own one (None: no such dir)."""
-        return tree if not self.inherited else git.subtree(tree, self.prefix)
+        return tree if not self.inherited or self.prefix == "." else git.subtree(tree, self.prefix)
 
 
 @dataclass(frozen=True)
@@ -161,7 +159,8 @@ def load_stack(series: Series) -> Stack:
     base = _load_base(series)
     root = join_root(series.extends.root, base.root)
     inherited = tuple(
-        Entry(p, base.patch_path(p), root, series.extends.root, base) for p in base.patches
+        Entry(p, base.patch_path(p), root, series.extends.root, base, inherited=True)
+        for p in base.patches
     )
     taken = {folded(e.id) for e in inherited}
     for i, patch in enumerate(series.patches):

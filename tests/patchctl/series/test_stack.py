@@ -84,6 +84,28 @@ def test_the_stack_puts_the_extended_series_first_under_its_root(
     )
 
 
+def test_a_series_extending_another_at_the_top_still_stacks_its_patches_first(
+    project: tuple[Path, Path], upstream: Repo
+) -> None:
+    # `extends.root: .`: both series pin the same tree, so the prefix alone ("." for both)
+    # cannot tell the extended series' patches from the own ones
+    base, _package = project
+    pin = Upstream(kind="git", url=str(upstream.path), commit=upstream.commit)
+    whole = _write(base.parent / "whole", replace(pin, tree=upstream.tree))
+    cleanroom_apply(whole)
+    _edit_and_capture(whole, "0003-head", "vendor/lib/core.h", b"int core(void); /* w */\n")
+    top = _write(base.parent / "top", replace(pin, tree=upstream.tree), Extends("whole", "."))
+    stack = load_stack(load_series(top))
+    [entry] = stack.inherited()
+    assert (entry.id, entry.inherited, entry.prefix) == ("0003-head", True, ".")
+    assert entry.local_tree(open_cleanroom(whole).git, upstream.tree) == upstream.tree
+    with pytest.raises(NotFound, match="belongs to the extended series whole"):
+        stack.own_entry("0003-head")
+    report = cleanroom_apply(top)
+    assert [a.id for a in report.applied] == ["0003-head"]
+    assert (open_cleanroom(top).path / "vendor/lib/core.h").read_bytes().endswith(b"/* w */\n")
+
+
 def test_apply_commits_both_series_and_the_trees_match_their_records(
     project: tuple[Path, Path], upstream: Repo
 ) -> None:

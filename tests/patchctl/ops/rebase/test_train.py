@@ -14,15 +14,16 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from support.drift import rebase_ready, resolve_conflicts
+from support.drift import edit, rebase_ready, resolve_conflicts
+from support.repos import diff_files
 
 from patchctl.cli.main import main
-from patchctl.errors import ConfigError
+from patchctl.errors import NotFound
 from patchctl.ops.cleanroom.apply import cleanroom_apply
 from patchctl.ops.rebase.rebase import rebase, rebase_continue
 from patchctl.ops.rebase.train import list_records, train
 from patchctl.ops.verify import store_problems
-from patchctl.series.model import load_series
+from patchctl.series.model import Extends, Patch, Series, Upstream, load_series, save_series
 
 PATCH = "0004-c-10"
 
@@ -62,17 +63,86 @@ def test_train_learns_a_moved_copy_and_the_rebase_replays_it(
     assert "1 record(s)" in capsys.readouterr().out
 
 
-def test_train_refuses_a_series_that_extends_another(tmp_path: Path) -> None:
-    series_dir, _onto = rebase_ready(tmp_path)
-    child = series_dir.parent / "child"
-    child.mkdir()
-    text = (series_dir / "series.yaml").read_text()
-    head = text[: text.index("\npatches:")]
-    (child / "series.yaml").write_text(
-        head + "\nextends:\n  series: demo\n  root: .\npatches: []\n"
+CHILD = "0005-child-c-11"
+
+
+def _child_series(directory: Path, upstream: Upstream, patch: bytes) -> Path:
+    """A series `child` in `directory` that extends its sibling `demo` at the top of the same
+    upstream and holds one patch of its own."""
+    directory.mkdir()
+    (directory / f"{CHILD}.patch").write_bytes(patch)
+    save_series(
+        Series(
+            directory / "series.yaml",
+            upstream,
+            (Patch(CHILD, f"{CHILD}.patch", "child: c line 11"),),
+            extends=Extends("demo", "."),
+        )
     )
-    with pytest.raises(ConfigError, match="extends another"):
-        train(child, series_dir)
+    return directory
+
+
+def test_train_learns_a_series_that_extends_another(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `child` extends `demo`; its own patch edits c.c's line 11, next to the line 10 that
+    # demo's 0004 edits and the next upstream rewrites: moved onto that upstream, the child's
+    # merge conflicts only on the tree where demo's moved patches are applied first.
+    series_dir, onto = rebase_ready(tmp_path)
+    old_room = tmp_path / "project" / "cleanroom" / "demo"
+    assert old_room.is_dir()
+    old_c = (old_room / "src" / "c.c").read_bytes()
+    assert b"C 10\n" in old_c
+    child_patch = diff_files(
+        tmp_path / "scratch-child", {"src/c.c": old_c},
+        {"src/c.c": edit(old_c, "c line 11", "C 11 child")},
+    )  # fmt: skip
+    child = _child_series(
+        series_dir.parent / "child", load_series(series_dir).upstream, child_patch
+    )
+
+    moved_parent = tmp_path / "moved" / "patches"
+    moved_parent.mkdir(parents=True)
+    moved = moved_parent / "demo"
+    shutil.copytree(series_dir, moved)
+    room = tmp_path / "rooms" / "moved"
+    assert rebase(moved, onto, workdir=room).state == "stopped"
+    resolve_conflicts(room / "src" / "c.c", "C 10, moved by hand")
+    assert rebase_continue(moved, workdir=room).state == "done"
+    moved_c = (room / "src" / "c.c").read_bytes()
+    resolved = edit(moved_c, "c line 11", "C 11 child, moved")
+    moved_patch = diff_files(
+        tmp_path / "scratch-moved", {"src/c.c": moved_c}, {"src/c.c": resolved}
+    )
+    moved_child = _child_series(moved_parent / "child", load_series(moved).upstream, moved_patch)
+
+    dry = train(child, moved_child, dry_run=True)
+    assert [(p.id, p.blocks, p.missing) for p in dry.patches] == [(CHILD, 1, False)]
+    assert dry.totals() == {"blocks": 1, "recorded": 1, "unclear": 0} and dry.written == ()
+    code = main(["resolutions", "train", "--series", str(child), "--moved", str(moved_child),
+                 "--json"])  # fmt: skip
+    assert code == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["blocks"], data["recorded"], len(data["written"])) == (1, 1, 1)
+    [(path, record)] = list_records(child)
+    assert path.parent == child / "resolutions" / CHILD and record.patch == CHILD
+    # the block is the child's own line against the moved demo's line 10: the record holds
+    # both as the moved child has them; nothing of demo is recorded in the child's store
+    assert record.resolved == b"C 10, moved by hand\nC 11 child, moved\n"
+    assert b"C 10, moved by hand" in record.ours and b"C 11 child" in record.theirs
+    assert not (series_dir / "resolutions").exists()
+    assert store_problems(load_series(child)) == []
+
+
+def test_train_names_an_extended_series_that_is_missing(tmp_path: Path) -> None:
+    series_dir, _onto = rebase_ready(tmp_path)
+    child = _child_series(series_dir.parent / "child", load_series(series_dir).upstream, b"")
+    moved = tmp_path / "elsewhere" / "child"
+    moved.parent.mkdir()
+    shutil.copytree(child, moved)  # no `demo` next to it
+    with pytest.raises(NotFound, match=r"extends\.series: no series 'demo' next to it"):
+        train(child, moved)
+    assert not (child / "resolutions").exists()
 
 
 # ----------------------------------------------------------------------------- the real series
