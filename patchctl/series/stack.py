@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchctl.errors import ChecksumMismatch, ConfigError, NotFound
+from patchctl.errors import ChecksumMismatch, ConfigError, NotFound, PatchctlError
 from patchctl.gitlayer.git import Git
 from patchctl.gitlayer.index import temp_index
 from patchctl.series.gitapply import apply_to_index
@@ -204,3 +204,19 @@ def compose(stack: Stack, git: Git, start: str) -> tuple[str | None, str]:
                 why = f"the extended series' patch {entry.id} does not apply here: "
                 return None, why + outcome.first_error()
         return index.write_tree(), ""
+
+
+def extending(series: Series) -> list[Series]:
+    """The sibling series that extend `series` (a sibling that does not load is skipped:
+    it is broken already, and its own commands say why)."""
+    found = []
+    for directory in sorted(series.dir.parent.iterdir()):
+        if directory == series.dir or not (directory / SERIES_FILE).is_file():
+            continue
+        try:
+            other = load_series(directory, check_files=False)
+        except (PatchctlError, OSError):
+            continue
+        if other.extends is not None and other.extends.series == series.dir.name:
+            found.append(other)
+    return found
