@@ -6,6 +6,7 @@ import hashlib
 import os
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support import paths
@@ -578,7 +579,7 @@ def test_the_real_series_after_a_lower_capture(
     later = ["0083-dca-tools", "0088-llama-dca-qwen35", "0089-llama-dca-known-models",
              "0090-llama-sparse-prefill", "0091-sparse-prefill-tools"]  # fmt: skip
 
-    def capture_0082(path: str, anchor: bytes) -> dict[str, object]:
+    def capture_0082(path: str, anchor: bytes) -> dict[str, Any]:
         cleanroom_apply(series_dir, room, "0082-llama-dca")
         header = room / path
         data = header.read_bytes()
@@ -587,7 +588,7 @@ def test_the_real_series_after_a_lower_capture(
         code = main(["capture", "0082-llama-dca", "--series", str(series_dir), "--workdir",
                      str(room), "--json"])  # fmt: skip
         assert code == 0
-        report: dict[str, object] = json.loads(capsys.readouterr().out)
+        report: dict[str, Any] = json.loads(capsys.readouterr().out)
         return report
 
     first = capture_0082(KV_HEADER, KV_ANCHOR)
