@@ -300,7 +300,7 @@ class Later:
     its new trees recorded, its file untouched) or `stale` (left as they were: `why`)."""
 
     id: str
-    state: str  # "current" | "re-recorded" | "stale"
+    state: str  # "current" | "re-recorded" | "stale" | "uncaptured" (a `new` entry, no file)
     pre_tree: str | None
     post_tree: str | None
     why: str = ""
@@ -341,6 +341,10 @@ def rerecord_later(
     tree: str | None = post
     with TreePatcher(room.git) as patcher, scratch_repo([room.git.repo]) as scratch:
         for patch in patches:
+            if not series.patch_path(patch).is_file() and patch.post_tree is None:
+                # an entry `patchctl new` made, never captured: nothing recorded to go stale
+                found.append(Later(patch.id, "uncaptured", None, None, "not captured yet"))
+                continue
             if tree is None:
                 why = "a patch before it is stale"
                 found.append(Later(patch.id, "stale", patch.pre_tree, patch.post_tree, why))

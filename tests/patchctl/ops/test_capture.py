@@ -482,10 +482,15 @@ def test_capture_of_a_lower_patch_re_records_the_later_ones_that_apply_exactly(
     report = verify_series(after, [open_cleanroom(series_dir).path])
     assert report.ok, [(p.id, s) for p in report.patches for s in p.steps if not s.ok]
 
-    # capturing the same bytes again: every later patch's trees are already current
+    # capturing the same bytes again: every later patch's trees are already current; an
+    # entry `new` added on top, never captured, has nothing recorded to go stale
+    from patchctl.ops.capture import add_patch
+
     cleanroom_apply(series_dir, upto="0001-a5")
+    add_patch(series_dir, "0004-next", "not captured yet")
     again = capture(series_dir, "0001-a5")
-    assert [p.state for p in again.later] == ["current", "current"]
+    assert [p.state for p in again.later] == ["current", "current", "uncaptured"]
+    assert again.refresh is None and again.hint is None
 
 
 def test_a_later_patch_that_no_longer_applies_exactly_is_reported_stale(
