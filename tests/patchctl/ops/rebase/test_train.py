@@ -18,7 +18,7 @@ from support.drift import edit, rebase_ready, resolve_conflicts
 from support.repos import diff_files
 
 from patchctl.cli.main import main
-from patchctl.errors import NotFound
+from patchctl.errors import ChecksumMismatch, NotFound
 from patchctl.ops.cleanroom.apply import cleanroom_apply
 from patchctl.ops.rebase.rebase import rebase, rebase_continue
 from patchctl.ops.rebase.train import list_records, train
@@ -237,3 +237,41 @@ def test_the_real_move_to_0335_is_learned_and_replayed(
     for pid in ("0078-cuda-graph-structure", "0083-dca-tools"):
         assert (old / f"{pid}.patch").read_bytes() == (moved / f"{pid}.patch").read_bytes()
     assert store_problems(load_series(old)) == []
+
+
+@pytest.mark.integration
+def test_the_real_python_series_trains_on_its_sdist_pair(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # patches/llama-cpp-python (extends patches/llamafile, on the 0.3.36 sdist) against a copy
+    # pinned to the 0.3.35 sdist whose sibling `llamafile` is patches/llamafile-0.3.35: each
+    # side's own patches are merged on its sdist with its llamafile series composed under
+    # vendor/llama.cpp (the 0.3.35 sdist must hold llamafile-0.3.35's pinned tree there, or
+    # compose refuses). The Python patches merge onto 0.3.35 without a conflict.
+    import re
+
+    monkeypatch.setenv("PATCHCTL_CACHE_DIR", str(TEST_CACHE))
+    old = tmp_path / "old" / "patches"
+    moved = tmp_path / "moved" / "patches"
+    for name in ("llamafile", "llama-cpp-python"):
+        shutil.copytree(REPO / "patches" / name, old / name)
+    shutil.copytree(REPO / "patches" / "llamafile-0.3.35", moved / "llamafile")
+    shutil.copytree(REPO / "patches" / "llama-cpp-python", moved / "llama-cpp-python")
+    pin = moved / "llama-cpp-python" / "series.yaml"
+    text = pin.read_text().replace("version: 0.3.36", "version: 0.3.35")
+    text = text.replace(
+        "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e",
+        "1139dbb54509074b70893fab8554e3b079aa9f4d312058ce4018ef0019e3de12",
+    )
+    pin.write_text(re.sub(r"\n  tree: [0-9a-f]+", "", text, count=1))
+
+    learned = train(old / "llama-cpp-python", moved / "llama-cpp-python", dry_run=True)
+    assert [(p.id, p.blocks, p.missing) for p in learned.patches] == [
+        (pid, 0, False) for pid in load_series(old / "llama-cpp-python").ids()
+    ]
+    assert learned.totals() == {"blocks": 0, "recorded": 0, "unclear": 0}
+    # the composed base is checked: a sibling pinned to another tree is refused by name
+    (moved / "llamafile").rename(moved / "other")
+    shutil.copytree(REPO / "patches" / "llamafile", moved / "llamafile")
+    with pytest.raises(ChecksumMismatch, match="pins upstream tree"):
+        train(old / "llama-cpp-python", moved / "llama-cpp-python", dry_run=True)
