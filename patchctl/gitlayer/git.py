@@ -547,18 +547,6 @@ class Git:
         args = (*GREP_PINS, *GREP_FLAGS, "-h", *patterns, object_id(tree), "--", *specs)
         return self.run(*args, ok=(0, 1)).splitlines()
 
-    def grep_words(self, tree: str, words: Sequence[bytes], globs: Sequence[str]) -> set[bytes]:
-        """Which of `words` (identifiers) occur as whole words (`git grep -w`, fixed strings)
-        in the text files of `tree` whose names match one of `globs` (`*.c`: any directory)."""
-        if not words:
-            return set()
-        patterns: list[str] = []
-        for word in words:
-            patterns += ["-e", os.fsdecode(word)]
-        specs = [f":(glob)**/{g}" for g in globs]
-        args = (*GREP_PINS, *GREP_FLAGS, "-w", "-h", *patterns, object_id(tree), "--", *specs)
-        return set(self.run(*args, ok=(0, 1)).splitlines())
-
     def object_type(self, oid: str) -> str:
         """The type of the object `oid` names (blob, tree, commit, tag)."""
         return self.text("cat-file", "-t", "--end-of-options", oid)

@@ -22,9 +22,9 @@ The heuristic, over C and C++ (and CUDA, Objective-C, Metal, OpenCL) source, by 
    followed by `=`, `;`, `,`, `)`, `[`, `{` or `(`: a local, a parameter, a member, a
    function), so a patch's own `n_cells` is not taken for the upstream's.
 4. A remaining name is listed when some C-family file of the old upstream's tree holds it
-   and no C-family file of the new upstream's tree does (whole words, code or comment). Only
-   the files that differ between the two trees are tokenized; the few names that disappear
-   from them are then looked for in the rest of the new tree with one `git grep -w`.
+   and no C-family file of the new upstream's tree does (whole words, code or comment). Of
+   the old tree only the files that differ from the new one are read (a name the new tree
+   lacks is in one of them); the new tree's files are read until no name is left.
 
 What it catches: a function, macro, type, enum value, struct member or parameter name that the
 new upstream removed or renamed everywhere, used in code git merged without a conflict, in any
@@ -73,6 +73,11 @@ NOT_TYPES = frozenset(
 TEXT_CHARS = 160  # an added line is shown cut to this many characters
 MAX_LISTED = 200  # names listed per patch at most (the rest counted)
 REGULAR = ("100644", "100755")
+CHUNK = 256  # blobs read per `cat-file --batch`
+# every byte that cannot be part of an identifier becomes a space (`_words` splits there)
+SEPARATE = bytes(
+    c if chr(c).isascii() and (chr(c).isalnum() or c == ord("_")) else 32 for c in range(256)
+)
 
 
 @dataclass(frozen=True)
@@ -216,45 +221,36 @@ def split_line(line: bytes) -> tuple[bytes, bytes]:
 
 def _gone(git: Git, old_tree: str, new_tree: str, wanted: set[bytes]) -> dict[bytes, str]:
     """The names of `wanted` that some C-family file of `old_tree` holds and none of
-    `new_tree` does, each with one old file that holds it."""
+    `new_tree` does, each with one old file that holds it. A name the new tree lacks is in
+    a file that differs between the trees (or one it deleted): only those files of the old
+    tree are read; then every C-family file of the new tree, until no name is left."""
     [changes] = git.raw_changes([(old_tree, new_tree)])
-    old_blobs: list[tuple[str, str]] = []
-    new_blobs: list[str] = []
-    for path, (old, new) in changes.items():
-        if not is_c_family(path):
-            continue
-        if old is not None and old[0] in REGULAR:
-            old_blobs.append((path.decode("utf-8", "replace"), old[1]))
-        if new is not None and new[0] in REGULAR:
-            new_blobs.append(new[1])
-    if not old_blobs:
-        return {}
+    old = sorted(
+        (path.decode("utf-8", "replace"), entry[1])
+        for path, (entry, _new) in changes.items()
+        if entry is not None and entry[0] in REGULAR and is_c_family(path)
+    )
     where: dict[bytes, str] = {}
-    for (name, _oid), data in zip(
-        old_blobs, git.cat_blobs([o for _p, o in old_blobs]), strict=True
-    ):
-        for word in _words(data) & wanted:
-            where.setdefault(word, name)
-    if not where:
-        return {}
-    for data in _chunks(git, new_blobs):
-        for word in _words(data) & where.keys():
-            del where[word]
+    for start in range(0, len(old), CHUNK):
+        part = old[start : start + CHUNK]
+        for (path, _oid), data in zip(part, git.cat_blobs([o for _p, o in part]), strict=True):
+            for word in _words(data) & wanted:
+                where.setdefault(word, path)
+    new = [e.oid for e in git.ls_tree(new_tree) if e.mode in REGULAR and is_c_family(e.path)]
+    for start in range(0, len(new), CHUNK):
         if not where:
-            return {}
-    for word in git.grep_words(new_tree, sorted(where), [f"*{s}" for s in SUFFIXES]):
-        where.pop(word, None)
+            break
+        for data in git.cat_blobs(new[start : start + CHUNK]):
+            for word in _words(data) & where.keys():
+                del where[word]
     return where
 
 
 def _words(data: bytes) -> set[bytes]:
-    return set(WORD.findall(data))
-
-
-def _chunks(git: Git, oids: Sequence[str], size: int = 256) -> Iterable[bytes]:
-    """The blobs `oids`, read `size` at a time (the loop can end early)."""
-    for start in range(0, len(oids), size):
-        yield from git.cat_blobs(oids[start : start + size])
+    """The maximal runs of letters, digits and `_` in `data` (identifiers among them, as
+    WORD reads them; a run that starts with a digit is never a wanted name). One translate
+    and one split, in C: several times faster than the regular expression on a large tree."""
+    return set(data.translate(SEPARATE).split())
 
 
 def _without_blocks(git: Git, pre: str, merged: str) -> str:
