@@ -13,11 +13,15 @@ The patches above the one captured record trees (`pre_tree`, `post_tree`) that s
 captured patch's old result, so a capture that changes that result leaves them stale (`verify`
 fails their chain). `capture` re-records them itself where that is certain (`rerecord_later`):
 each later patch of the series, in order, applied exactly (no offset, no fuzz) to the tree
-the one before now leaves, gets the trees it turns into each other; its file is never
-touched, so no byte of any patch changes. At the first later patch that does not apply
-exactly (it needs an offset, fuzz or a hand fix: a byte change, which is `refresh`'s or the
+the one before now leaves, gets the trees it turns into each other. Its file keeps every
+byte but, for a file the capture also changed, its `index <blob>..<blob>` lines, which name
+the blobs of those trees (as `pre_tree`/`post_tree` do; verify's re-export needs them right),
+and only when the diff made from the new trees differs from the file in nothing else. At
+the first later patch that does not apply exactly, or whose diff would change beyond its
+index lines (an offset, fuzz or a hand fix: a byte change, which is `refresh`'s or the
 user's call), it and every patch after it keep their old trees and are reported stale, with
-the `refresh` command that re-records (and, where they drift, regenerates) them. Sibling
+the command that re-records (and, where they drift, regenerates) them. An entry `new` made
+and nobody captured is `uncaptured`: it has nothing recorded. Sibling
 series that extend this one were recorded on the tree this series leaves: they are named
 with the commands that re-record their own patches (capture cannot lock or write them).
 """
