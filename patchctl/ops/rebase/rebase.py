@@ -1073,10 +1073,11 @@ def _range_diff(room: Cleanroom, old: Series, journal: Journal) -> bytes:
     return room.git.range_diff((journal.old_base, old_tip), (journal.new_base, new_tip))
 
 
-def _missing_api(room: Cleanroom, journal: Journal) -> tuple[PatchApi, ...]:
+def _missing_api(room: Cleanroom, journal: Journal) -> tuple[PatchApi, ...] | None:
     """The identifiers each moved patch's added lines use that the old upstream has and the
     new one lacks (vanished.py); at a stop, the stopped patch too, outside its conflict
-    blocks."""
+    blocks. None when git cannot answer (the report then says the check did not run: a list
+    to read never keeps a rebase from finishing)."""
     git = room.git
     pre = git.tree_of(journal.new_base)
     patches = []
@@ -1090,8 +1091,11 @@ def _missing_api(room: Cleanroom, journal: Journal) -> tuple[PatchApi, ...]:
     if stop is not None and stop.reason == "conflict" and stop.id not in {p[0] for p in patches}:
         patches.append((stop.id, pre, stop.merged))
         outside = stop.id
-    return missing_api(git, git.tree_of(journal.old_base), git.tree_of(journal.new_base),
-                       patches, outside)  # fmt: skip
+    try:
+        return missing_api(git, git.tree_of(journal.old_base), git.tree_of(journal.new_base),
+                           patches, outside)  # fmt: skip
+    except GitFailed:
+        return None
 
 
 def range_diff_name(journal: Journal) -> str:

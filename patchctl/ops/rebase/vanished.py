@@ -45,7 +45,7 @@ read, never a refusal: a rebase does not stop for it.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from patchctl.gitlayer.git import Git
@@ -71,7 +71,6 @@ NOT_TYPES = frozenset(
     b" co_yield co_await not and or".split()
 )
 TEXT_CHARS = 160  # an added line is shown cut to this many characters
-MAX_LISTED = 200  # names listed per patch at most (the rest counted)
 REGULAR = ("100644", "100755")
 CHUNK = 256  # blobs read per `cat-file --batch`
 # every byte that cannot be part of an identifier becomes a space (`_words` splits there)
@@ -108,7 +107,6 @@ class PatchApi:
     id: str
     missing: tuple[Missing, ...]
     outside_blocks: bool = False  # a stop: only the lines git merged outside conflict blocks
-    more: int = 0  # names found beyond MAX_LISTED
 
 
 def is_c_family(path: bytes | str) -> bool:
@@ -153,13 +151,11 @@ def missing_api(
     gone = _gone(git, old_tree, new_tree, wanted) if wanted else {}
     found = []
     for (pid, _pre, _post), used in zip(patches, uses, strict=True):
-        hits = sorted(n for n in used if n in gone)
         listed = [
             Missing(n.decode("utf-8", "replace"), used[n][0], used[n][1], used[n][2], gone[n])
-            for n in hits[:MAX_LISTED]
+            for n in sorted(n for n in used if n in gone)
         ]
-        more = max(0, len(hits) - MAX_LISTED)
-        found.append(PatchApi(pid, tuple(listed), pid == outside_blocks, more))
+        found.append(PatchApi(pid, tuple(listed), pid == outside_blocks))
     return tuple(found)
 
 
@@ -275,8 +271,3 @@ def _without_blocks(git: Git, pre: str, merged: str) -> str:
             kept += lines[at:]
             changes[raw] = (entry[0], git.write_blob(b"".join(kept)))
         return store.edit(merged, changes) if changes else merged
-
-
-def by_patch(found: Iterable[PatchApi]) -> Mapping[str, PatchApi]:
-    """The check's result keyed by patch id."""
-    return {p.id: p for p in found}

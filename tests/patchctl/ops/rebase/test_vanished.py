@@ -246,3 +246,20 @@ def test_the_real_move_to_0334(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
         "0081-cuda-dca-decode-fusion": ["GGML_CUDA_FA_QUANTS"],
         "0082-llama-dca": ["get_cells"],
     }
+
+
+def test_a_check_git_cannot_answer_never_stops_the_rebase(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from patchctl.errors import GitFailed
+    from patchctl.ops.rebase import rebase as rebase_module
+
+    def broken(*_args: object, **_kwargs: object) -> None:
+        raise GitFailed(["git", "cat-file"], 128, b"fatal: a damaged object")
+
+    monkeypatch.setattr(rebase_module, "missing_api", broken)
+    series_dir, onto = _project(tmp_path)
+    assert rebase(series_dir, onto).state == "stopped"
+    status = rebase_status(series_dir)
+    assert status.api is None and not of_rebase(status).api_checked
+    assert not any("API" in line for line in text_lines(of_rebase(status)))
