@@ -8,6 +8,22 @@ bytes come from patchfile.py (the canonical diff and header), so the same trees 
 always give the same bytes, which `verify`'s re-export relies on.
 An imported patch keeps its own header and trailer (series/parts.py): only its diff is
 replaced, and its recorded sha256 follows the new bytes.
+
+The patches above the one captured record trees (`pre_tree`, `post_tree`) that start from the
+captured patch's old result, so a capture that changes that result leaves them stale (`verify`
+fails their chain). `capture` re-records them itself where that is certain (`rerecord_later`):
+each later patch of the series, in order, applied exactly (no offset, no fuzz) to the tree
+the one before now leaves, gets the trees it turns into each other. Its file keeps every
+byte but, for a file the capture also changed, its `index <blob>..<blob>` lines, which name
+the blobs of those trees (as `pre_tree`/`post_tree` do; verify's re-export needs them right),
+and only when the diff made from the new trees differs from the file in nothing else. At
+the first later patch that does not apply exactly, or whose diff would change beyond its
+index lines (an offset, fuzz or a hand fix: a byte change, which is `refresh`'s or the
+user's call), it and every patch after it keep their old trees and are reported stale, with
+the command that re-records (and, where they drift, regenerates) them. An entry `new` made
+and nobody captured is `uncaptured`: it has nothing recorded. Sibling
+series that extend this one were recorded on the tree this series leaves: they are named
+with the commands that re-record their own patches (capture cannot lock or write them).
 """
 
 from __future__ import annotations
@@ -30,11 +46,11 @@ from patchctl.gitlayer.objects import scratch_repo
 from patchctl.room.cleanroom import Cleanroom
 from patchctl.room.snapshot import outside_root, worktree_snapshot
 from patchctl.series.docs import render_docs
-from patchctl.series.gitapply import RESTORE_HINT, commit_message, patch_sha256
+from patchctl.series.gitapply import RESTORE_HINT, TreePatcher, commit_message, patch_sha256
 from patchctl.series.model import Patch, Series, check_patch_size, check_savable, read_patch_file
 from patchctl.series.parts import split_patch, with_diff
 from patchctl.series.patchfile import export_patch
-from patchctl.series.stack import load_stack
+from patchctl.series.stack import extending, load_stack
 from patchctl.txn.session import series_session
 
 
@@ -282,12 +298,184 @@ def add_patch(
 
 
 @dataclass(frozen=True)
+class Later:
+    """A patch above the captured one, after the capture: its recorded trees `current` (they
+    already start from the tree the capture left), `re-recorded` (it applies exactly there:
+    its new trees recorded, its file untouched) or `stale` (left as they were: `why`)."""
+
+    id: str
+    state: str  # "current" | "re-recorded" | "stale" | "uncaptured" (a `new` entry, no file)
+    pre_tree: str | None
+    post_tree: str | None
+    why: str = ""
+    index_lines: bool = False  # re-recorded: its `index` lines rewritten to the new blobs
+
+    def to_json(self) -> dict[str, object]:
+        """Plain data for --json."""
+        return {
+            "id": self.id,
+            "state": self.state,
+            "pre_tree": self.pre_tree,
+            "post_tree": self.post_tree,
+            "why": self.why,
+            "index_lines_rewritten": self.index_lines,
+        }
+
+
+@dataclass(frozen=True)
+class Extending:
+    """A sibling series that extends the captured one: its own patches were recorded on the
+    tree this series leaves, which the capture changed; the commands that re-record them."""
+
+    series: Path
+    commands: tuple[str, ...]
+
+
+def rerecord_later(
+    series: Series, room: Cleanroom, patch_id: str, post: str
+) -> tuple[Series, tuple[Later, ...], tuple[tuple[Path, bytes], ...]]:
+    """The series with the trees of the own patches after `patch_id` re-recorded from `post`
+    (the captured patch's new result) where each applies exactly, in order; what happened to
+    each; and the patch files whose `index` lines must follow (path, new bytes). Writes
+    nothing but objects in the clean room's repository."""
+    patches = series.patches[series.index(patch_id) + 1 :]
+    found: list[Later] = []
+    writes: list[tuple[Path, bytes]] = []
+    updated = series
+    tree: str | None = post
+    with TreePatcher(room.git) as patcher, scratch_repo([room.git.repo]) as scratch:
+        for patch in patches:
+            if not series.patch_path(patch).is_file() and patch.post_tree is None:
+                # an entry `patchctl new` made, never captured: nothing recorded to go stale
+                found.append(Later(patch.id, "uncaptured", None, None, "not captured yet"))
+                continue
+            if tree is None:
+                why = "a patch before it is stale"
+                found.append(Later(patch.id, "stale", patch.pre_tree, patch.post_tree, why))
+                continue
+            if patch.pre_tree == tree and patch.post_tree is not None:
+                found.append(Later(patch.id, "current", patch.pre_tree, patch.post_tree))
+                tree = patch.post_tree
+                continue
+            path = series.patch_path(patch)
+            why, new = _exact(patcher, series, patch, tree)
+            data = read_patch_file(path) if new is not None else b""
+            again = data
+            if new is not None and not patch.imported:
+                again = export_patch(scratch, patch, tree, new, series.root)
+                if again != data and not _index_lines_only(data, again):
+                    why, new = _reexport_differs(data, again), None
+            if new is None:
+                found.append(Later(patch.id, "stale", patch.pre_tree, patch.post_tree, why))
+                tree = None
+                continue
+            if again != data:
+                writes.append((path, again))
+            updated = updated.with_patch(replace(patch, pre_tree=tree, post_tree=new))
+            found.append(Later(patch.id, "re-recorded", tree, new, index_lines=again != data))
+            tree = new
+    return updated, tuple(found), tuple(writes)
+
+
+def _index_lines_only(old: bytes, new: bytes) -> bool:
+    """True when `old` and `new` differ only in `index <blob>..<blob>` lines (which name the
+    blobs the trees around the patch hold, as its recorded trees do)."""
+    a, b = old.split(b"\n"), new.split(b"\n")
+    return len(a) == len(b) and all(
+        x == y or (x.startswith(b"index ") and y.startswith(b"index "))
+        for x, y in zip(a, b, strict=True)
+    )
+
+
+def _reexport_differs(old: bytes, new: bytes) -> str:
+    a, b = old.split(b"\n"), new.split(b"\n")
+    line = (
+        next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+        + 1
+    )
+    return (
+        f"it applies exactly, but its diff made from the new trees differs from its file at"
+        f" line {line} (more than its index lines): its bytes are refresh's or your call"
+    )
+
+
+def _exact(patcher: TreePatcher, series: Series, patch: Patch, tree: str) -> tuple[str, str | None]:
+    """('', the tree `patch` makes of `tree`) when its file applies there exactly; (why not,
+    None) otherwise (a missing file, a failed apply, a hunk at an offset or with fuzz)."""
+    path = series.patch_path(patch)
+    if not path.is_file():
+        return f"its file {path.name} is missing", None
+    result = patcher.apply(tree, read_patch_file(path), series.root)
+    if not result.outcome.ok or result.tree is None:
+        return f"it does not apply there: {result.outcome.first_error()}", None
+    drift = result.outcome.drift()
+    if drift:
+        first = drift[0]
+        return f"it applies there only with drift ({first.file}: {first.why})", None
+    return "", result.tree
+
+
+def extending_series(series: Series, changed: bool) -> tuple[Extending, ...]:
+    """The sibling series that extend `series`, when the capture `changed` the patch's result
+    (so the tree this series leaves changes too, now or once its stale patches are
+    refreshed): each with the commands that re-record its own patches."""
+    if not changed:
+        return ()
+    found = []
+    for other in extending(series):
+        if not other.patches:
+            continue
+        first = other.patches[0].id
+        where = f"--series {other.dir}"
+        apply = f"patchctl cleanroom apply {where} --upto {first}"
+        found.append(Extending(other.dir, (apply, f"patchctl capture {first} {where}")))
+    return tuple(found)
+
+
+def refresh_command(series: Series, later: tuple[Later, ...], workdir: Path | None) -> str | None:
+    """The command that re-records (and where they drift, regenerates) the stale patches;
+    None when none is stale, or for a series that extends another (refresh replays a series
+    from its upstream alone: stale_hint says what to do there)."""
+    stale = [p.id for p in later if p.state == "stale"]
+    if not stale or series.extends is not None:
+        return None
+    where = f" --workdir {workdir}" if workdir is not None else ""
+    return f"patchctl refresh {' '.join(stale)} --series {series.dir}{where}"
+
+
+def stale_hint(series: Series, later: tuple[Later, ...], workdir: Path | None) -> str | None:
+    """What re-records the stale patches, in words and commands (None when none is stale)."""
+    stale = [p.id for p in later if p.state == "stale"]
+    if not stale:
+        return None
+    command = refresh_command(series, later, workdir)
+    if command is not None:
+        return (
+            f"{command} (a drifted patch is regenerated; one that conflicts exits 3:"
+            " `patchctl cleanroom apply --upto` the patch before it, apply it by hand, and"
+            " `patchctl capture` it)"
+        )
+    where = f" --series {series.dir}" + (f" --workdir {workdir}" if workdir is not None else "")
+    before = series.patches[series.index(stale[0]) - 1].id
+    return (
+        f"patchctl cleanroom apply --upto {before}{where}; apply {stale[0]}'s file there by hand"
+        f" (`git apply` takes an offset); patchctl capture {stale[0]}{where} (which re-records"
+        " the ones after it)"
+    )
+
+
+@dataclass(frozen=True)
 class CaptureResult:
-    """What `patchctl capture` did: the patch file, the capture, the files whose bytes changed."""
+    """What `patchctl capture` did: the patch file, the capture, the files whose bytes changed,
+    the patches above it (their trees re-recorded or left stale) and the series extending it."""
 
     file: Path
     captured: Captured
     changed: tuple[Path, ...]
+    later: tuple[Later, ...] = ()
+    extending: tuple[Extending, ...] = ()
+    refresh: str | None = None  # the command that re-records the stale ones, if any
+    hint: str | None = None  # what re-records the stale ones, in words (None: none is stale)
 
 
 def capture(
@@ -297,13 +485,26 @@ def capture(
     `accept_changed`: take a patch whose bytes differ from its recorded sha256 on purpose."""
     with series_session(series_path, check_files=False, op="capture") as session:
         room = session.cleanroom(workdir)
+        before = session.series
         updated, captured = capture_patch(
-            session.series,
+            before,
             room,
             patch_id,
             session.write_patch,
             session.move_ref,
             accept_changed=accept_changed,
         )
-        changed = session.save(updated)
-    return CaptureResult(updated.patch_path(captured.patch), captured, tuple(changed))
+        updated, later, writes = rerecord_later(updated, room, patch_id, captured.post_tree)
+        check_writable([path for path, _data in writes])
+        written = session.write_patches(list(writes))
+        changed = written + session.save(updated)
+    moved = before.patch(patch_id).post_tree != captured.post_tree
+    return CaptureResult(
+        updated.patch_path(captured.patch),
+        captured,
+        tuple(changed),
+        later,
+        extending_series(updated, moved),
+        refresh_command(updated, later, workdir),
+        stale_hint(updated, later, workdir),
+    )

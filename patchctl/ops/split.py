@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from patchctl import allowlists
-from patchctl.errors import PatchctlError, SplitRefused
+from patchctl.errors import SplitRefused
 from patchctl.fsio import check_writable, refuse_overwrite
 from patchctl.gitlayer.git import Git
 from patchctl.gitlayer.index import temp_index
@@ -41,7 +41,6 @@ from patchctl.room.cleanroom import Cleanroom, default_workdir, load_cleanroom
 from patchctl.series.docs import render_docs
 from patchctl.series.gitapply import TreePatcher, patch_sha256, strict_apply
 from patchctl.series.model import (
-    SERIES_FILE,
     Patch,
     Series,
     check_savable,
@@ -50,7 +49,7 @@ from patchctl.series.model import (
 )
 from patchctl.series.parts import split_patch
 from patchctl.series.patchfile import diff_trees, render_patch
-from patchctl.series.stack import load_stack
+from patchctl.series.stack import extending, load_stack
 from patchctl.txn.session import SeriesSession, series_session
 
 HUNK_HEADER = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
@@ -183,22 +182,6 @@ def check_specs(series: Series, original: Patch, specs: Sequence[PartSpec]) -> N
                 f"{series.name}: its stack would hold the id twice",
                 hint="choose ids that are free in both series",
             )
-
-
-def extending(series: Series) -> list[Series]:
-    """The sibling series that extend `series` (a sibling that does not load is skipped:
-    it is broken already, and its own commands say why)."""
-    found = []
-    for directory in sorted(series.dir.parent.iterdir()):
-        if directory == series.dir or not (directory / SERIES_FILE).is_file():
-            continue
-        try:
-            other = load_series(directory, check_files=False)
-        except (PatchctlError, OSError):
-            continue
-        if other.extends is not None and other.extends.series == series.dir.name:
-            found.append(other)
-    return found
 
 
 # ----------------------------------------------------------------------------- the changes

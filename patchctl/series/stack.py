@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchctl.errors import ChecksumMismatch, ConfigError, NotFound
+from patchctl.errors import ChecksumMismatch, ConfigError, NotFound, PatchctlError
 from patchctl.gitlayer.git import Git
 from patchctl.gitlayer.index import temp_index
 from patchctl.series.gitapply import apply_to_index
@@ -45,21 +45,19 @@ class Entry:
     root: str  # the directory of the clean-room tree the patch applies under (--directory)
     prefix: str  # where the owning series' upstream tree lies in the clean-room tree
     series: Series  # the series the patch belongs to
+    # True for a patch of the extended series (also when `extends.root` is "." and both
+    # series pin the same tree: the prefix alone cannot tell)
+    inherited: bool = False
 
     @property
     def id(self) -> str:
         """The patch id."""
         return self.patch.id
 
-    @property
-    def inherited(self) -> bool:
-        """True for a patch of the extended series."""
-        return self.prefix != "."
-
     def local_tree(self, git: Git, tree: str) -> str | None:
         """`tree` (a clean-room tree) as the owning series records trees: the subtree at
         `prefix` for an inherited patch, `tree` itself for an own one (None: no such dir)."""
-        return tree if not self.inherited else git.subtree(tree, self.prefix)
+        return tree if not self.inherited or self.prefix == "." else git.subtree(tree, self.prefix)
 
 
 @dataclass(frozen=True)
@@ -161,7 +159,8 @@ def load_stack(series: Series) -> Stack:
     base = _load_base(series)
     root = join_root(series.extends.root, base.root)
     inherited = tuple(
-        Entry(p, base.patch_path(p), root, series.extends.root, base) for p in base.patches
+        Entry(p, base.patch_path(p), root, series.extends.root, base, inherited=True)
+        for p in base.patches
     )
     taken = {folded(e.id) for e in inherited}
     for i, patch in enumerate(series.patches):
@@ -205,3 +204,19 @@ def compose(stack: Stack, git: Git, start: str) -> tuple[str | None, str]:
                 why = f"the extended series' patch {entry.id} does not apply here: "
                 return None, why + outcome.first_error()
         return index.write_tree(), ""
+
+
+def extending(series: Series) -> list[Series]:
+    """The sibling series that extend `series` (a sibling that does not load is skipped:
+    it is broken already, and its own commands say why)."""
+    found = []
+    for directory in sorted(series.dir.parent.iterdir()):
+        if directory == series.dir or not (directory / SERIES_FILE).is_file():
+            continue
+        try:
+            other = load_series(directory, check_files=False)
+        except (PatchctlError, OSError):
+            continue
+        if other.extends is not None and other.extends.series == series.dir.name:
+            found.append(other)
+    return found

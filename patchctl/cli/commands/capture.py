@@ -49,6 +49,13 @@ def capture_json(result: CaptureResult) -> dict[str, Any]:
         "pre_tree": captured.pre_tree,
         "post_tree": captured.post_tree,
         "changed": [str(p) for p in result.changed],
+        "later": [p.to_json() for p in result.later],
+        "stale": [p.id for p in result.later if p.state == "stale"],
+        "refresh_command": result.refresh,
+        "stale_hint": result.hint,
+        "extending": [
+            {"series": str(e.series), "commands": list(e.commands)} for e in result.extending
+        ],
     }
 
 
@@ -64,4 +71,26 @@ def render_capture(result: CaptureResult, as_json: bool) -> None:
     out.print(f"{verb} {result.file} ({len(captured.data)} bytes)")
     out.print(f"  pre  {captured.pre_tree}\n  post {captured.post_tree}")
     for other in result.changed:
-        out.print(f"  updated {other}")
+        out.print(f"  updated {other}", markup=False)
+    redone = [p.id for p in result.later if p.state == "re-recorded"]
+    if redone:
+        out.print(
+            f"  re-recorded the trees of {', '.join(redone)}: each applies exactly on the tree"
+            " the one before now leaves (patch files unchanged)",
+            markup=False,
+        )
+    for p in result.later:
+        if p.state == "stale":
+            out.print(f"  stale: {p.id}: recorded trees left as they were; {p.why}", markup=False)
+    if result.hint is not None:
+        out.print(
+            f"  verify fails the stale patches' chain until they are re-recorded: {result.hint}",
+            markup=False,
+        )
+    for ext in result.extending:
+        out.print(
+            f"  series {ext.series} extends this one: its own patches were recorded on the"
+            f" tree this series leaves, which changed; re-record them: {' ; '.join(ext.commands)}"
+            " (that capture re-records its later patches)",
+            markup=False,
+        )

@@ -68,6 +68,7 @@ def render(report: Report) -> bytes:
             f"<td>{e(row.pair or '-')}</td></tr>"
         )
     out.append("</tbody></table>")
+    out += _api_html(report)
     if report.stop is not None:
         out.append('<h2 id="stop">stopped</h2>')
         out.append(f"<pre>{e(_stop_text(report.stop))}</pre>")
@@ -83,6 +84,35 @@ def render(report: Report) -> bytes:
         out.append(f"<p>the whole range-diff: <code>{e(report.range_diff)}</code></p>")
     out.append("</body></html>")
     return ("\n".join(out) + "\n").encode("utf-8")
+
+
+def _api_html(report: Report) -> list[str]:
+    """The missing-API check: a table of the identifiers each patch's added lines use that
+    the old upstream has and the new one lacks (nothing when the check did not run)."""
+    if not report.api_checked:
+        return []
+    rows = [(row, m) for row in report.patches for m in row.missing_api]
+    out = ['<h2 id="missing-api">API the new upstream lacks</h2>']
+    if not rows:
+        out.append("<p>no identifier the moved patches add is gone from the new upstream</p>")
+        return out
+    out.append(
+        "<p>identifiers the patches' added lines use that the old upstream has and the new one"
+        " does not: a list to check against the build, not an error</p>"
+    )
+    out.append(
+        '<table id="api"><thead><tr><th>patch</th><th>name</th><th>lines</th><th>first in</th>'
+        "<th>line</th><th>old upstream</th></tr></thead><tbody>"
+    )
+    for row, m in rows:
+        scope = " (outside its conflict blocks)" if row.api_scope.startswith("outside") else ""
+        out.append(
+            f"<tr><td>{e(row.id)}{e(scope)}</td><td><code>{e(m['name'])}</code></td>"
+            f'<td class="num">{e(m["uses"])}</td><td>{e(m["file"])}</td>'
+            f"<td><code>{e(m['text'])}</code></td><td>{e(m['old_file'])}</td></tr>"
+        )
+    out.append("</tbody></table>")
+    return out
 
 
 def _diff_html(text: str) -> str:

@@ -59,6 +59,7 @@ from patchctl.ops.rebase import replay as resolutions
 from patchctl.ops.rebase import report as rebase_report
 from patchctl.ops.rebase import stop as rebase_stop
 from patchctl.ops.rebase.upstreamed import MERGED, NEEDED, Upstreamed, detect, history_between
+from patchctl.ops.rebase.vanished import PatchApi, missing_api
 from patchctl.progress import Progress, or_null
 from patchctl.room import rebasestate
 from patchctl.room.cleanroom import (
@@ -128,6 +129,7 @@ class RebaseReport:
     skipped: tuple[Path, ...] = ()  # where the files of the patches --skip dropped were kept
     upstreamed: tuple[Upstreamed, ...] = ()  # patches the new upstream has, wholly or partly
     bases: tuple[dict[str, Any], ...] = ()  # named base blobs the old trees do not reproduce
+    api: tuple[PatchApi, ...] | None = None  # identifiers the new upstream lacks (vanished.py)
 
     def to_json(self) -> dict[str, object]:
         """Plain data for --json."""
@@ -270,7 +272,7 @@ def rebase_status(series_path: Path, workdir: Path | None = None) -> RebaseRepor
     with series_session(series_path, op="rebase --status") as session:
         room, journal = _resume(session, workdir, aborting=True)
         state = "stopped" if journal.state in ("stopping", "stopped") else journal.state
-        return _report(session, room, journal, state)
+        return _report(session, room, journal, state, api=_missing_api(room, journal))
 
 
 def rebase_abort(series_path: Path, workdir: Path | None = None) -> RebaseReport:
@@ -1025,7 +1027,8 @@ def _finish(
     report = or_null(progress)
     report.start("finish", None)
     text = _range_diff(room, old, journal)
-    changed = _write_series(session, room, old, new, journal, text)
+    api = _missing_api(room, journal)
+    changed = _write_series(session, room, old, new, journal, text, api)
     room.git.update_ref(BRANCH, journal.head, "patchctl rebase")
     room.git.update_ref(BASE_REF, journal.new_base, "patchctl rebase")
     room = repin_marker(room, new, journal.new_base, room.git.tree_of(journal.new_base))
@@ -1045,6 +1048,7 @@ def _finish(
         range_diff_text=text.decode("utf-8", "replace"),
         changed=tuple(changed),
         skipped=tuple(skipped_path(old, journal, old.patch(pid).file) for pid in skipped),
+        api=api,
     )
 
 
@@ -1067,6 +1071,31 @@ def _range_diff(room: Cleanroom, old: Series, journal: Journal) -> bytes:
         old_tip = chain(journal.old_base, before)
         new_tip = chain(journal.new_base, after)
     return room.git.range_diff((journal.old_base, old_tip), (journal.new_base, new_tip))
+
+
+def _missing_api(room: Cleanroom, journal: Journal) -> tuple[PatchApi, ...] | None:
+    """The identifiers each moved patch's added lines use that the old upstream has and the
+    new one lacks (vanished.py); at a stop, the stopped patch too, outside its conflict
+    blocks. None when git cannot answer (the report then says the check did not run: a list
+    to read never keeps a rebase from finishing)."""
+    git = room.git
+    pre = git.tree_of(journal.new_base)
+    patches = []
+    for done in journal.done:
+        if done.how in DROPS:
+            continue
+        patches.append((done.id, pre, done.tree))
+        pre = done.tree
+    stop = journal.stop
+    outside = ""
+    if stop is not None and stop.reason == "conflict" and stop.id not in {p[0] for p in patches}:
+        patches.append((stop.id, pre, stop.merged))
+        outside = stop.id
+    try:
+        return missing_api(git, git.tree_of(journal.old_base), git.tree_of(journal.new_base),
+                           patches, outside)  # fmt: skip
+    except GitFailed:
+        return None
 
 
 def range_diff_name(journal: Journal) -> str:
@@ -1102,6 +1131,7 @@ def _write_series(
     new: Series,
     journal: Journal,
     range_diff: bytes,
+    api: tuple[PatchApi, ...] | None = None,
 ) -> list[Path]:
     """The new patch bytes, the range-diff, series.yaml and the docs; the paths written."""
     changed: list[Path] = []
@@ -1116,7 +1146,9 @@ def _write_series(
         elif done.staged:
             writes.append((path, rebasestate.staged(room.path, entry.file)))
     writes.append((old.dir / range_diff_name(journal), range_diff))
-    writes += rebase_report.finish_files(old.dir, range_diff_name(journal), journal, range_diff)
+    writes += rebase_report.finish_files(
+        old.dir, range_diff_name(journal), journal, range_diff, api
+    )
     writes += resolutions.staged_writes(room.path, old.dir)
     changed += session.write_patches(writes)  # one journal write for all of them
     return changed + session.save(new)

@@ -18,6 +18,10 @@ Statuses (one per patch):
     empty     stopped at: the new upstream has its changes already
     pending   not moved yet (the rebase is stopped before it)
 
+Each row also carries the identifiers its added lines use that the old upstream has and the
+new one lacks (vanished.py), once the check ran (`missing_api_checked`): at the end of a
+rebase and on `rebase --status`.
+
 The JSON schema (`"schema": "patchctl-rebase-report/1"`) is documented in
 docs/UPSTREAM_SYNC.md; a field is only ever added to it, never renamed.
 """
@@ -41,6 +45,7 @@ from patchctl.series.resolutions import is_record_name
 
 if TYPE_CHECKING:
     from patchctl.ops.rebase.rebase import RebaseReport
+    from patchctl.ops.rebase.vanished import PatchApi
 
 SCHEMA = "patchctl-rebase-report/1"
 STATUSES = (
@@ -61,6 +66,7 @@ PAIR = re.compile(
     r"^\s*(?:\d+|-):\s+(?:[0-9a-f]+|-+)\s+([=!<>])\s+(?:\d+|-):\s+(?:[0-9a-f]+|-+)\s(.*)$"
 )
 MAX_HOT_FILES = 100_000  # a resolutions folder larger than this is counted as this many
+API_SCOPES = {False: "added lines", True: "outside conflict blocks"}
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,9 @@ class PatchRow:
     hot_now: int  # conflict blocks resolved by hand for it in this run
     pair: str  # its range-diff pairing mark (`=`, `!`, `<`, `>`), "" when not known
     range_diff: str  # its part of the range-diff: the pairing line and the diff under it
+    # identifiers its added lines use that the new upstream lacks (vanished.Missing.to_json)
+    missing_api: tuple[dict[str, object], ...] = ()
+    api_scope: str = ""  # "added lines", "outside conflict blocks", "" (not checked)
 
     @property
     def hot(self) -> int:
@@ -95,6 +104,8 @@ class PatchRow:
             "hot_now": self.hot_now,
             "range_diff_pair": self.pair,
             "range_diff": self.range_diff,
+            "missing_api": [dict(m) for m in self.missing_api],
+            "missing_api_scope": self.api_scope,
         }
 
 
@@ -109,6 +120,7 @@ class Report:
     patches: tuple[PatchRow, ...]
     stop: dict[str, object] | None = None  # the stop, as RebaseReport's JSON gives it
     range_diff: str | None = None  # the path of the whole range-diff, once written
+    api_checked: bool = False  # the missing-API check ran (vanished.py)
 
     @property
     def total_seconds(self) -> float:
@@ -141,6 +153,7 @@ class Report:
             "patches": [p.to_json() for p in self.patches],
             "stop": self.stop,
             "range_diff": self.range_diff,
+            "missing_api_checked": self.api_checked,
         }
 
 
@@ -159,10 +172,13 @@ def build(
     stop_json: dict[str, object] | None = None,
     range_diff_text: str = "",
     range_diff: Path | None = None,
+    api: Sequence[PatchApi] | None = None,
 ) -> Report:
     """The report from what the rebase knows: every patch of the old series (`ids`, in order),
-    the moved ones (`done`), the stop, and the range-diff text (empty while it is stopped)."""
+    the moved ones (`done`), the stop, the range-diff text (empty while it is stopped) and
+    the missing-API check (`api`; None when it did not run)."""
     pairs = split_range_diff(range_diff_text)
+    checked = {} if api is None else {p.id: p for p in api}
     moved = {d.id: d for d in done}
     rows = []
     for pid in ids:
@@ -179,10 +195,15 @@ def build(
             status, how, seconds, now, waited = "pending", "", 0.0, 0, 0.0
         # records this run wrote are counted in `now`, not again as stored ones
         hot = stored_resolutions(series_dir, pid, () if entry is None else entry.recorded)
-        rows.append(PatchRow(pid, status, how, seconds, waited, hot, now, mark, text))
+        found = checked.get(pid)
+        missing = () if found is None else tuple(m.to_json() for m in found.missing)
+        scope = "" if found is None else API_SCOPES[found.outside_blocks]
+        rows.append(
+            PatchRow(pid, status, how, seconds, waited, hot, now, mark, text, missing, scope)
+        )
     return Report(
         state, series_dir.name, old, new, tuple(rows), stop_json,
-        None if range_diff is None else str(range_diff),
+        None if range_diff is None else str(range_diff), api is not None,
     )  # fmt: skip
 
 
@@ -252,7 +273,11 @@ def report_files(
 
 
 def finish_files(
-    series_dir: Path, range_diff_name: str, journal: Journal, range_diff: bytes
+    series_dir: Path,
+    range_diff_name: str,
+    journal: Journal,
+    range_diff: bytes,
+    api: Sequence[PatchApi] | None = None,
 ) -> list[tuple[Path, bytes]]:
     """What a finishing rebase writes beside its range-diff (`rebase-<old>-<new>.range-diff`):
     the report as JSON and as HTML, every patch of the series in it."""
@@ -265,6 +290,7 @@ def finish_files(
         done=journal.done,
         range_diff_text=range_diff.decode("utf-8", "replace"),
         range_diff=series_dir / range_diff_name,
+        api=api,
     )
     return report_files(series_dir, range_diff_name, report)
 
@@ -300,6 +326,7 @@ def of_rebase(result: RebaseReport) -> Report:
         stop_json=None if result.stop is None else _stop_json(result.stop),
         range_diff_text=result.range_diff_text,
         range_diff=result.range_diff,
+        api=result.api,
     )
 
 
@@ -357,6 +384,8 @@ def from_json(data: Any) -> Report:
             int(p["hot_now"]),
             str(p["range_diff_pair"]),
             str(p["range_diff"]),
+            tuple(_api_entry(m) for m in p.get("missing_api", ())),
+            str(p.get("missing_api_scope", "")),
         )
         for p in data["patches"]
     )
@@ -365,7 +394,19 @@ def from_json(data: Any) -> Report:
         str(data["state"]), str(data["series"]), str(data["old"]), str(data["new"]), rows,
         stop if isinstance(stop, dict) else None,
         None if data.get("range_diff") is None else str(data["range_diff"]),
+        bool(data.get("missing_api_checked", False)),
     )  # fmt: skip
+
+
+API_FIELDS = {"name": str, "file": str, "text": str, "uses": int, "old_file": str}
+
+
+def _api_entry(raw: Any) -> dict[str, object]:
+    """One missing identifier of a saved report, its fields checked (a report written before
+    the check existed has none: the schema only grew)."""
+    if not isinstance(raw, dict):
+        raise TypeError("a missing_api entry is not an object")
+    return {key: kind(raw[key]) for key, kind in API_FIELDS.items()}
 
 
 # ----------------------------------------------------------------------------- text
@@ -391,4 +432,27 @@ def text_lines(report: Report, *, diffs: bool = False) -> list[str]:
     if hot:
         lines.append("  hot (hand resolutions, stored + this run): "
                      + ", ".join(f"{r.id} {r.hot_stored}+{r.hot_now}" for r in hot))  # fmt: skip
+    return lines + api_lines(report)
+
+
+def api_lines(report: Report) -> list[str]:
+    """The missing-API check as text: per patch each name its added lines use that the old
+    upstream has and the new one lacks, where, and where the old upstream had it."""
+    if not report.api_checked:
+        return []
+    rows = [row for row in report.patches if row.missing_api]
+    if not rows:
+        return ["  API check: no identifier the moved patches add is gone from the new upstream"]
+    lines = [
+        "  API the new upstream lacks (identifiers the added lines use that the old upstream"
+        " has; a list to check against the build, not an error):"
+    ]
+    for row in rows:
+        scope = " (outside its conflict blocks)" if row.api_scope == API_SCOPES[True] else ""
+        lines.append(f"    {row.id}{scope}:")
+        for m in row.missing_api:
+            lines.append(
+                f"      {m['name']}: {m['uses']} line(s), first in {m['file']}: {m['text']}"
+                f" (old upstream: {m['old_file']})"
+            )
     return lines

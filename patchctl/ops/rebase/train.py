@@ -10,6 +10,13 @@ later `rebase` that meets the same block replays it.
 
 Nothing of either clean room is used or touched: both series are replayed from their pinned
 upstreams (from the tree cache when it holds them) in a throw-away repository.
+
+A series that extends another (stack.py) is trained on its own patches, each merged where
+its clean room applies it: on its upstream with the extended series' patches applied under
+`extends.root` (`stack.compose`, as `cleanroom apply` and `verify` build that tree), and the
+moved copy likewise on its own upstream and the series it extends (its sibling directory:
+the moved copy of the extended series). The extended series' patches are trained in that
+series (`--series` its directory), whose records they are.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from patchctl.series import resolutions
 from patchctl.series.gitapply import TreePatcher, replay_tree
 from patchctl.series.model import Series, load_series, read_patch_file
 from patchctl.series.resolutions import Record
+from patchctl.series.stack import compose, load_stack
 from patchctl.txn.session import series_session
 from patchctl.upstream.materialize import materialize, tree_from_cache
 
@@ -100,11 +108,7 @@ def train(
     with series_session(series_path, op="resolutions train") as session:
         series = session.series
         for one in (series, moved):
-            if one.extends is not None:
-                raise ConfigError(
-                    f"{one.path}: a series that extends another cannot be trained yet",
-                    hint="train the series it extends, whose patches hold the conflicts",
-                )
+            load_stack(one)  # the extended series found and checked before any work
         with tempfile.TemporaryDirectory(prefix=temp_prefix("scratch")) as tmp:
             git = Git.init(Path(tmp) / "train.git", bare=True)
             old = _trees(git, series, Path(tmp), progress)
@@ -119,8 +123,18 @@ def train(
 
 
 def _trees(git: Git, series: Series, tmp: Path, progress: Progress | None) -> list[str]:
-    """The upstream tree of `series` and its tree after each patch, in `git`."""
+    """The tree the series' own patches start from (its upstream, with the patches of the
+    series it extends applied under their root) and its tree after each patch, in `git`."""
     tree = _upstream_tree(git, series, tmp, progress)
+    if series.extends is not None:
+        composed, why = compose(load_stack(series), git, tree)
+        if composed is None:
+            raise ConfigError(
+                f"{series.path}: {why}",
+                hint="verify the extended series on this series' upstream first"
+                " (`patchctl verify --all` of both)",
+            )
+        tree = composed
     trees = [tree]
     hint = f"{series.path}: the series does not apply to its own upstream; fix it first"
     with TreePatcher(git) as patcher:

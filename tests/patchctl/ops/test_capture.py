@@ -6,6 +6,7 @@ import hashlib
 import os
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support import paths
@@ -390,9 +391,10 @@ def test_capture_refuses_bytes_that_differ_from_the_recorded_sha256(tmp_path: Pa
     patch.write_bytes(good + b"-- \n2.39\n")  # a changed trailer, meant
     result = capture(series_dir, "0004-c-10", accept_changed=True)
     assert result.captured.data.endswith(b"-- \n2.39\n")
-    assert load_series(series_dir).patch("0004-c-10").sha256 == hashlib.sha256(
-        result.captured.data
-    ).hexdigest()
+    assert (
+        load_series(series_dir).patch("0004-c-10").sha256
+        == hashlib.sha256(result.captured.data).hexdigest()
+    )
 
 
 def test_capture_refuses_a_patch_over_the_patch_size_limit(
@@ -411,3 +413,221 @@ def test_capture_refuses_a_patch_over_the_patch_size_limit(
     assert open_cleanroom(series_dir).head() == head
     monkeypatch.setenv("PATCHCTL_MAX_PATCH_BYTES", str(1 << 20))
     assert len(capture(series_dir, "0004-c-10").captured.data) > 8192
+
+
+# ----------------------------------------------------------------------------- later patches
+
+LATER_FILES = {
+    "a.c": b"".join(f"a {i}\n".encode() for i in range(1, 41)),
+    "b.c": b"".join(f"b {i}\n".encode() for i in range(1, 21)),
+}
+
+
+def _edit(series_dir: Path, rel: str, old: bytes, new: bytes) -> None:
+    path = open_cleanroom(series_dir).path / rel
+    data = path.read_bytes()
+    assert data.count(old) == 1
+    path.write_bytes(data.replace(old, new))
+
+
+def _three_patches(tmp_path: Path) -> Path:
+    """0001 edits a.c's line 5, 0002 a.c's line 30, 0003 b.c: each captured in turn."""
+    from patchctl.ops.capture import add_patch
+
+    series_dir = make_project(tmp_path, LATER_FILES)
+    cleanroom_apply(series_dir)
+    for pid, rel, old, new in (
+        ("0001-a5", "a.c", b"a 5\n", b"A 5\n"),
+        ("0002-a30", "a.c", b"a 30\n", b"A 30\n"),
+        ("0003-b", "b.c", b"b 10\n", b"B 10\n"),
+    ):
+        add_patch(series_dir, pid, f"edit {rel}")
+        _edit(series_dir, rel, old, new)
+        capture(series_dir, pid)
+    return series_dir
+
+
+def _patch_bytes(series_dir: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(series_dir.glob("*.patch"))}
+
+
+def test_capture_of_a_lower_patch_re_records_the_later_ones_that_apply_exactly(
+    tmp_path: Path,
+) -> None:
+    series_dir = _three_patches(tmp_path)
+    before = load_series(series_dir)
+    later_bytes = {k: v for k, v in _patch_bytes(series_dir).items() if not k.startswith("0001")}
+    cleanroom_apply(series_dir, upto="0001-a5")
+    _edit(series_dir, "a.c", b"A 5\n", b"A five\n")  # same line count: the others still fit
+    result = capture(series_dir, "0001-a5")
+    assert [(p.id, p.state) for p in result.later] == [
+        ("0002-a30", "re-recorded"),
+        ("0003-b", "re-recorded"),
+    ]
+    assert result.refresh is None and result.extending == ()
+    after = load_series(series_dir)
+    assert after.patch("0002-a30").pre_tree == result.captured.post_tree
+    assert after.patch("0002-a30").pre_tree != before.patch("0002-a30").pre_tree
+    assert after.patch("0003-b").pre_tree == after.patch("0002-a30").post_tree
+    # 0003 (b.c) keeps every byte; 0002 (a.c, which 0001 changed) only its `index` line,
+    # which names a.c's blobs; the whole series then verifies without a refresh
+    now = _patch_bytes(series_dir)
+    assert now["0003-b.patch"] == later_bytes["0003-b.patch"]
+    old_lines = later_bytes["0002-a30.patch"].split(b"\n")
+    new_lines = now["0002-a30.patch"].split(b"\n")
+    changed = [(a, b) for a, b in zip(old_lines, new_lines, strict=True) if a != b]
+    assert len(changed) == 1 and all(x.startswith(b"index ") for x in changed[0])
+    assert [p.index_lines for p in result.later] == [True, False]
+    cleanroom_apply(series_dir)
+    report = verify_series(after, [open_cleanroom(series_dir).path])
+    assert report.ok, [(p.id, s) for p in report.patches for s in p.steps if not s.ok]
+
+    # capturing the same bytes again: every later patch's trees are already current; an
+    # entry `new` added on top, never captured, has nothing recorded to go stale
+    from patchctl.ops.capture import add_patch
+
+    cleanroom_apply(series_dir, upto="0001-a5")
+    add_patch(series_dir, "0004-next", "not captured yet")
+    again = capture(series_dir, "0001-a5")
+    assert [p.state for p in again.later] == ["current", "current", "uncaptured"]
+    assert again.refresh is None and again.hint is None
+
+
+def test_a_later_patch_that_no_longer_applies_exactly_is_reported_stale(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from patchctl.cli.main import main
+    from patchctl.ops.refresh import refresh
+
+    series_dir = _three_patches(tmp_path)
+    before = load_series(series_dir)
+    old_bytes = _patch_bytes(series_dir)
+    cleanroom_apply(series_dir, upto="0001-a5")
+    # two lines more before line 30: 0002 now applies only at an offset (a byte change)
+    _edit(series_dir, "a.c", b"A 5\n", b"A 5\nnew 1\nnew 2\n")
+    code = main(["capture", "0001-a5", "--series", str(series_dir), "--json"])
+    assert code == 0
+    import json
+
+    data = json.loads(capsys.readouterr().out)
+    assert [(p["id"], p["state"]) for p in data["later"]] == [
+        ("0002-a30", "stale"),
+        ("0003-b", "stale"),
+    ]
+    assert "drift" in data["later"][0]["why"] and "before it is stale" in data["later"][1]["why"]
+    assert data["stale"] == ["0002-a30", "0003-b"]
+    assert data["refresh_command"] == f"patchctl refresh 0002-a30 0003-b --series {series_dir}"
+    # the stale ones keep their trees and their bytes; verify says their chain is broken
+    after = load_series(series_dir)
+    for pid in ("0002-a30", "0003-b"):
+        assert after.patch(pid) == before.patch(pid)
+    assert {k: v for k, v in _patch_bytes(series_dir).items() if not k.startswith("0001")} == {
+        k: v for k, v in old_bytes.items() if not k.startswith("0001")
+    }
+    cleanroom_apply(series_dir, upto="0001-a5")
+    assert not verify_series(after, [open_cleanroom(series_dir).path]).ok
+    # the command it names re-records them (0002 regenerated at its new lines)
+    refresh(series_dir, ["0002-a30", "0003-b"])
+    cleanroom_apply(series_dir)
+    assert verify_series(load_series(series_dir), [open_cleanroom(series_dir).path]).ok
+
+    # the text form names the stale patches and the command
+    cleanroom_apply(series_dir, upto="0001-a5")
+    _edit(series_dir, "a.c", b"new 2\n", b"new 2\nnew 3\n")
+    assert main(["capture", "0001-a5", "--series", str(series_dir)]) == 0
+    text = capsys.readouterr().out
+    assert "stale: 0002-a30: recorded trees left as they were" in text
+    assert f"patchctl refresh 0002-a30 0003-b --series {series_dir}" in text
+
+
+# ----------------------------------------------------------------------------- the real series
+
+REPO = Path(__file__).resolve().parents[3]
+KV_HEADER = "src/llama-kv-cache.h"
+KV_ANCHOR = b"    ggml_tensor * get_k_storage(int32_t il) const;\n"
+KV_INSERT = b"    // patchctl 0082-llama-dca: a note of six lines\n" + b"    //\n" * 5
+DCA_ANCHOR = (
+    b"// patchctl 0082-llama-dca: Dual Chunk Attention (see llama-dca.h for where the upstream"
+    b" files call in)\n"
+)
+
+
+@pytest.mark.integration
+def test_the_real_series_after_a_lower_capture(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The real move's case: 0082 of patches/llamafile recaptured with six lines more in
+    # llama-kv-cache.h where the 0.3.34 move put its accessor. Every later patch applies
+    # exactly on the new tree and is re-recorded, no byte of it changed: `verify --all`
+    # passes with no refresh (the move needed one). Then six lines at the top of
+    # llama-dca.cpp, which 0088 also changes: 0088 applies only at an offset, so it and the
+    # patches after it are stale, and the refresh capture names makes verify pass again.
+    # patches/llama-cpp-python, which extends the series, is named with the commands that
+    # re-record it, and they work.
+    import json
+    import pwd
+    import shlex
+    import shutil
+
+    from patchctl.cli.main import main
+    from patchctl.ops.verify import verify
+
+    home = Path(pwd.getpwuid(os.getuid()).pw_dir)
+    cache = Path(os.environ.get("PATCHCTL_TEST_CACHE", home / ".cache" / "patchctl-test"))
+    monkeypatch.setenv("PATCHCTL_CACHE_DIR", str(cache))
+    patches = tmp_path / "proj" / "patches"
+    for name in ("llamafile", "llama-cpp-python"):
+        shutil.copytree(REPO / "patches" / name, patches / name)
+    series_dir, python = patches / "llamafile", patches / "llama-cpp-python"
+    room = tmp_path / "room"
+    old = {p.name: p.read_bytes() for p in series_dir.glob("*.patch")}
+    later = ["0083-dca-tools", "0088-llama-dca-qwen35", "0089-llama-dca-known-models",
+             "0090-llama-sparse-prefill", "0091-sparse-prefill-tools"]  # fmt: skip
+
+    def capture_0082(path: str, anchor: bytes) -> dict[str, Any]:
+        cleanroom_apply(series_dir, room, "0082-llama-dca")
+        header = room / path
+        data = header.read_bytes()
+        assert data.count(anchor) == 1
+        header.write_bytes(data.replace(anchor, anchor + KV_INSERT))
+        code = main(["capture", "0082-llama-dca", "--series", str(series_dir), "--workdir",
+                     str(room), "--json"])  # fmt: skip
+        assert code == 0
+        report: dict[str, Any] = json.loads(capsys.readouterr().out)
+        return report
+
+    first = capture_0082(KV_HEADER, KV_ANCHOR)
+    assert [(p["id"], p["state"], p["index_lines_rewritten"]) for p in first["later"]] == [
+        (pid, "re-recorded", False) for pid in later
+    ]
+    assert first["refresh_command"] is None and first["stale"] == []
+    for pid in later:
+        assert (series_dir / f"{pid}.patch").read_bytes() == old[f"{pid}.patch"]
+    cleanroom_apply(series_dir, room)
+    assert verify(series_dir, workdir=room).report.ok
+
+    before = load_series(series_dir)
+    second = capture_0082("src/llama-dca.cpp", DCA_ANCHOR)
+    states = [(p["id"], p["state"]) for p in second["later"]]
+    assert states == [(later[0], "re-recorded"), *((pid, "stale") for pid in later[1:])]
+    why = second["later"][1]["why"]
+    assert "drift" in why and "src/llama-dca.cpp" in why
+    command = second["refresh_command"]
+    assert (
+        command == f"patchctl refresh {' '.join(later[1:])} --series {series_dir} --workdir {room}"
+    )
+    after = load_series(series_dir)
+    for pid in later[1:]:  # the stale ones keep their recorded trees
+        assert after.patch(pid) == before.patch(pid)
+    assert after.patch(later[0]).pre_tree == after.patch("0082-llama-dca").post_tree
+    assert main(shlex.split(command)[1:]) == 0  # the command capture named
+    capsys.readouterr()
+    cleanroom_apply(series_dir, room)
+    assert verify(series_dir, workdir=room).report.ok
+
+    [ext] = second["extending"]
+    assert ext["series"] == str(python)
+    python_room = tmp_path / "python-room"
+    for line in ext["commands"]:
+        assert main([*shlex.split(line)[1:], "--workdir", str(python_room)]) == 0
+    assert verify(python, workdir=python_room).report.ok

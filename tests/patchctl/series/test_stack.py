@@ -4,6 +4,7 @@ through every command that honours it: apply, capture, verify, status, docs, new
 from __future__ import annotations
 
 import os
+import shlex
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from support.repos import MakeRepo, Repo
 from support.series import NEW_FILE_PATCH
 
+from patchctl.cli.main import main
 from patchctl.errors import ChecksumMismatch, ConfigError, NotFound
 from patchctl.ops.capture import add_patch, capture
 from patchctl.ops.cleanroom.apply import apply_series, cleanroom_apply
@@ -84,6 +86,28 @@ def test_the_stack_puts_the_extended_series_first_under_its_root(
     )
 
 
+def test_a_series_extending_another_at_the_top_still_stacks_its_patches_first(
+    project: tuple[Path, Path], upstream: Repo
+) -> None:
+    # `extends.root: .`: both series pin the same tree, so the prefix alone ("." for both)
+    # cannot tell the extended series' patches from the own ones
+    base, _package = project
+    pin = Upstream(kind="git", url=str(upstream.path), commit=upstream.commit)
+    whole = _write(base.parent / "whole", replace(pin, tree=upstream.tree))
+    cleanroom_apply(whole)
+    _edit_and_capture(whole, "0003-head", "vendor/lib/core.h", b"int core(void); /* w */\n")
+    top = _write(base.parent / "top", replace(pin, tree=upstream.tree), Extends("whole", "."))
+    stack = load_stack(load_series(top))
+    [entry] = stack.inherited()
+    assert (entry.id, entry.inherited, entry.prefix) == ("0003-head", True, ".")
+    assert entry.local_tree(open_cleanroom(whole).git, upstream.tree) == upstream.tree
+    with pytest.raises(NotFound, match="belongs to the extended series whole"):
+        stack.own_entry("0003-head")
+    report = cleanroom_apply(top)
+    assert [a.id for a in report.applied] == ["0003-head"]
+    assert (open_cleanroom(top).path / "vendor/lib/core.h").read_bytes().endswith(b"/* w */\n")
+
+
 def test_apply_commits_both_series_and_the_trees_match_their_records(
     project: tuple[Path, Path], upstream: Repo
 ) -> None:
@@ -119,8 +143,14 @@ def test_verify_fails_on_a_changed_extended_patch_until_the_own_patch_is_recaptu
     cleanroom_apply(base)
     room = open_cleanroom(base)
     (room.path / "core.h").write_bytes(b"int core(void); /* v2 */\n")
-    capture(base, "0001-core")  # the extended series moves on: its own verify passes
+    result = capture(base, "0001-core")  # the extended series moves on: its own verify passes
     assert verify(base).report.ok
+    # capture names the series that extends this one and the commands that re-record it
+    [ext] = result.extending
+    assert ext.series == package and ext.commands == (
+        f"patchctl cleanroom apply --series {package} --upto 0002-bind",
+        f"patchctl capture 0002-bind --series {package}",
+    )
     report = verify(package).report
     core, bind = report.patches
     assert core.ok and not bind.ok
@@ -128,8 +158,8 @@ def test_verify_fails_on_a_changed_extended_patch_until_the_own_patch_is_recaptu
     # its link to the tree the changed extended series now makes does not.
     failed = [s for s in bind.steps if not s.ok]
     assert [s.step for s in failed] == ["chain"]
-    cleanroom_apply(package)  # the documented fix: re-apply, then re-capture the own patch
-    capture(package, "0002-bind")
+    for command in ext.commands:  # the documented fix: re-apply, then re-capture the own patch
+        assert main(shlex.split(command)[1:]) == 0
     assert verify(package).report.ok
 
 
@@ -256,3 +286,25 @@ def test_a_sibling_symlinked_out_of_the_folder_is_refused(
     base.symlink_to(outside)
     with pytest.raises(ConfigError, match="resolves outside"):
         load_stack(load_series(package))
+
+
+def test_capture_in_an_extending_series_names_no_refresh_for_its_stale_patches(
+    project: tuple[Path, Path],
+) -> None:
+    # refresh replays a series from its own upstream alone, which for an extending series
+    # misses the extended patches: the stale ones are re-recorded by a capture instead
+    _base, package = project
+    room = open_cleanroom(package)
+    (room.path / "pkg/mod.py").write_bytes(
+        b"X = 2\n" + b"".join(b"Y%d = 0\n" % i for i in range(9))
+    )
+    add_patch(package, "0003-tail", "Edit pkg/mod.py's tail")
+    (room.path / "pkg/mod.py").write_bytes((room.path / "pkg/mod.py").read_bytes() + b"Z = 3\n")
+    capture(package, "0003-tail")
+    cleanroom_apply(package, upto="0002-bind")
+    (room.path / "pkg/mod.py").write_bytes(b"# head\n" + (room.path / "pkg/mod.py").read_bytes())
+    result = capture(package, "0002-bind")
+    assert [(p.id, p.state) for p in result.later] == [("0003-tail", "stale")]
+    assert result.refresh is None and result.hint is not None
+    assert result.hint.startswith(f"patchctl cleanroom apply --upto 0002-bind --series {package}")
+    assert f"patchctl capture 0003-tail --series {package}" in result.hint

@@ -14,15 +14,16 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from support.drift import rebase_ready, resolve_conflicts
+from support.drift import edit, rebase_ready, resolve_conflicts
+from support.repos import diff_files
 
 from patchctl.cli.main import main
-from patchctl.errors import ConfigError
+from patchctl.errors import ChecksumMismatch, NotFound
 from patchctl.ops.cleanroom.apply import cleanroom_apply
 from patchctl.ops.rebase.rebase import rebase, rebase_continue
 from patchctl.ops.rebase.train import list_records, train
 from patchctl.ops.verify import store_problems
-from patchctl.series.model import load_series
+from patchctl.series.model import Extends, Patch, Series, Upstream, load_series, save_series
 
 PATCH = "0004-c-10"
 
@@ -62,17 +63,86 @@ def test_train_learns_a_moved_copy_and_the_rebase_replays_it(
     assert "1 record(s)" in capsys.readouterr().out
 
 
-def test_train_refuses_a_series_that_extends_another(tmp_path: Path) -> None:
-    series_dir, _onto = rebase_ready(tmp_path)
-    child = series_dir.parent / "child"
-    child.mkdir()
-    text = (series_dir / "series.yaml").read_text()
-    head = text[: text.index("\npatches:")]
-    (child / "series.yaml").write_text(
-        head + "\nextends:\n  series: demo\n  root: .\npatches: []\n"
+CHILD = "0005-child-c-11"
+
+
+def _child_series(directory: Path, upstream: Upstream, patch: bytes) -> Path:
+    """A series `child` in `directory` that extends its sibling `demo` at the top of the same
+    upstream and holds one patch of its own."""
+    directory.mkdir()
+    (directory / f"{CHILD}.patch").write_bytes(patch)
+    save_series(
+        Series(
+            directory / "series.yaml",
+            upstream,
+            (Patch(CHILD, f"{CHILD}.patch", "child: c line 11"),),
+            extends=Extends("demo", "."),
+        )
     )
-    with pytest.raises(ConfigError, match="extends another"):
-        train(child, series_dir)
+    return directory
+
+
+def test_train_learns_a_series_that_extends_another(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `child` extends `demo`; its own patch edits c.c's line 11, next to the line 10 that
+    # demo's 0004 edits and the next upstream rewrites: moved onto that upstream, the child's
+    # merge conflicts only on the tree where demo's moved patches are applied first.
+    series_dir, onto = rebase_ready(tmp_path)
+    old_room = tmp_path / "project" / "cleanroom" / "demo"
+    assert old_room.is_dir()
+    old_c = (old_room / "src" / "c.c").read_bytes()
+    assert b"C 10\n" in old_c
+    child_patch = diff_files(
+        tmp_path / "scratch-child", {"src/c.c": old_c},
+        {"src/c.c": edit(old_c, "c line 11", "C 11 child")},
+    )  # fmt: skip
+    child = _child_series(
+        series_dir.parent / "child", load_series(series_dir).upstream, child_patch
+    )
+
+    moved_parent = tmp_path / "moved" / "patches"
+    moved_parent.mkdir(parents=True)
+    moved = moved_parent / "demo"
+    shutil.copytree(series_dir, moved)
+    room = tmp_path / "rooms" / "moved"
+    assert rebase(moved, onto, workdir=room).state == "stopped"
+    resolve_conflicts(room / "src" / "c.c", "C 10, moved by hand")
+    assert rebase_continue(moved, workdir=room).state == "done"
+    moved_c = (room / "src" / "c.c").read_bytes()
+    resolved = edit(moved_c, "c line 11", "C 11 child, moved")
+    moved_patch = diff_files(
+        tmp_path / "scratch-moved", {"src/c.c": moved_c}, {"src/c.c": resolved}
+    )
+    moved_child = _child_series(moved_parent / "child", load_series(moved).upstream, moved_patch)
+
+    dry = train(child, moved_child, dry_run=True)
+    assert [(p.id, p.blocks, p.missing) for p in dry.patches] == [(CHILD, 1, False)]
+    assert dry.totals() == {"blocks": 1, "recorded": 1, "unclear": 0} and dry.written == ()
+    code = main(["resolutions", "train", "--series", str(child), "--moved", str(moved_child),
+                 "--json"])  # fmt: skip
+    assert code == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["blocks"], data["recorded"], len(data["written"])) == (1, 1, 1)
+    [(path, record)] = list_records(child)
+    assert path.parent == child / "resolutions" / CHILD and record.patch == CHILD
+    # the block is the child's own line against the moved demo's line 10: the record holds
+    # both as the moved child has them; nothing of demo is recorded in the child's store
+    assert record.resolved == b"C 10, moved by hand\nC 11 child, moved\n"
+    assert b"C 10, moved by hand" in record.ours and b"C 11 child" in record.theirs
+    assert not (series_dir / "resolutions").exists()
+    assert store_problems(load_series(child)) == []
+
+
+def test_train_names_an_extended_series_that_is_missing(tmp_path: Path) -> None:
+    series_dir, _onto = rebase_ready(tmp_path)
+    child = _child_series(series_dir.parent / "child", load_series(series_dir).upstream, b"")
+    moved = tmp_path / "elsewhere" / "child"
+    moved.parent.mkdir()
+    shutil.copytree(child, moved)  # no `demo` next to it
+    with pytest.raises(NotFound, match=r"extends\.series: no series 'demo' next to it"):
+        train(child, moved)
+    assert not (child / "resolutions").exists()
 
 
 # ----------------------------------------------------------------------------- the real series
@@ -167,3 +237,41 @@ def test_the_real_move_to_0335_is_learned_and_replayed(
     for pid in ("0078-cuda-graph-structure", "0083-dca-tools"):
         assert (old / f"{pid}.patch").read_bytes() == (moved / f"{pid}.patch").read_bytes()
     assert store_problems(load_series(old)) == []
+
+
+@pytest.mark.integration
+def test_the_real_python_series_trains_on_its_sdist_pair(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # patches/llama-cpp-python (extends patches/llamafile, on the 0.3.36 sdist) against a copy
+    # pinned to the 0.3.35 sdist whose sibling `llamafile` is patches/llamafile-0.3.35: each
+    # side's own patches are merged on its sdist with its llamafile series composed under
+    # vendor/llama.cpp (the 0.3.35 sdist must hold llamafile-0.3.35's pinned tree there, or
+    # compose refuses). The Python patches merge onto 0.3.35 without a conflict.
+    import re
+
+    monkeypatch.setenv("PATCHCTL_CACHE_DIR", str(TEST_CACHE))
+    old = tmp_path / "old" / "patches"
+    moved = tmp_path / "moved" / "patches"
+    for name in ("llamafile", "llama-cpp-python"):
+        shutil.copytree(REPO / "patches" / name, old / name)
+    shutil.copytree(REPO / "patches" / "llamafile-0.3.35", moved / "llamafile")
+    shutil.copytree(REPO / "patches" / "llama-cpp-python", moved / "llama-cpp-python")
+    pin = moved / "llama-cpp-python" / "series.yaml"
+    text = pin.read_text().replace("version: 0.3.36", "version: 0.3.35")
+    text = text.replace(
+        "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e",
+        "1139dbb54509074b70893fab8554e3b079aa9f4d312058ce4018ef0019e3de12",
+    )
+    pin.write_text(re.sub(r"\n  tree: [0-9a-f]+", "", text, count=1))
+
+    learned = train(old / "llama-cpp-python", moved / "llama-cpp-python", dry_run=True)
+    assert [(p.id, p.blocks, p.missing) for p in learned.patches] == [
+        (pid, 0, False) for pid in load_series(old / "llama-cpp-python").ids()
+    ]
+    assert learned.totals() == {"blocks": 0, "recorded": 0, "unclear": 0}
+    # the composed base is checked: a sibling pinned to another tree is refused by name
+    (moved / "llamafile").rename(moved / "other")
+    shutil.copytree(REPO / "patches" / "llamafile", moved / "llamafile")
+    with pytest.raises(ChecksumMismatch, match="pins upstream tree"):
+        train(old / "llama-cpp-python", moved / "llama-cpp-python", dry_run=True)
