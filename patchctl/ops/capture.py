@@ -434,10 +434,10 @@ def extending_series(series: Series, changed: bool) -> tuple[Extending, ...]:
 
 def refresh_command(series: Series, later: tuple[Later, ...], workdir: Path | None) -> str | None:
     """The command that re-records (and where they drift, regenerates) the stale patches;
-    None when none is stale, or for a series that extends another (refresh replays a series
-    from its upstream alone: stale_hint says what to do there)."""
+    None when none is stale. For a series that extends another, refresh replays from the
+    pristine upstream with the extended series' patches applied, as apply does."""
     stale = [p.id for p in later if p.state == "stale"]
-    if not stale or series.extends is not None:
+    if not stale:
         return None
     where = f" --workdir {workdir}" if workdir is not None else ""
     return f"patchctl refresh {' '.join(stale)} --series {series.dir}{where}"

@@ -6,9 +6,11 @@ a file mode other than the one it names. Such a patch applies with `git apply` o
 strict `cleanroom apply` refuses it (exit 10). A patch that applies exactly is left alone,
 byte for byte, whatever its format.
 
-How: the patches are replayed as tree objects of the clean room's repository (never its index
-or work tree; a TreePatcher, so each patch costs the paths it touches), each exactly, else at
-an offset, else with fuzz (series.gitapply.replay_tree); a
+How: the patches are replayed (for a series that extends another, from the pristine upstream
+with the extended series' patches applied under their root) as tree objects of the clean
+room's repository (never its index or work tree; a TreePatcher, so each patch costs the
+paths it touches), each exactly, else at an offset, else with fuzz
+(series.gitapply.replay_tree); a
 drifted patch's diff is regenerated from the trees around it with the pinned diff flags
 (series.parts.regenerated), so the refreshed patch turns the same pre-tree into the same
 post-tree, exactly, and written in the patch's own dialect (a plain `diff -u`, quilt's
@@ -39,6 +41,7 @@ from patchctl.room.cleanroom import Cleanroom, same_pin
 from patchctl.series.gitapply import Drift, TreePatcher, is_fuzz, patch_sha256, replay_tree
 from patchctl.series.model import Patch, Series, check_patch_size, read_patch_file
 from patchctl.series.parts import regenerated, split_patch
+from patchctl.series.stack import compose, load_stack
 from patchctl.txn.session import series_session
 
 
@@ -100,7 +103,7 @@ def refresh_patches(
     results: list[tuple[RefreshedPatch, bytes]] = []
     updated = series
     with TreePatcher(room.git) as patcher, scratch_repo([room.path]) as scratch:
-        pre = room.base_tree()
+        pre = _start_tree(series, room)
         for patch in series.patches[: last + 1]:
             data = read_patch_file(series.patch_path(patch))
             onto = f" to tree {pre}"
@@ -119,6 +122,21 @@ def refresh_patches(
             prog.advance("refresh")
     prog.done("refresh")
     return updated, results
+
+
+def _start_tree(series: Series, room: Cleanroom) -> str:
+    """The tree the series' first own patch applies to: the pristine upstream, with the extended
+    series' patches applied under their root when the series extends another."""
+    if series.extends is None:
+        return room.base_tree()
+    composed, why = compose(load_stack(series), room.git, room.base_tree())
+    if composed is None:
+        base = series.extends.series
+        raise PatchctlError(
+            f"{series.path}: {why}",
+            hint=f"fix the extended series first: patchctl refresh --series {base}",
+        )
+    return composed
 
 
 def _report(

@@ -19,6 +19,7 @@ from patchctl.ops.cleanroom.apply import apply_series, cleanroom_apply
 from patchctl.ops.cleanroom.status import cleanroom_status
 from patchctl.ops.docs import update_docs
 from patchctl.ops.import_.record import import_series
+from patchctl.ops.refresh import refresh
 from patchctl.ops.verify import verify
 from patchctl.room.cleanroom import BACKUP_REFS, open_cleanroom
 from patchctl.room.journal import RoomJournal
@@ -288,11 +289,11 @@ def test_a_sibling_symlinked_out_of_the_folder_is_refused(
         load_stack(load_series(package))
 
 
-def test_capture_in_an_extending_series_names_no_refresh_for_its_stale_patches(
+def test_capture_in_an_extending_series_names_refresh_for_its_stale_patches(
     project: tuple[Path, Path],
 ) -> None:
-    # refresh replays a series from its own upstream alone, which for an extending series
-    # misses the extended patches: the stale ones are re-recorded by a capture instead
+    # refresh replays an extending series from the extended series' patches (as apply does), so
+    # capture names it for the stale ones there too (the next test runs refresh on such a series)
     _base, package = project
     room = open_cleanroom(package)
     (room.path / "pkg/mod.py").write_bytes(
@@ -305,6 +306,22 @@ def test_capture_in_an_extending_series_names_no_refresh_for_its_stale_patches(
     (room.path / "pkg/mod.py").write_bytes(b"# head\n" + (room.path / "pkg/mod.py").read_bytes())
     result = capture(package, "0002-bind")
     assert [(p.id, p.state) for p in result.later] == [("0003-tail", "stale")]
-    assert result.refresh is None and result.hint is not None
-    assert result.hint.startswith(f"patchctl cleanroom apply --upto 0002-bind --series {package}")
-    assert f"patchctl capture 0003-tail --series {package}" in result.hint
+    assert result.refresh == f"patchctl refresh 0003-tail --series {package}"
+    assert result.hint is not None and result.hint.startswith(result.refresh)
+    assert not verify(package).report.ok
+
+
+def test_refresh_of_an_extending_series_starts_from_the_extended_patches(
+    project: tuple[Path, Path],
+) -> None:
+    # the own patches' recorded trees hold the extended series' changes under its root: refresh
+    # must replay from there, not from the pristine upstream, or it records trees that verify's
+    # chain step then refuses
+    _base, package = project
+    before = load_series(package).patch("0002-bind")
+    result = refresh(package)
+    [report] = result.patches
+    assert not report.refreshed and report.pre_tree == before.pre_tree
+    after = load_series(package).patch("0002-bind")
+    assert (after.pre_tree, after.post_tree) == (before.pre_tree, before.post_tree)
+    assert verify(package).report.ok
