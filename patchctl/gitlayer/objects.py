@@ -138,8 +138,10 @@ def unsound_objects(git: Git, oids: Sequence[str], chunk: int = 256) -> list[str
                     bad.append(oid)  # "<oid> missing"
                     continue
                 kind, data = found
-                digest = hashlib.sha1 if len(oid) == 40 else hashlib.sha256
-                if digest(kind + b" %d\0" % len(data) + data).hexdigest() != oid:
+                digest = (hashlib.sha1 if len(oid) == 40 else hashlib.sha256)(kind)
+                digest.update(b" %d\0" % len(data))
+                digest.update(data)  # not joined first: no copy of each object's bytes
+                if digest.hexdigest() != oid:
                     bad.append(oid)
     finally:
         pipe.close()
