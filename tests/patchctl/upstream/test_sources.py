@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import ssl
 import threading
 from collections.abc import Callable, Iterator
 from functools import partial
@@ -503,3 +504,11 @@ def test_an_sdist_whose_tree_is_cached_is_pinned_without_reading_it(
     other = Upstream(kind="pypi-sdist", package="pkg", version="1.0", subdir="sub")
     with pytest.raises(AssertionError, match="hashed again"):  # another tree: read as before
         pinning.pin(other, tmp_path)
+
+
+def test_https_requests_of_one_process_share_one_tls_context() -> None:
+    from patchctl.upstream import pypi
+
+    first = pypi._tls()
+    assert pypi._tls() is first  # the CA certificates are loaded once per process
+    assert first.verify_mode == ssl.CERT_REQUIRED and first.check_hostname
