@@ -120,7 +120,7 @@ class Journal:
 
     def to_json(self) -> dict[str, Any]:
         """Plain data (what journal.json holds): `asdict`'s result, built without its deep
-        copy of every field (the journal is written after every patch)."""
+        copy of every field (the journal is written often while patches move)."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["done"] = tuple(dict(d.__dict__) for d in self.done)
         data["stop"] = None if self.stop is None else asdict(self.stop)
@@ -196,7 +196,7 @@ def _stop(data: dict[str, Any]) -> Stop:
 def save(room: Path, journal: Journal) -> Journal:
     """Write journal.json atomically; the journal itself."""
     # Compact: json's C encoder (an indented dump runs the pure-Python one, and the journal
-    # is written after every patch).
+    # is written often while patches move).
     data = json.dumps(journal.to_json(), separators=(",", ":")).encode("utf-8") + b"\n"
     write_atomic(directory(room) / "journal.json", data)
     return journal

@@ -676,7 +676,8 @@ def _stop_evidence(
 def _keep_head(room: Cleanroom, journal: Journal) -> None:
     """`refs/patchctl/rebase/head` at the rebased tip: its commits stay reachable (a `git gc`
     run by hand while the rebase is stopped keeps them). Moved when the run ends or stops,
-    not after each patch: the journal, written after each, is what a resumed run reads."""
+    not after each patch: the journal (saved every SAVE_EVERY seconds and at every change of
+    state) is what a resumed run reads."""
     if journal.done:
         room.git.update_ref(f"{REFS}head", journal.head)
 
