@@ -296,8 +296,6 @@ class TreeWriter:
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
-TREE_MODE = "40000"
-
 
 def tree_bytes(entries: Mapping[bytes, tuple[str, str]]) -> bytes:
     """The raw bytes of the tree object holding `entries`, as git writes them (ValueError
