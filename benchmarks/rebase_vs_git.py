@@ -20,6 +20,9 @@ downloaded from PyPI when missing):
      by `git am` in a shared clone, not timed) in a repository that already holds 0.3.35 as
      a commit: git does not have to fetch, unpack or commit the new upstream.
    Both must finish without a conflict and end at the same tree.
+   patchctl's modules are compiled to bytecode before the rounds, as an installed package
+   is (pip compiles it): under PYTHONDONTWRITEBYTECODE each round would otherwise compile
+   its ~85 modules from source again (about 0.1 s of CPU that no installed patchctl spends).
 
 This is a measurement, not a test: it writes JSON with every sample and the medians.
 """
@@ -27,6 +30,7 @@ This is a measurement, not a test: it writes JSON with every sample and the medi
 from __future__ import annotations
 
 import argparse
+import compileall
 import difflib
 import hashlib
 import json
@@ -206,6 +210,7 @@ def main() -> None:
     git_cpu: list[float] = []
     hows: dict[str, int] = {}
     final_tree = git_tree = ""
+    compileall.compile_dir(Path(__file__).resolve().parents[1] / "patchctl", quiet=1)
     load_before = os.getloadavg()
     for round_no in range(args.repeat):
         if round_no:
@@ -254,6 +259,7 @@ def main() -> None:
             statistics.median(rebase_cpu) / statistics.median(git_cpu), 2
         ),
         "loadavg_before_rounds": load_before,
+        "bytecode": "patchctl's modules compiled before the rounds (compileall)",
         "materialize_old_s": round(materialize_s, 1),
         "generate_and_capture_s": round(generate_s, 1),
         "machine": {

@@ -4,13 +4,14 @@ bytes out.
 Every call is `git -C <repo> -c <pins...> <args>` in the hermetic environment of runner.py
 (docs/architecture.md, "The git layer"). The rest of the git layer: index.py (`Index`,
 `temp_index`), objects.py (object sharing, scratch repositories), pipes.py (long-lived
-cat-file / mktree / update-index processes), batch.py (the `cat-file --batch` format), trees.py.
+cat-file / hash-object / update-index processes), batch.py (the `cat-file --batch` format),
+trees.py.
 
 The vocabulary the features use lives here too: `Index` (an index file patchctl owns:
 read-tree, add-all, apply, write-tree, checkout), `temp_index`, `Git.snapshot_worktree` (the
 one work-tree snapshot), `Git.status_paths` and `scratch_repo` (a throwaway bare repository
 borrowing objects through alternates), and two long-lived processes for work that touches many
-objects: `ObjectReader` (`cat-file --batch-command`) and `TreeWriter` (`mktree --batch`).
+objects: `ObjectReader` (`cat-file --batch-command`) and `TreeWriter` (`hash-object -t tree`).
 Every method separates options from values: a value
 (URL, ref, path, object id) follows `--end-of-options` where the subcommand supports it, or is
 checked to be an object id where it does not, and pathspecs follow `--`. So no value from a

@@ -9,6 +9,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -123,9 +124,55 @@ def scratch_repo(sources: Sequence[Path]) -> Iterator[Git]:
 def unsound_objects(git: Git, oids: Sequence[str], chunk: int = 256) -> list[str]:
     """The ids among `oids` that `git` lacks, or whose bytes do not hash to the id.
 
-    Every object is read (`cat-file --batch`, `chunk` ids at a time, so neither pipe can
-    fill while the other waits) and hashed as git names it: `<type> <size>\\0<bytes>`.
+    Every object is read and hashed as git names it: `<type> <size>\\0<bytes>`. A loose
+    object file is read and inflated here (its inflated bytes are exactly what the id hashes,
+    header included; the stream must end where the header's size says); the others (packed,
+    or absent) are read through `cat-file --batch`, `chunk` ids at a time, so neither pipe
+    can fill while the other waits. Order is kept.
     """
+    objects = objects_dir(git.git_dir())
+    verdicts = {oid: _loose_sound(objects, object_id(oid)) for oid in oids}
+    rest = [oid for oid, sound in verdicts.items() if sound is None]
+    bad = set(_unsound_read(git, rest, chunk)) if rest else set()
+    return [oid for oid in oids if verdicts[oid] is False or oid in bad]
+
+
+# The longest loose-object header git writes: `commit <20 digits>\0`.
+HEADER_MAX = 32
+KINDS = (b"blob", b"tree", b"commit", b"tag")
+
+
+def _loose_sound(objects: Path, oid: str) -> bool | None:
+    """Whether the loose object file of `oid` holds an object that hashes to `oid`; None
+    when there is no such file (the object may be packed)."""
+    try:
+        with open(f"{objects}/{oid[:2]}/{oid[2:]}", "rb") as handle:
+            raw = handle.read()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return False
+    inflate = zlib.decompressobj()
+    try:
+        head = inflate.decompress(raw, HEADER_MAX)
+        nul = head.find(b"\0")
+        kind, _space, size_text = head[: max(nul, 0)].partition(b" ")
+        if nul < 0 or kind not in KINDS or not size_text.isdigit():
+            return False
+        size = int(size_text)
+        body = head[nul + 1 :]
+        body += inflate.decompress(inflate.unconsumed_tail, size - len(body) + 1)
+    except zlib.error:
+        return False
+    if len(body) != size or not inflate.eof or inflate.unconsumed_tail or inflate.unused_data:
+        return False
+    digest = (hashlib.sha1 if len(oid) == 40 else hashlib.sha256)(head[: nul + 1])
+    digest.update(body)
+    return digest.hexdigest() == oid
+
+
+def _unsound_read(git: Git, oids: Sequence[str], chunk: int) -> list[str]:
+    """`unsound_objects` for objects read through one `cat-file --batch`."""
     pipe = Pipe(git, "cat-file", "--batch")
     bad = []
     try:
@@ -138,8 +185,10 @@ def unsound_objects(git: Git, oids: Sequence[str], chunk: int = 256) -> list[str
                     bad.append(oid)  # "<oid> missing"
                     continue
                 kind, data = found
-                digest = hashlib.sha1 if len(oid) == 40 else hashlib.sha256
-                if digest(kind + b" %d\0" % len(data) + data).hexdigest() != oid:
+                digest = (hashlib.sha1 if len(oid) == 40 else hashlib.sha256)(kind)
+                digest.update(b" %d\0" % len(data))
+                digest.update(data)  # not joined first: no copy of each object's bytes
+                if digest.hexdigest() != oid:
                     bad.append(oid)
     finally:
         pipe.close()

@@ -1,9 +1,9 @@
 """Long-lived git processes spoken to over stdin/stdout, for work that touches many objects
 (one process instead of one per object): `Pipe`, and on it `IndexFeed` (`update-index
---stdin`), `ObjectReader` (`cat-file --batch-command`), `TreeWriter` (`mktree --batch`),
-`CommitWriter` (`hash-object -t commit --stdin-paths`), `BlobWriter` (`hash-object
---stdin-paths`) and `TreeDiffer` (`diff-tree --stdin`
-with the canonical diff flags).
+--stdin`), `ObjectReader` (`cat-file --batch-command`), `TreeWriter` (`hash-object -t tree
+--stdin-paths`), `CommitWriter` (`hash-object -t commit --stdin-paths`), `BlobWriter`
+(`hash-object --stdin-paths`) and `TreeDiffer` (`diff-tree --stdin` with the canonical diff
+flags).
 """
 
 from __future__ import annotations
@@ -260,36 +260,55 @@ class BlobWriter:
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
-# The object type a tree entry's mode stands for (any other mode is a blob).
-TREE_TYPES = {"40000": "tree", "160000": "commit"}
-
-
 class TreeWriter:
-    """Writes tree objects through one `git mktree -z --batch` process.
+    """Writes tree objects through one `git hash-object -t tree -w --stdin-paths` process.
 
-    Entries come from trees and indexes git itself wrote, so their objects exist; `--missing`
-    skips mktree's per-entry lookup of each object, which for a directory of a thousand
-    files would otherwise cost a thousand object reads per tree written.
+    The tree's bytes are made here as git makes them: entries in git's tree order (by name,
+    a directory's name compared as if it ended in `/`), each `<mode in octal> <name>\\0<binary
+    id>`; so a tree's id is the one `mktree` or `write-tree` gives for the same entries, and
+    hash-object checks the format before it stores it. `mktree` would look up the object of
+    every entry to check its type, even with `--missing` (a loose-object read per entry: a
+    thousand for a large directory, for each tree written); here nothing is read. Entries
+    come from trees git wrote and from objects written through these pipes.
     """
 
     def __init__(self, git: Git) -> None:
-        self._pipe = Pipe(git, "mktree", "-z", "--batch", "--missing")
+        self._dir = Path(tempfile.mkdtemp(prefix=temp_prefix("index")))
+        self._pipe = Pipe(git, "hash-object", "-t", "tree", "-w", "--stdin-paths")
+        self._count = 0
 
     def write(self, entries: Mapping[bytes, tuple[str, str]]) -> str:
         """The id of the tree holding `entries` (`name -> (mode, object id)`; names without
-        a slash). mktree sorts the entries as git orders them in a tree."""
-        records = b"".join(
-            f"{mode} {TREE_TYPES.get(mode, 'blob')} {object_id(oid)}\t".encode("ascii")
-            + name
-            + b"\0"
-            for name, (mode, oid) in entries.items()
-        )
-        self._pipe.ask(records + b"\0")
-        return object_id(self._pipe.line().decode("ascii"))
+        a slash), stored."""
+        self._count += 1
+        path = self._dir / f"t{self._count}"
+        path.write_bytes(tree_bytes(entries))
+        if "\n" in str(path):
+            raise PatchctlError("a temporary path contains a line break; not using it")
+        self._pipe.ask(os.fsencode(path) + b"\n")
+        oid = object_id(self._pipe.line().decode("ascii"))
+        path.unlink()
+        return oid
 
     def close(self) -> None:
-        """End the process."""
+        """End the process and remove its temporary files."""
         self._pipe.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+
+def tree_bytes(entries: Mapping[bytes, tuple[str, str]]) -> bytes:
+    """The raw bytes of the tree object holding `entries`, as git writes them (ValueError
+    for a name git refuses in a tree: empty, `.`, `..`, or holding a slash or a NUL)."""
+    records = []
+    for name, (mode, oid) in entries.items():
+        if name in (b"", b".", b"..") or b"/" in name or b"\0" in name:
+            raise ValueError(f"not a tree entry name: {name!r}")
+        number = int(mode, 8)
+        key = name + b"/" if number == 0o40000 else name
+        records.append((key, b"%o %s\0" % (number, name) + bytes.fromhex(object_id(oid))))
+    records.sort()
+    return b"".join(record for _key, record in records)
 
 
 class TreeDiffer:

@@ -4,10 +4,10 @@ A kernel-sized tree has tens of thousands of entries, and a patch changes a hand
 Loading the whole tree into an index for every patch (read-tree, then write-tree) costs a
 full index read, hash and write per patch; editing the tree object directly costs only the
 directories on the changed paths. `TreeStore` reads trees through one `cat-file
---batch-command` process, writes them through one `mktree --batch` process, and keeps the
+--batch-command` process, writes them through one `hash-object -t tree` process, and keeps the
 directories it has read in a bounded cache (memory does not grow with the number of
 patches). The trees it writes are the trees `git write-tree` would write for the same
-entries: mktree sorts entries in git's tree order, and a directory left empty is dropped.
+entries: pipes.tree_bytes orders entries as git does, and a directory left empty is dropped.
 """
 
 from __future__ import annotations

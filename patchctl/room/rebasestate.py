@@ -120,7 +120,7 @@ class Journal:
 
     def to_json(self) -> dict[str, Any]:
         """Plain data (what journal.json holds): `asdict`'s result, built without its deep
-        copy of every field (the journal is written after every patch)."""
+        copy of every field (the journal is written often while patches move)."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["done"] = tuple(dict(d.__dict__) for d in self.done)
         data["stop"] = None if self.stop is None else asdict(self.stop)
@@ -196,7 +196,7 @@ def _stop(data: dict[str, Any]) -> Stop:
 def save(room: Path, journal: Journal) -> Journal:
     """Write journal.json atomically; the journal itself."""
     # Compact: json's C encoder (an indented dump runs the pure-Python one, and the journal
-    # is written after every patch).
+    # is written often while patches move).
     data = json.dumps(journal.to_json(), separators=(",", ":")).encode("utf-8") + b"\n"
     write_atomic(directory(room) / "journal.json", data)
     return journal
@@ -235,9 +235,10 @@ def keep_mtimes(room: Path, paths: Iterable[bytes]) -> None:
     """Record the mtime of each of `paths` (the clean room's tracked files) as the rebase
     starts, so that --abort gives each file it puts back its old mtime too."""
     lines = []
+    top = os.fsencode(room) + b"/"  # joined as bytes: a Path per file costs more than its lstat
     for rel in sorted(paths):
         try:
-            info = os.lstat(room / os.fsdecode(rel))
+            info = os.lstat(top + rel)
         except OSError:
             continue
         if stat.S_ISREG(info.st_mode):

@@ -157,8 +157,9 @@ def _location(text: str, where: Where) -> str:
 
 
 def pin(upstream: Upstream, series_dir: Path, progress: Progress | None = None) -> Upstream:
-    """`upstream` with its sha256 computed (downloaded or read into the cache), its commit
-    resolved to a full id and its subdir made relative to an archive's top directory."""
+    """`upstream` with its sha256 computed (downloaded or read into the cache; an sdist whose
+    tree the tree cache holds is not read again), its commit resolved to a full id and its
+    subdir made relative to an archive's top directory."""
     if upstream.kind == "pypi-sdist":
         return _pin_sdist(upstream, progress)
     if upstream.kind == "archive":
@@ -170,6 +171,10 @@ def _pin_sdist(up: Upstream, progress: Progress | None) -> Upstream:
     assert up.package and up.version
     releases = sdist_releases(up.package, up.version)
     release = sorted(releases, key=lambda r: (not r.filename.endswith(".tar.gz"), r.filename))[0]
+    if release.sha256 is not None and in_tree_cache(replace(up, sha256=release.sha256)):
+        # Materialized before: its tree is what any use of this pin reads (checked object by
+        # object when taken), so the archive is neither read nor hashed again here.
+        return replace(up, sha256=release.sha256)
     cached = find_cached(release.sha256) if release.sha256 else None
     if cached is None:
         cached, digest = download_new(release.url, release.filename, progress, release.sha256)

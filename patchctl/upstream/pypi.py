@@ -5,10 +5,12 @@ bounded, hashed download (`download`) every https upstream goes through.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import re
+import ssl
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,10 +44,24 @@ class Release:
     sha256: str | None
 
 
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    """The TLS context of every https request of this process, made as http.client makes one
+    per connection (the default context, ALPN http/1.1, post-handshake auth): loading the
+    CA certificates costs tens of milliseconds, and pinning one release asks twice when
+    the index serves only the Simple API."""
+    context = ssl._create_default_https_context()
+    context.set_alpn_protocols(["http/1.1"])
+    if context.post_handshake_auth is not None:
+        context.post_handshake_auth = True
+    return context
+
+
 def open_url(url: str, accept: str = "application/json") -> Any:
     request = urllib.request.Request(url, headers={"User-Agent": "patchctl", "Accept": accept})
     try:
-        return urllib.request.urlopen(request, timeout=60)
+        context = _tls() if url.startswith("https:") else None
+        return urllib.request.urlopen(request, timeout=60, context=context)
     except OSError as exc:
         raise PatchctlError(
             f"cannot download {url}: {exc}", hint="check the network, or seed the cache"

@@ -27,8 +27,9 @@ How (in the series' clean room, under the series and clean-room locks for every 
    printed. The clean room ends on the new base with the rebased patches applied.
 
 Until step 4 nothing in the series directory is written: new bytes are staged under the
-clean room's .git (room/rebasestate.py), whose journal records each step atomically, so a rebase
-killed at any point is resumed by `--continue` or undone by `--abort`.
+clean room's .git (room/rebasestate.py), whose journal records each step atomically (the
+patches moved, every half second while they move), so a rebase killed at any point is resumed
+by `--continue` (from its last record) or undone by `--abort`.
 """
 
 from __future__ import annotations
@@ -570,6 +571,7 @@ def _advance(
         step = _Step(scratch, index, writer, store, reader, differ)
         step.blobs = blobs
         step.prepare(journal, series.root)
+        saved = time.perf_counter()
         while (pid := journal.current) is not None:
             started = time.perf_counter()
             if journal.drop_merged and _known_merged(journal, pid):
@@ -586,7 +588,9 @@ def _advance(
                 spent = round(time.perf_counter() - started, 3)
                 return _stop_here(room, journal, replace(outcome, seconds=spent))
             outcome = replace(outcome, seconds=round(time.perf_counter() - started, 3))
-            journal = rebasestate.save(room.path, replace(journal, done=(*journal.done, outcome)))
+            journal = replace(journal, done=(*journal.done, outcome))
+            if time.perf_counter() - saved >= SAVE_EVERY:  # else saved by the next step
+                journal, saved = rebasestate.save(room.path, journal), time.perf_counter()
             report.advance("rebase")
     _keep_head(room, journal)
     report.done("rebase")
@@ -594,6 +598,11 @@ def _advance(
 
 
 DROPS = ("dropped", "upstreamed")  # the hows of patches that leave the series
+# Seconds between two saves of the journal while patches move. The state after the loop
+# (stopping, finishing) is always saved; a run killed in between resumes from the last save
+# and moves the patches after it again, to the same commits (fixed identity and dates) and
+# the same staged bytes: progress is lost, never a state.
+SAVE_EVERY = 0.5
 
 
 def upstreamed_of(journal: Journal) -> list[Upstreamed]:
@@ -669,7 +678,8 @@ def _stop_evidence(
 def _keep_head(room: Cleanroom, journal: Journal) -> None:
     """`refs/patchctl/rebase/head` at the rebased tip: its commits stay reachable (a `git gc`
     run by hand while the rebase is stopped keeps them). Moved when the run ends or stops,
-    not after each patch: the journal, written after each, is what a resumed run reads."""
+    not after each patch: the journal (saved every SAVE_EVERY seconds and at every change of
+    state) is what a resumed run reads."""
     if journal.done:
         room.git.update_ref(f"{REFS}head", journal.head)
 

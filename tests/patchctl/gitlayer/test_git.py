@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import os
 import subprocess
+import zlib
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -470,3 +471,28 @@ def test_unmerged_entries_and_intent_to_add_make_a_conflict_state(tmp_path: Path
         git.set_unmerged({"a.c": [(4, "100644", ours)]})
     with pytest.raises(ValueError, match="object id"):
         git.set_unmerged({"a.c": [(2, "100644", "HEAD")]})
+
+
+def test_unsound_objects_checks_loose_files_and_packed_objects(
+    make_repo: Callable[..., Repo],
+) -> None:
+    """Loose objects are inflated and hashed from their files (a damaged stream, bytes after
+    its end, a size the header does not give: each found); packed ones through cat-file."""
+    repo = make_repo({f"f{i}.txt": b"%d\n" % i * 50 for i in range(7)})
+    ids = [repo.git.rev_parse(f"{repo.tree}:f{i}.txt") for i in range(7)]
+    assert unsound_objects(repo.git, ids) == []
+    files = [_object_file(repo.git, oid) for oid in ids]
+    for path in files:
+        path.chmod(0o644)
+    raw = [zlib.decompress(path.read_bytes()) for path in files]
+    files[0].write_bytes(files[0].read_bytes()[:-6])  # the stream cut short
+    files[1].write_bytes(files[1].read_bytes() + b"x")  # something after its end
+    files[2].write_bytes(zlib.compress(raw[2] + b"more"))  # longer than its header says
+    files[3].write_bytes(zlib.compress(raw[3].replace(b"blob", b"tree", 1)))  # another type
+    files[4].write_bytes(b"not zlib at all")
+    assert unsound_objects(repo.git, ids) == ids[:5]
+    # A packed object (no loose file) is still read and hashed, through cat-file.
+    packed = make_repo({"p.txt": b"p\n"})
+    packed.git.run("repack", "-a", "-d", "-q")
+    blob = packed.git.rev_parse(f"{packed.tree}:p.txt")
+    assert unsound_objects(packed.git, [packed.tree, blob, "1" * 40]) == ["1" * 40]

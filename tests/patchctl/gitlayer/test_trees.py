@@ -9,6 +9,7 @@ from support.files import CONTENT_MATRIX, Exe, Files, Link
 from support.repos import MakeRepo
 
 from patchctl.gitlayer.index import Index, temp_index
+from patchctl.gitlayer.pipes import TreeWriter, tree_bytes
 from patchctl.gitlayer.trees import CACHE_TREES, TREE_MODE, TreeStore, parse_tree
 
 
@@ -83,3 +84,45 @@ def test_parse_tree_reads_raw_entries(tmp_path: Path, make_repo: MakeRepo) -> No
     assert set(entries) == {b"a", b"b"} and entries[b"a"][0] == TREE_MODE
     with pytest.raises(ValueError):
         parse_tree(b"100644 broken", 20)
+
+
+TREE_TYPES = {
+    "100644": "blob",
+    "100755": "blob",
+    "120000": "blob",
+    "160000": "commit",
+    TREE_MODE: "tree",
+}
+
+
+def test_tree_writer_writes_what_mktree_writes(make_repo: MakeRepo) -> None:
+    """Names that sort differently as files and as directories (`a` < `a.b` < `a/` < `a0`),
+    a gitlink, a symlink, an executable and non-ASCII names: the id mktree gives."""
+    repo = make_repo({"f": b"x\n"})
+    blob = repo.git.rev_parse(f"{repo.tree}:f")
+    commit = repo.git.commit_tree(repo.tree, b"gitlink target\n")
+    names = [b"a", b"a.b", b"a-", b"a0", b"ab", b"\xc3\xa4", b"z", b"A", b"a b"]
+    entries: dict[bytes, tuple[str, str]] = {}
+    for k, name in enumerate(names):
+        mode = ("100644", "100755", "120000", TREE_MODE)[k % 4]
+        entries[name] = (mode, repo.tree if mode == TREE_MODE else blob)
+    entries[b"sub"] = ("160000", commit)
+    for dirs in ((), (b"a",), (b"a", b"a.b", b"a0")):  # each name as a file, then as a directory
+        chosen = {n: ((TREE_MODE, repo.tree) if n in dirs else e) for n, e in entries.items()}
+        listing = b"".join(
+            f"{m} {TREE_TYPES[m]} {o}\t".encode() + n + b"\0" for n, (m, o) in chosen.items()
+        )
+        expected = repo.git.run("mktree", "-z", stdin=listing).decode().strip()
+        writer = TreeWriter(repo.git)
+        try:
+            assert writer.write(chosen) == expected
+            assert writer.write(dict(reversed(chosen.items()))) == expected  # order given: moot
+        finally:
+            writer.close()
+        assert tree_bytes(chosen) == repo.git.cat_file("tree", expected)
+
+
+@pytest.mark.parametrize("name", [b"", b".", b"..", b"a/b", b"a\0b"])
+def test_tree_bytes_refuses_a_name_git_refuses(name: bytes) -> None:
+    with pytest.raises(ValueError, match="not a tree entry name"):
+        tree_bytes({name: ("100644", "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391")})

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import ssl
 import tarfile
 import urllib.request
 from pathlib import Path
@@ -80,8 +81,11 @@ def test_archive_url_is_downloaded_and_its_sha256_computed(
     url = "https://example.invalid/releases/pkg-1.0.tar.gz"
     real = urllib.request.urlopen
 
-    def serve(request: urllib.request.Request, timeout: float = 0) -> Any:
+    def serve(
+        request: urllib.request.Request, timeout: float = 0, context: ssl.SSLContext | None = None
+    ) -> Any:
         assert request.full_url == url
+        assert context is not None  # https: the process's one TLS context
         return real(archive.as_uri(), timeout=timeout)
 
     monkeypatch.setattr(urllib.request, "urlopen", serve)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import ssl
 import threading
 from collections.abc import Callable, Iterator
 from functools import partial
@@ -474,3 +475,40 @@ def test_a_cached_tree_with_names_one_file_here_is_refused_before_checkout(
     with pytest.raises(ConfigError, match=r"holds 'src/A\.c' and 'src/a\.c'"):
         materialize(series, room)
     assert sorted(p.name for p in room.repo.iterdir()) == [".git"]
+
+
+def test_an_sdist_whose_tree_is_cached_is_pinned_without_reading_it(
+    tmp_path: Path, sdist: Path, cache_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rebase onto a release materialized before reads its tree from the tree cache (each
+    object checked as it is taken): pinning it neither hashes nor needs the archive again."""
+    from patchctl.upstream import pinning
+
+    digest = sha(sdist)
+    monkeypatch.setenv("PATCHCTL_PYPI_URL", make_mirror(tmp_path, sdist, digest))
+    wanted = Upstream(kind="pypi-sdist", package="pkg", version="1.0")
+    first = pinning.pin(wanted, tmp_path)
+    assert first.sha256 == digest and not in_tree_cache(first)
+    materialize(Series(tmp_path / "series.yaml", first), Git.init(tmp_path / "room"))
+    assert in_tree_cache(first)
+    kept = find_cached(digest)
+    assert kept is not None
+    kept.write_bytes(b"damaged\n")  # not read again: pinning stays offline and quick
+
+    def hashed(*_args: object) -> str:
+        raise AssertionError("the archive was hashed again")
+
+    monkeypatch.setattr(pinning, "sha256_file", hashed)
+    monkeypatch.setattr(pinning, "find_cached", hashed)
+    assert pinning.pin(wanted, tmp_path) == first
+    other = Upstream(kind="pypi-sdist", package="pkg", version="1.0", subdir="sub")
+    with pytest.raises(AssertionError, match="hashed again"):  # another tree: read as before
+        pinning.pin(other, tmp_path)
+
+
+def test_https_requests_of_one_process_share_one_tls_context() -> None:
+    from patchctl.upstream import pypi
+
+    first = pypi._tls()
+    assert pypi._tls() is first  # the CA certificates are loaded once per process
+    assert first.verify_mode == ssl.CERT_REQUIRED and first.check_hostname

@@ -541,3 +541,37 @@ def sha256_of(data: bytes) -> str:
     import hashlib
 
     return hashlib.sha256(data).hexdigest()
+
+
+@pytest.mark.parametrize("every", [0.0, 3600.0])
+def test_a_kill_loses_at_most_the_patches_moved_since_the_last_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, every: float
+) -> None:
+    """The journal is saved every SAVE_EVERY seconds while patches move: a kill keeps what
+    was recorded (every patch before it when the interval is 0, none when it is an hour) and
+    --continue moves the rest to the same commits as an unbroken run."""
+    series_dir, onto = rebase_ready(tmp_path)
+    unbroken = rebase(series_dir, onto)
+    rebase_abort(series_dir)
+    monkeypatch.setattr(rebase_module, "SAVE_EVERY", every)
+    real = rebase_module._record
+    calls: list[str] = []
+
+    def dies_on_the_third(*args: Any, **kwargs: Any) -> Any:
+        calls.append("x")
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rebase_module, "_record", dies_on_the_third)
+    with pytest.raises(KeyboardInterrupt):
+        rebase(series_dir, onto)
+    monkeypatch.setattr(rebase_module, "_record", real)
+    kept = rebasestate.load(room_of(series_dir))
+    assert kept.state == "running"
+    assert [d.id for d in kept.done] == (["0001-readme", "0002-louder-a"] if every == 0 else [])
+    again = rebase_continue(series_dir)
+    assert [(d.id, d.commit) for d in again.patches] == [
+        (d.id, d.commit) for d in unbroken.patches
+    ]
+    assert again.stop is not None and again.stop.id == "0004-c-10"
