@@ -247,7 +247,7 @@ def test_the_real_python_series_trains_on_its_sdist_pair(
     # pinned to the 0.3.35 sdist whose sibling `llamafile` is patches/llamafile-0.3.35: each
     # side's own patches are merged on its sdist with its llamafile series composed under
     # vendor/llama.cpp (the 0.3.35 sdist must hold llamafile-0.3.35's pinned tree there, or
-    # compose refuses). The Python patches merge onto 0.3.35 without a conflict.
+    # compose refuses). The Python patches up to 0087 merge onto 0.3.35 without a conflict.
     import re
 
     monkeypatch.setenv("PATCHCTL_CACHE_DIR", str(TEST_CACHE))
@@ -266,10 +266,14 @@ def test_the_real_python_series_trains_on_its_sdist_pair(
     pin.write_text(re.sub(r"\n  tree: [0-9a-f]+", "", text, count=1))
 
     learned = train(old / "llama-cpp-python", moved / "llama-cpp-python", dry_run=True)
+    # the sparse-prefill binding (0092) meets 0.3.35's own llama_cpp.py where it adds its
+    # functions: one block, which the copy (the same bytes, never resolved) cannot teach
     assert [(p.id, p.blocks, p.missing) for p in learned.patches] == [
-        (pid, 0, False) for pid in load_series(old / "llama-cpp-python").ids()
+        (pid, 1 if pid == "0092-python-sparse-prefill" else 0, False)
+        for pid in load_series(old / "llama-cpp-python").ids()
     ]
-    assert learned.totals() == {"blocks": 0, "recorded": 0, "unclear": 0}
+    totals = learned.totals()
+    assert totals["blocks"] == 1 and totals["recorded"] + totals["unclear"] <= 1
     # the composed base is checked: a sibling pinned to another tree is refused by name
     (moved / "llamafile").rename(moved / "other")
     shutil.copytree(REPO / "patches" / "llamafile", moved / "llamafile")
