@@ -49,6 +49,7 @@ import importlib
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -150,6 +151,7 @@ class Measurement:
     load_before: float
     load_after: float
     started: float
+    cpu_s: float = 0.0  # the llama-bench process's user + system time (the whole process)
     prefill_s: float | None = None
     tokens_per_s: float | None = None
     row: dict[str, Any] = field(default_factory=dict)
@@ -160,12 +162,15 @@ def measure(step: Step, args: argparse.Namespace, model: Path) -> Measurement:
     arm = ARM_BY_NAME[step.arm]
     cmd = bench_command(args.bin, model, step.context, arm, args.threads, args.low_threshold)
     load0 = os.getloadavg()[0]
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.time()
     res = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
     wall = time.time() - t0
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
     m = Measurement(step.context, step.rep, arm.name, arm.dca, arm.sparse,
                     arm.threshold(args.low_threshold), cmd, res.returncode, round(wall, 2),
-                    round(load0, 2), round(os.getloadavg()[0], 2), round(t0, 1),
+                    round(load0, 2), round(os.getloadavg()[0], 2), round(t0, 1), round(cpu, 2),
                     stderr_tail=res.stderr[-1500:])
     if res.returncode != 0:
         return m
@@ -225,7 +230,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         m = measure(step, args, model)
         done.append(m)
         print(f"{m.context:>6} rep {m.rep} {m.arm:<17} rc={m.rc} prefill {m.prefill_s} s "
-              f"(wall {m.wall_s} s, load {m.load_before} -> {m.load_after})", flush=True)
+              f"(wall {m.wall_s} s, cpu {m.cpu_s} s, load {m.load_before} -> {m.load_after})",
+              flush=True)
         if m.rc != 0:
             print(m.stderr_tail[-800:], flush=True)
             rc = 2
@@ -237,22 +243,29 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def summarize(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per (context, arm): the mean prefill time of its successful measurements."""
+    """One row per (context, arm): the mean prefill time of its successful measurements, and the
+    mean CPU time of the process over those that recorded it (``mean_cpu_s``, None if none did)."""
     times: dict[tuple[int, str], list[float]] = {}
     loads: dict[tuple[int, str], list[float]] = {}
+    cpus: dict[tuple[int, str], list[float]] = {}
     for doc in docs:
         for m in doc["measurements"]:
             if m["rc"] == 0 and m["prefill_s"] is not None:
                 key = (int(m["context"]), str(m["arm"]))
                 times.setdefault(key, []).append(float(m["prefill_s"]))
                 loads.setdefault(key, []).append((m["load_before"] + m["load_after"]) / 2)
+                if m.get("cpu_s"):
+                    cpus.setdefault(key, []).append(float(m["cpu_s"]))
     rows = []
     for (n, arm), ts in sorted(times.items(), key=lambda kv: (kv[0][0], _arm_index(kv[0][1]))):
         mean = statistics.fmean(ts)
         rows.append({"context": n, "arm": arm, "n": len(ts), "mean_s": round(mean, 2),
                      "min_s": round(min(ts), 2), "max_s": round(max(ts), 2),
                      "tokens_per_s": round(n / mean, 1),
-                     "load": round(statistics.fmean(loads[(n, arm)]), 2)})
+                     "load": round(statistics.fmean(loads[(n, arm)]), 2),
+                     "mean_cpu_s": (round(statistics.fmean(cpus[(n, arm)]), 2)
+                                    if cpus.get((n, arm)) else None),
+                     "n_cpu": len(cpus.get((n, arm), []))})
     return rows
 
 
@@ -278,7 +291,9 @@ def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         row = {"context": r["context"], "arm": r["arm"], "dca": arm.dca,
                "threshold": "low" if arm.low else DEFAULT_THRESHOLD,
                "ratio": round(ratio, 3), "ratio_lo": round(lo, 3), "ratio_hi": round(hi, 3),
-               "n": min(r["n"], dense["n"])}
+               "n": min(r["n"], dense["n"]), "cpu_ratio": None}
+        if r["mean_cpu_s"] and dense["mean_cpu_s"]:
+            row["cpu_ratio"] = round(r["mean_cpu_s"] / dense["mean_cpu_s"], 3)
         if not arm.low and r["context"] < DEFAULT_THRESHOLD:
             # the sparse path never engages: equal when 1.0 lies within the spread of the
             # repetitions or the means differ by at most NOISE_FLOOR
@@ -297,8 +312,9 @@ def table(docs: list[dict[str, Any]]) -> str:
              "sparse-dca": f"sparse (threshold {DEFAULT_THRESHOLD})",
              "sparse-plain-low": f"sparse (threshold {low_s})",
              "sparse-dca-low": f"sparse (threshold {low_s})"}
-    lines = ["| context | DCA | prefill | runs | mean time | min-max | tokens/s "
-             "| sparse / dense time | load avg |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| context | DCA | prefill | runs | mean time | min-max | tokens/s | CPU time "
+             "| sparse / dense time | sparse / dense CPU | load avg |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         arm = ARM_BY_NAME.get(r["arm"])
         ra = rat.get((r["context"], r["arm"]))
@@ -306,11 +322,13 @@ def table(docs: list[dict[str, Any]]) -> str:
                  else f"{ra['ratio']:.2f} ({ra['ratio_lo']:.2f}-{ra['ratio_hi']:.2f})")
         if ra is not None and "below_threshold_equal" in ra:
             ratio += ", equal" if ra["below_threshold_equal"] else ", NOT equal"
+        cpu = "" if r["mean_cpu_s"] is None else f"{r['mean_cpu_s']:.1f} s ({r['n_cpu']})"
+        cpu_ratio = "" if ra is None or ra["cpu_ratio"] is None else f"{ra['cpu_ratio']:.2f}"
         lines.append(
             f"| {r['context'] // 1024}k | {'on' if arm and arm.dca else 'off'} "
             f"| {names.get(r['arm'], r['arm'])} | {r['n']} | {r['mean_s']:.1f} s "
-            f"| {r['min_s']:.1f}-{r['max_s']:.1f} s | {r['tokens_per_s']:.0f} | {ratio} "
-            f"| {r['load']:.1f} |")
+            f"| {r['min_s']:.1f}-{r['max_s']:.1f} s | {r['tokens_per_s']:.0f} | {cpu} | {ratio} "
+            f"| {cpu_ratio} | {r['load']:.1f} |")
     return "\n".join(lines)
 
 

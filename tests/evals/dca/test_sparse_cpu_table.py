@@ -98,7 +98,8 @@ def test_run_writes_every_measurement_and_the_table(
     assert arms["sparse-dca-low"] == ["-dca", "1", "-sparse", "1", "--sparse-threshold", "4096"]
     ms = doc["measurements"]
     assert len(ms) == 2 * 2 * len(st.ARMS) == len(log.read_text().splitlines())
-    assert all(m["rc"] == 0 and isinstance(m["load_before"], float) for m in ms)
+    assert all(m["rc"] == 0 and isinstance(m["load_before"], float) and m["cpu_s"] > 0
+               for m in ms)
     by = {(m["context"], m["arm"], m["rep"]): m for m in ms}
     assert by[(16384, "dense-plain", 0)]["prefill_s"] == pytest.approx(16.384)
     assert by[(65536, "sparse-dca", 1)]["prefill_s"] == pytest.approx(65.536 * 1.1 * 0.5, rel=1e-3)
@@ -119,6 +120,8 @@ def test_run_writes_every_measurement_and_the_table(
     assert "| 16k | off | sparse (threshold 32768) | 2 | 16.4 s |" in text
     assert "| 64k | on | sparse (threshold 4096) | 2 |" in text
     assert "1.00 (1.00-1.00), equal" in text
+    rows = st.summarize([doc])
+    assert all(r["n_cpu"] == 2 and r["mean_cpu_s"] > 0 for r in rows)
 
 
 def test_a_sparse_slowdown_below_the_threshold_is_not_equal(
@@ -126,12 +129,16 @@ def test_a_sparse_slowdown_below_the_threshold_is_not_equal(
 ) -> None:
     doc = {"low_threshold": 4096, "measurements": [
         {"context": 16384, "arm": arm, "rep": r, "rc": 0, "prefill_s": s, "load_before": 1.0,
-         "load_after": 1.0}
+         "load_after": 1.0, "cpu_s": 2 * s}
         for arm, times in (("dense-plain", (10.0, 10.2)), ("sparse-plain", (12.0, 12.1)))
         for r, s in enumerate(times)]}
     (row,) = st.ratios(st.summarize([doc]))
     assert row["ratio"] == pytest.approx(12.05 / 10.1, rel=1e-3)
     assert row["below_threshold_equal"] is False
+    assert row["cpu_ratio"] == pytest.approx(12.05 / 10.1, rel=1e-3)
+    doc["measurements"][0]["cpu_s"] = 0.0  # an older run without CPU time: the mean skips it
+    (dense, _) = st.summarize([doc])
+    assert dense["n_cpu"] == 1 and dense["mean_cpu_s"] == pytest.approx(20.4)
 
 
 def test_stop_at_keeps_what_was_measured_and_lists_the_rest(
