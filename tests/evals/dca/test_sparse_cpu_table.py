@@ -7,6 +7,7 @@ import stat
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from script_module import load_script
@@ -127,7 +128,7 @@ def test_run_writes_every_measurement_and_the_table(
 def test_a_sparse_slowdown_below_the_threshold_is_not_equal(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    doc = {"low_threshold": 4096, "measurements": [
+    doc: dict[str, Any] = {"low_threshold": 4096, "measurements": [
         {"context": 16384, "arm": arm, "rep": r, "rc": 0, "prefill_s": s, "load_before": 1.0,
          "load_after": 1.0, "cpu_s": 2 * s}
         for arm, times in (("dense-plain", (10.0, 10.2)), ("sparse-plain", (12.0, 12.1)))
