@@ -158,16 +158,21 @@ class Measurement:
     stderr_tail: str = ""
 
 
+def children_cpu_s() -> float:
+    """User + system time of this process's finished children so far."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
 def measure(step: Step, args: argparse.Namespace, model: Path) -> Measurement:
     arm = ARM_BY_NAME[step.arm]
     cmd = bench_command(args.bin, model, step.context, arm, args.threads, args.low_threshold)
     load0 = os.getloadavg()[0]
-    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu0 = children_cpu_s()
     t0 = time.time()
     res = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
     wall = time.time() - t0
-    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
+    cpu = children_cpu_s() - cpu0
     m = Measurement(step.context, step.rep, arm.name, arm.dca, arm.sparse,
                     arm.threshold(args.low_threshold), cmd, res.returncode, round(wall, 2),
                     round(load0, 2), round(os.getloadavg()[0], 2), round(t0, 1), round(cpu, 2),
@@ -265,6 +270,8 @@ def summarize(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                      "load": round(statistics.fmean(loads[(n, arm)]), 2),
                      "mean_cpu_s": (round(statistics.fmean(cpus[(n, arm)]), 2)
                                     if cpus.get((n, arm)) else None),
+                     "min_cpu_s": min(cpus[(n, arm)]) if cpus.get((n, arm)) else None,
+                     "max_cpu_s": max(cpus[(n, arm)]) if cpus.get((n, arm)) else None,
                      "n_cpu": len(cpus.get((n, arm), []))})
     return rows
 
@@ -275,8 +282,10 @@ def _arm_index(name: str) -> int:
 
 def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Sparse / dense mean time at each context, DCA setting and threshold, with the spread from
-    the extremes (slowest sparse over fastest dense and the reverse), and for a threshold above the
-    context whether the two are equal within noise."""
+    the extremes (slowest sparse over fastest dense and the reverse), the same in CPU time where
+    both arms recorded it, and, where the default threshold is not below the context (the sparse
+    path engages only on a ubatch that attends to MORE than the threshold), whether the two are
+    equal within noise (judged on CPU time where there is CPU time, else on wall time)."""
     by = {(r["context"], r["arm"]): r for r in rows}
     out = []
     for r in rows:
@@ -294,10 +303,16 @@ def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                "n": min(r["n"], dense["n"]), "cpu_ratio": None}
         if r["mean_cpu_s"] and dense["mean_cpu_s"]:
             row["cpu_ratio"] = round(r["mean_cpu_s"] / dense["mean_cpu_s"], 3)
-        if not arm.low and r["context"] < DEFAULT_THRESHOLD:
+            row["cpu_ratio_lo"] = round(r["min_cpu_s"] / dense["max_cpu_s"], 3)
+            row["cpu_ratio_hi"] = round(r["max_cpu_s"] / dense["min_cpu_s"], 3)
+        if not arm.low and r["context"] <= DEFAULT_THRESHOLD:
             # the sparse path never engages: equal when 1.0 lies within the spread of the
             # repetitions or the means differ by at most NOISE_FLOOR
-            row["below_threshold_equal"] = bool(lo <= 1.0 <= hi or abs(ratio - 1) <= NOISE_FLOOR)
+            basis = "cpu" if row["cpu_ratio"] is not None else "wall"
+            m, a, b = ((row["cpu_ratio"], row["cpu_ratio_lo"], row["cpu_ratio_hi"])
+                       if basis == "cpu" else (ratio, lo, hi))
+            row["below_threshold_equal"] = bool(a <= 1.0 <= b or abs(m - 1) <= NOISE_FLOOR)
+            row["equal_judged_on"] = basis
         out.append(row)
     return out
 
@@ -320,10 +335,16 @@ def table(docs: list[dict[str, Any]]) -> str:
         ra = rat.get((r["context"], r["arm"]))
         ratio = ("" if ra is None
                  else f"{ra['ratio']:.2f} ({ra['ratio_lo']:.2f}-{ra['ratio_hi']:.2f})")
-        if ra is not None and "below_threshold_equal" in ra:
-            ratio += ", equal" if ra["below_threshold_equal"] else ", NOT equal"
         cpu = "" if r["mean_cpu_s"] is None else f"{r['mean_cpu_s']:.1f} s ({r['n_cpu']})"
-        cpu_ratio = "" if ra is None or ra["cpu_ratio"] is None else f"{ra['cpu_ratio']:.2f}"
+        cpu_ratio = ""
+        if ra is not None and ra["cpu_ratio"] is not None:
+            cpu_ratio = f"{ra['cpu_ratio']:.2f} ({ra['cpu_ratio_lo']:.2f}-{ra['cpu_ratio_hi']:.2f})"
+        if ra is not None and "below_threshold_equal" in ra:
+            flag = ", equal" if ra["below_threshold_equal"] else ", NOT equal"
+            if ra["equal_judged_on"] == "cpu":
+                cpu_ratio += flag
+            else:
+                ratio += flag
         lines.append(
             f"| {r['context'] // 1024}k | {'on' if arm and arm.dca else 'off'} "
             f"| {names.get(r['arm'], r['arm'])} | {r['n']} | {r['mean_s']:.1f} s "

@@ -6,6 +6,7 @@ import json
 import stat
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +82,9 @@ def _fake_bin(tmp_path: Path, sparse_factor: float = 0.5) -> tuple[Path, Path]:
 def _fake_model(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     model = tmp_path / "work" / "m.gguf"
     monkeypatch.setattr(st, "write_model", lambda work, gguf_py: model)
+    # every measurement takes 1.5 s of CPU (the fake's real CPU time is Python's start-up noise)
+    clock = iter(float(i) * 1.5 for i in range(1000))
+    monkeypatch.setattr(st, "children_cpu_s", lambda: next(clock))
 
 
 def test_run_writes_every_measurement_and_the_table(
@@ -99,7 +103,7 @@ def test_run_writes_every_measurement_and_the_table(
     assert arms["sparse-dca-low"] == ["-dca", "1", "-sparse", "1", "--sparse-threshold", "4096"]
     ms = doc["measurements"]
     assert len(ms) == 2 * 2 * len(st.ARMS) == len(log.read_text().splitlines())
-    assert all(m["rc"] == 0 and isinstance(m["load_before"], float) and m["cpu_s"] > 0
+    assert all(m["rc"] == 0 and isinstance(m["load_before"], float) and m["cpu_s"] == 1.5
                for m in ms)
     by = {(m["context"], m["arm"], m["rep"]): m for m in ms}
     assert by[(16384, "dense-plain", 0)]["prefill_s"] == pytest.approx(16.384)
@@ -120,9 +124,39 @@ def test_run_writes_every_measurement_and_the_table(
     text = capsys.readouterr().out
     assert "| 16k | off | sparse (threshold 32768) | 2 | 16.4 s |" in text
     assert "| 64k | on | sparse (threshold 4096) | 2 |" in text
-    assert "1.00 (1.00-1.00), equal" in text
+    ratio_16k = next(line for line in text.splitlines()
+                     if line.startswith("| 16k | off | sparse (threshold 32768) |"))
+    assert "| 1.00 (1.00-1.00), equal |" in ratio_16k  # the CPU column: 1.5 s each
+    assert ratio_16k.count(", equal") == 1  # judged once, on CPU time
     rows = st.summarize([doc])
     assert all(r["n_cpu"] == 2 and r["mean_cpu_s"] > 0 for r in rows)
+
+
+def _doc(context: int, times: Mapping[str, tuple[float, ...]],
+         cpu: Mapping[str, tuple[float, ...]] | None = None) -> dict[str, Any]:
+    return {"low_threshold": 4096, "measurements": [
+        {"context": context, "arm": arm, "rep": r, "rc": 0, "prefill_s": t, "load_before": 6.0,
+         "load_after": 6.0, "cpu_s": (cpu or {}).get(arm, (0.0,) * len(ts))[r]}
+        for arm, ts in times.items() for r, t in enumerate(ts)]}
+
+
+def test_at_the_threshold_the_check_uses_cpu_time_where_recorded() -> None:
+    # 32768 tokens never attend to MORE than 32768 cells: the sparse path does not engage there
+    times = {"dense-plain": (60.0, 85.0), "sparse-plain": (64.0, 70.0)}
+    (row,) = st.ratios(st.summarize([_doc(32768, times, {"dense-plain": (45.0, 51.0),
+                                                          "sparse-plain": (50.0, 52.0)})]))
+    assert row["equal_judged_on"] == "cpu" and row["below_threshold_equal"] is True
+    assert row["cpu_ratio"] == pytest.approx(51.0 / 48.0, rel=1e-3)
+    assert (row["cpu_ratio_lo"], row["cpu_ratio_hi"]) == pytest.approx((50 / 51, 52 / 45), rel=1e-3)
+    # a CPU-time slowdown is reported even where the wall times overlap
+    slow = {"dense-plain": (45.0, 46.0), "sparse-plain": (60.0, 61.0)}
+    (row,) = st.ratios(st.summarize([_doc(32768, times, slow)]))
+    assert row["below_threshold_equal"] is False and row["equal_judged_on"] == "cpu"
+    text = st.table([_doc(32768, times, slow)])
+    assert "| 1.33 (1.30-1.36), NOT equal |" in text
+    # above the threshold no check: the sparse path engages there
+    (row,) = st.ratios(st.summarize([_doc(65536, times)]))
+    assert "below_threshold_equal" not in row and row["cpu_ratio"] is None
 
 
 def test_a_sparse_slowdown_below_the_threshold_is_not_equal(
@@ -135,7 +169,7 @@ def test_a_sparse_slowdown_below_the_threshold_is_not_equal(
         for r, s in enumerate(times)]}
     (row,) = st.ratios(st.summarize([doc]))
     assert row["ratio"] == pytest.approx(12.05 / 10.1, rel=1e-3)
-    assert row["below_threshold_equal"] is False
+    assert row["below_threshold_equal"] is False and row["equal_judged_on"] == "cpu"
     assert row["cpu_ratio"] == pytest.approx(12.05 / 10.1, rel=1e-3)
     doc["measurements"][0]["cpu_s"] = 0.0  # an older run without CPU time: the mean skips it
     (dense, _) = st.summarize([doc])
