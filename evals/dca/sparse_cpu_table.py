@@ -24,8 +24,9 @@ Each measurement is one llama-bench process that prefills one prompt of N tokens
 
 with the default budgets (1000 vertical, 6096 slash, last_q 64). Repetition r of a context runs the
 arms in order, r + 1 in the reverse order (balanced: a drift of the machine's load weighs on every
-arm alike). The 1-min load average is recorded before and after every measurement: on a shared
-machine it is the main source of noise.
+arm alike). The 1-min load average is recorded before and after every measurement (on a shared
+machine the other load is the main source of noise), and the CPU time (user + system) of the
+llama-bench process, which that load moves much less than the wall time.
 
     sparse_cpu_table.py plan  [--contexts 16384,32768,65536] [--reps R] [--arms a,b]
     sparse_cpu_table.py model --work DIR [--gguf-py DIR]            the GGUF (written if missing)
@@ -37,9 +38,9 @@ machine it is the main source of noise.
 `run` writes the JSON after every measurement (a run cut short keeps what it measured; the
 measurements it did not start are listed with the reason), exits 2 when a llama-bench run fails, 1
 when it stopped before the plan's end (--stop-at), else 0. `table` merges the JSON files and prints
-the mean prefill time per context and arm with its spread, the sparse / dense time ratios (same DCA
-setting), and for contexts below the default threshold whether sparse on equals sparse off within
-the noise (the sparse path must cost nothing where it does not engage).
+the mean prefill time and CPU time per context and arm with their spread, the sparse / dense ratios
+of both (same DCA setting), and for contexts not above the default threshold whether sparse on
+equals sparse off within the noise (the sparse path must cost nothing where it does not engage).
 """
 
 from __future__ import annotations

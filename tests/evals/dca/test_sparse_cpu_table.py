@@ -232,3 +232,16 @@ def test_table_names_an_unreadable_file(tmp_path: Path, capsys: pytest.CaptureFi
     bad.write_text("{")
     assert st.main(["table", str(bad)]) == 2
     assert str(bad) in capsys.readouterr().err
+
+
+def test_the_published_table_is_the_kept_json_rendered() -> None:
+    """docs/dca.md's sparse-prefill CPU table and the results README's are `table` of the kept
+    JSON, as it renders now."""
+    root = Path(__file__).resolve().parents[3]
+    kept = root / "results" / "sparse-cpu" / "2026-12-05-table"
+    docs = [json.loads(p.read_text()) for p in sorted(kept.glob("table-*.json"))]
+    assert docs and all(d["model_file"] and d["tree"] for d in docs)
+    rendered = st.table(docs)
+    assert rendered.count("\n") >= 10  # 16k, 32k and 64k rows
+    assert rendered in (root / "docs" / "dca.md").read_text(encoding="utf-8")
+    assert rendered in (kept / "README.md").read_text(encoding="utf-8")
