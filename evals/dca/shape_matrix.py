@@ -82,6 +82,10 @@ class Shape:
     attn_interval: int = 2
     ssm: tuple[int, int, int, int] = ()
     n_vocab: int = 256  # the real vocabulary only where it matters (the memory shapes' logits)
+    # the trained context (DCA's default chunks follow it) and RoPE base; the matrices' cells all
+    # use Qwen2.5's 32768, the sparse-prefill CPU table (sparse_cpu_table.py) SmolLM2's 8192
+    n_ctx_train: int = N_CTX_TRAIN
+    rope_freq_base: float = 10000.0
 
     @property
     def gqa(self) -> int:
@@ -126,6 +130,11 @@ SHAPES: dict[str, Shape] = {s.name: s for s in (
     # buffers of the real model (its weights are Q8_0 here, the embeddings f32: see gpu_mem.py)
     Shape("qwen3.5-9b-full", "Qwen3.5-9B", "qwen35", 4096, 16, 4, 256, 12288, 32, 32,
           n_rot=64, attn_interval=4, ssm=(4, 128, 16, 32), n_vocab=248320),
+    # SmolLM2-135M (config.json): 30 layers, 9 query heads and 3 KV heads of 64, FFN 1536, trained
+    # at 8192 with RoPE base 100000; one layer here (prefill time per layer does not depend on the
+    # weights), for the sparse-prefill CPU table (evals/dca/sparse_cpu_table.py)
+    Shape("smollm2-135m-l1", "SmolLM2-135M", "llama", 576, 9, 3, 64, 1536, 1, 30,
+          n_ctx_train=8192, rope_freq_base=100000.0),
 )}
 
 
@@ -250,12 +259,12 @@ def write_model(shape: Shape, work: Path) -> Path:
     sys.path.insert(0, str(REPO / "tests" / "evals"))
     from dca.tiny_models import TinySpec, write_tiny_gguf  # type: ignore[import-not-found,unused-ignore]
 
-    spec = TinySpec(shape.arch, n_ctx_train=N_CTX_TRAIN, n_embd=shape.n_embd, n_ff=shape.n_ff,
+    spec = TinySpec(shape.arch, n_ctx_train=shape.n_ctx_train, n_embd=shape.n_embd, n_ff=shape.n_ff,
                     n_head=shape.n_head, n_head_kv=shape.n_head_kv, head_dim=shape.head_dim,
                     layers=shape.layers, swa_pattern=shape.swa_pattern,
                     sliding_window=shape.sliding_window, weight_type="q8_0",
                     n_rot=shape.n_rot, attn_interval=shape.attn_interval, ssm_shape=shape.ssm,
-                    n_vocab=shape.n_vocab)
+                    n_vocab=shape.n_vocab, rope_freq_base=shape.rope_freq_base)
     path: Path = write_tiny_gguf(spec, work)
     return path
 

@@ -1,0 +1,7 @@
+set -x
+while kill -0 17628 2>/dev/null; do sleep 5; done
+cd /work/wt-sparsecpu
+COMMON="--bin /work/main/cleanroom/llamafile.builds/ecbda0b77cfbe56fec3da5515b09bae650a87dfc-85021e1e321e/bin --work /work/rooms-sparsecpu/models --gguf-py /work/main/cleanroom/llamafile/gguf-py --threads 2 --tree ecbda0b77cfbe56fec3da5515b09bae650a87dfc --stop-at 1796471400"
+uptime
+python3 evals/dca/sparse_cpu_table.py run $COMMON --contexts 65536 --reps 1 --arms dense-plain,sparse-plain,dense-dca,sparse-dca --out /work/rooms-sparsecpu/out/table-64k-c.json
+uptime
