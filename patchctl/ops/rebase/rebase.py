@@ -38,6 +38,7 @@ import itertools
 import re
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -1036,13 +1037,19 @@ def _finish(
     new = _new_series(old, journal)
     report = or_null(progress)
     report.start("finish", None)
-    text = _range_diff(room, old, journal)
-    api = _missing_api(room, journal)
-    changed = _write_series(session, room, old, new, journal, text, api)
+    # The work tree moves to the rebased tree while the range-diff, the API check and the
+    # series files are made: the move touches only the room's index and work tree, the others
+    # only objects and the series directory, and each step stays idempotent (a run killed
+    # here is finished again by --continue from the same journal, the move then a no-op).
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        moving = pool.submit(_move_worktree, room, room.git.tree_of(journal.head))
+        text = _range_diff(room, old, journal)
+        api = _missing_api(room, journal)
+        changed = _write_series(session, room, old, new, journal, text, api)
+        moving.result()
     room.git.update_ref(BRANCH, journal.head, "patchctl rebase")
     room.git.update_ref(BASE_REF, journal.new_base, "patchctl rebase")
     room = repin_marker(room, new, journal.new_base, room.git.tree_of(journal.new_base))
-    _move_worktree(room, room.git.tree_of(journal.head))
     room.git.set_head(BRANCH)
     _drop_refs(room)
     rebasestate.remove(room.path)
