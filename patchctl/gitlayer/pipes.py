@@ -16,6 +16,7 @@ import tempfile
 from collections.abc import Mapping
 from contextlib import suppress
 from pathlib import Path
+from typing import Self
 
 from patchctl.errors import GitFailed, PatchctlError
 from patchctl.gitlayer.batch import read_record
@@ -187,65 +188,26 @@ class ObjectReader:
         self._pipe.close()
 
 
-class CommitWriter:
-    """Writes commit objects through one `git hash-object -t commit -w --stdin-paths` process
-    (one process for many commits instead of one `commit-tree` each). A commit is written
-    as `commit-tree` writes it under the pinned identity and fixed date, so its id is the
-    one `Git.commit_tree` gives for the same tree, parents and message; hash-object checks
-    the object's format before it is stored."""
+class _StoredObjects:
+    """One `git hash-object -w --stdin-paths` process (arguments `args`) that stores objects
+    given as bytes: each is written to a temporary file whose path git is told, and the id
+    git answers is returned. Shared by the commit, blob and tree writers."""
 
-    def __init__(self, git: Git) -> None:
+    def __init__(self, git: Git, *args: str) -> None:
         self._dir = Path(tempfile.mkdtemp(prefix=temp_prefix("index")))
-        self._pipe = Pipe(git, "hash-object", "-t", "commit", "-w", "--stdin-paths")
+        self._pipe = Pipe(git, "hash-object", *args, "-w", "--stdin-paths")
         self._count = 0
 
-    def __enter__(self) -> CommitWriter:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def commit(self, tree: str, message: bytes, parents: tuple[str, ...] = ()) -> str:
-        """The id of the commit of `tree` with `parents` and `message` (stored)."""
-        who = f"{IDENTITY_NAME} <{IDENTITY_EMAIL}> 0 +0000"
-        head = f"tree {object_id(tree)}\n"
-        head += "".join(f"parent {object_id(p)}\n" for p in parents)
-        head += f"author {who}\ncommitter {who}\n\n"
+    def _store(self, kind: str, data: bytes) -> str:
+        """The id of the object whose bytes are `data` (stored); `kind` names its file."""
         self._count += 1
-        path = self._dir / f"c{self._count}"
-        path.write_bytes(head.encode("ascii") + message)
-        if "\n" in str(path):
-            raise PatchctlError("a temporary path contains a line break; not using it")
-        self._pipe.ask(os.fsencode(path) + b"\n")
-        oid = object_id(self._pipe.line().decode("ascii"))
-        path.unlink()
-        return oid
-
-    def close(self) -> None:
-        """End the process and remove its temporary files."""
-        self._pipe.close()
-        shutil.rmtree(self._dir, ignore_errors=True)
-
-
-class BlobWriter:
-    """Writes blobs through one `git hash-object -w --stdin-paths --no-filters` process (one
-    process for many blobs; the bytes are stored as given, no attributes or filters apply)."""
-
-    def __init__(self, git: Git) -> None:
-        self._dir = Path(tempfile.mkdtemp(prefix=temp_prefix("index")))
-        self._pipe = Pipe(git, "hash-object", "-w", "--no-filters", "--stdin-paths")
-        self._count = 0
-
-    def __enter__(self) -> BlobWriter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def write(self, data: bytes) -> str:
-        """The id of the blob holding `data` (stored)."""
-        self._count += 1
-        path = self._dir / f"b{self._count}"
+        path = self._dir / f"{kind}{self._count}"
         path.write_bytes(data)
         if "\n" in str(path):
             raise PatchctlError("a temporary path contains a line break; not using it")
@@ -260,7 +222,38 @@ class BlobWriter:
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
-class TreeWriter:
+class CommitWriter(_StoredObjects):
+    """Writes commit objects through one `git hash-object -t commit -w --stdin-paths` process
+    (one process for many commits instead of one `commit-tree` each). A commit is written
+    as `commit-tree` writes it under the pinned identity and fixed date, so its id is the
+    one `Git.commit_tree` gives for the same tree, parents and message; hash-object checks
+    the object's format before it is stored."""
+
+    def __init__(self, git: Git) -> None:
+        super().__init__(git, "-t", "commit")
+
+    def commit(self, tree: str, message: bytes, parents: tuple[str, ...] = ()) -> str:
+        """The id of the commit of `tree` with `parents` and `message` (stored)."""
+        who = f"{IDENTITY_NAME} <{IDENTITY_EMAIL}> 0 +0000"
+        head = f"tree {object_id(tree)}\n"
+        head += "".join(f"parent {object_id(p)}\n" for p in parents)
+        head += f"author {who}\ncommitter {who}\n\n"
+        return self._store("c", head.encode("ascii") + message)
+
+
+class BlobWriter(_StoredObjects):
+    """Writes blobs through one `git hash-object -w --stdin-paths --no-filters` process (one
+    process for many blobs; the bytes are stored as given, no attributes or filters apply)."""
+
+    def __init__(self, git: Git) -> None:
+        super().__init__(git, "--no-filters")
+
+    def write(self, data: bytes) -> str:
+        """The id of the blob holding `data` (stored)."""
+        return self._store("b", data)
+
+
+class TreeWriter(_StoredObjects):
     """Writes tree objects through one `git hash-object -t tree -w --stdin-paths` process.
 
     The tree's bytes are made here as git makes them: entries in git's tree order (by name,
@@ -273,27 +266,12 @@ class TreeWriter:
     """
 
     def __init__(self, git: Git) -> None:
-        self._dir = Path(tempfile.mkdtemp(prefix=temp_prefix("index")))
-        self._pipe = Pipe(git, "hash-object", "-t", "tree", "-w", "--stdin-paths")
-        self._count = 0
+        super().__init__(git, "-t", "tree")
 
     def write(self, entries: Mapping[bytes, tuple[str, str]]) -> str:
         """The id of the tree holding `entries` (`name -> (mode, object id)`; names without
         a slash), stored."""
-        self._count += 1
-        path = self._dir / f"t{self._count}"
-        path.write_bytes(tree_bytes(entries))
-        if "\n" in str(path):
-            raise PatchctlError("a temporary path contains a line break; not using it")
-        self._pipe.ask(os.fsencode(path) + b"\n")
-        oid = object_id(self._pipe.line().decode("ascii"))
-        path.unlink()
-        return oid
-
-    def close(self) -> None:
-        """End the process and remove its temporary files."""
-        self._pipe.close()
-        shutil.rmtree(self._dir, ignore_errors=True)
+        return self._store("t", tree_bytes(entries))
 
 
 
