@@ -133,24 +133,34 @@ def test_the_check_fails_on_a_mirror_mistake(
     assert expected in str(info.value), str(info.value)
 
 
+def _mismatch_with_a_field_appended(
+    python_site: Path, patched_headers: list[Path], tmp_path: Path, after: str, field: str
+) -> str:
+    """The AbiMismatch text of the installed bindings against llama.h with `field` appended
+    after the one declaration `after` (the mirror unchanged)."""
+    headers = tmp_path / "include"
+    shutil.copytree(patched_headers[0], headers)
+    llama_h = headers / "llama.h"
+    text = llama_h.read_text()
+    assert text.count(after) == 1
+    llama_h.write_text(text.replace(after, f"{after} {field}"))
+    package = python_site / "llama_cpp"
+    with pytest.raises(AbiMismatch) as info:
+        check(package, package / "lib", [headers, patched_headers[1]], tmp_path / "c")
+    return str(info.value)
+
+
 def test_a_c_field_without_its_mirror_fails(
     python_site: Path, patched_headers: list[Path], tmp_path: Path
 ) -> None:
     """The next change of 0078's C fields (as `int32_t dca_mscale;` was, appended after
     dca_local_window) fails here until the bindings patch mirrors it: a field appended to the
     headers, the mirror unchanged."""
-    headers = tmp_path / "include"
-    shutil.copytree(patched_headers[0], headers)
-    llama_h = headers / "llama.h"
-    old = "int32_t dca_mscale;"
-    text = llama_h.read_text()
-    assert text.count(old) == 1
-    llama_h.write_text(text.replace(old, old + " int32_t dca_next;"))
-    package = python_site / "llama_cpp"
-    with pytest.raises(AbiMismatch) as info:
-        check(package, package / "lib", [headers, patched_headers[1]], tmp_path / "c")
-    assert "llama_context_params: ctypes.sizeof 176 != C sizeof 184" in str(info.value)
-    assert "'dca_mscale', 'dca_next')" in str(info.value)
+    error = _mismatch_with_a_field_appended(
+        python_site, patched_headers, tmp_path, "int32_t dca_mscale;", "int32_t dca_next;"
+    )
+    assert "llama_context_params: ctypes.sizeof 176 != C sizeof 184" in error
+    assert "'dca_mscale', 'dca_next')" in error
 
 
 def test_a_sparse_field_without_its_mirror_fails(
@@ -158,18 +168,11 @@ def test_a_sparse_field_without_its_mirror_fails(
 ) -> None:
     """The same for the struct llama_set_sparse_prefill takes by value: a field appended to the
     C struct (the next knob) fails here until the bindings patch mirrors it."""
-    headers = tmp_path / "include"
-    shutil.copytree(patched_headers[0], headers)
-    llama_h = headers / "llama.h"
-    old = "int32_t last_q;"
-    text = llama_h.read_text()
-    assert text.count(old) == 1
-    llama_h.write_text(text.replace(old, old + " int32_t next_knob;"))
-    package = python_site / "llama_cpp"
-    with pytest.raises(AbiMismatch) as info:
-        check(package, package / "lib", [headers, patched_headers[1]], tmp_path / "c")
-    assert "llama_sparse_prefill_params: ctypes.sizeof 20 != C sizeof 24" in str(info.value)
-    assert "'last_q', 'next_knob')" in str(info.value)
+    error = _mismatch_with_a_field_appended(
+        python_site, patched_headers, tmp_path, "int32_t last_q;", "int32_t next_knob;"
+    )
+    assert "llama_sparse_prefill_params: ctypes.sizeof 20 != C sizeof 24" in error
+    assert "'last_q', 'next_knob')" in error
 
 
 def test_the_header_parser_reads_what_llama_h_declares(tmp_path: Path) -> None:
