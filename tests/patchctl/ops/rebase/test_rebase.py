@@ -271,23 +271,31 @@ def test_status_reprints_the_stop_and_cleanroom_status_names_the_rebase(
     assert main(["rebase", "--series", str(series_dir), "--status"]) != 0  # none in progress
 
 
+def _killed_at_record(
+    monkeypatch: pytest.MonkeyPatch, series_dir: Path, onto: str, nth: int
+) -> None:
+    """Run a rebase that is interrupted as it records its `nth` patch (KeyboardInterrupt, as
+    a kill between two patches); the real recorder is put back afterwards."""
+    real = rebase_module._record
+    calls: list[str] = []
+
+    def dies_on_the_nth(*args: Any, **kwargs: Any) -> Any:
+        calls.append("x")
+        if len(calls) == nth:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rebase_module, "_record", dies_on_the_nth)
+    with pytest.raises(KeyboardInterrupt):
+        rebase(series_dir, onto)
+    monkeypatch.setattr(rebase_module, "_record", real)
+
+
 def test_a_run_killed_between_two_patches_is_continued(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     series_dir, onto = rebase_ready(tmp_path)
-    real = rebase_module._record
-    calls: list[str] = []
-
-    def dies_on_the_second(*args: Any, **kwargs: Any) -> Any:
-        calls.append("x")
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(rebase_module, "_record", dies_on_the_second)
-    with pytest.raises(KeyboardInterrupt):
-        rebase(series_dir, onto)
-    monkeypatch.setattr(rebase_module, "_record", real)
+    _killed_at_record(monkeypatch, series_dir, onto, 2)
     room = room_of(series_dir)
     assert rebasestate.load(room).state == "running"
     with pytest.raises(PatchctlError, match="already in progress"):
@@ -554,19 +562,7 @@ def test_a_kill_loses_at_most_the_patches_moved_since_the_last_record(
     unbroken = rebase(series_dir, onto)
     rebase_abort(series_dir)
     monkeypatch.setattr(rebase_module, "SAVE_EVERY", every)
-    real = rebase_module._record
-    calls: list[str] = []
-
-    def dies_on_the_third(*args: Any, **kwargs: Any) -> Any:
-        calls.append("x")
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(rebase_module, "_record", dies_on_the_third)
-    with pytest.raises(KeyboardInterrupt):
-        rebase(series_dir, onto)
-    monkeypatch.setattr(rebase_module, "_record", real)
+    _killed_at_record(monkeypatch, series_dir, onto, 3)
     kept = rebasestate.load(room_of(series_dir))
     assert kept.state == "running"
     assert [d.id for d in kept.done] == (["0001-readme", "0002-louder-a"] if every == 0 else [])
