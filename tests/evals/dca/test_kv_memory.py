@@ -10,13 +10,12 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-import numpy.typing as npt
 import pytest
 
 from evals.dca import kv_memory as km
 
 from .model_runs import run_tool_proc, single_plan
-from .tiny_models import TinyModels, TinySpec
+from .tiny_models import TinyModels, TinySpec, write_tiny_gguf
 
 ROOT = Path(__file__).resolve().parents[3]
 TABLE_JSON = ROOT / "results" / "dca-memory" / "2026-12-05-qwen35-9b" / "table.json"
@@ -88,80 +87,21 @@ N_EMBD, N_HEAD, N_FF, N_VOCAB = 128, 4, 96, 64
 
 
 def write_tiny_qwen35(path: Path) -> Path:
-    """A qwen35 GGUF of QWEN35_TINY's shape (random weights, no vocabulary): what llama.cpp needs
-    to create its hybrid memory (a KV cache for the attention layers, recurrent state for the
-    others) and log their sizes."""
-    import gguf
-    import numpy as np
-
+    """A qwen35 GGUF of QWEN35_TINY's shape (random weights, no vocabulary), written by the
+    project's generator into `path`'s folder (the path written is returned): what llama.cpp
+    needs to create its hybrid memory (a KV cache for the attention layers, recurrent state
+    for the others) and log their sizes."""
     s = QWEN35_TINY
-    rng = np.random.default_rng(0)
-
-    def t(*ne: int) -> npt.NDArray[np.float32]:
-        return (rng.standard_normal(tuple(reversed(ne))) * 0.02).astype(np.float32)
-
-    wr = gguf.GGUFWriter(str(path), "qwen35")
-    wr.add_context_length(4096)
-    wr.add_embedding_length(N_EMBD)
-    wr.add_block_count(s.n_layer)
-    wr.add_feed_forward_length(N_FF)
-    wr.add_head_count(N_HEAD)
-    wr.add_head_count_kv(s.n_head_kv)
-    wr.add_key_length(s.head_dim_k)
-    wr.add_value_length(s.head_dim_v)
-    wr.add_rope_dimension_count(16)
-    wr.add_rope_dimension_sections([3, 3, 2, 0])
-    wr.add_rope_freq_base(1e7)
-    wr.add_layer_norm_rms_eps(1e-6)
-    wr.add_ssm_conv_kernel(s.d_conv)
-    wr.add_ssm_inner_size(s.d_inner)
-    wr.add_ssm_state_size(s.d_state)
-    wr.add_ssm_time_step_rank(s.d_inner // s.d_state)
-    wr.add_ssm_group_count(s.n_group)
-    wr.add_full_attention_interval(s.n_layer // s.n_layer_kv)
-    wr.add_tokenizer_model("no_vocab")
-    wr.add_vocab_size(N_VOCAB)
-    n_v = s.d_inner // s.d_state
-    conv_dim = 2 * s.n_group * s.d_state + s.d_inner
-    tensors = {"token_embd.weight": t(N_EMBD, N_VOCAB), "output_norm.weight": t(N_EMBD)}
-    for il in range(s.n_layer):
-        b = f"blk.{il}"
-        layer = {
-            "attn_norm.weight": t(N_EMBD),
-            "post_attention_norm.weight": t(N_EMBD),
-            "ffn_gate.weight": t(N_EMBD, N_FF),
-            "ffn_up.weight": t(N_EMBD, N_FF),
-            "ffn_down.weight": t(N_FF, N_EMBD),
-        }
-        if (il + 1) % (s.n_layer // s.n_layer_kv) == 0:
-            layer |= {
-                "attn_q.weight": t(N_EMBD, s.head_dim_k * N_HEAD * 2),
-                "attn_k.weight": t(N_EMBD, s.head_dim_k * s.n_head_kv),
-                "attn_v.weight": t(N_EMBD, s.head_dim_v * s.n_head_kv),
-                "attn_output.weight": t(s.head_dim_k * N_HEAD, N_EMBD),
-                "attn_q_norm.weight": t(s.head_dim_k),
-                "attn_k_norm.weight": t(s.head_dim_k),
-            }
-        else:
-            layer |= {
-                "attn_qkv.weight": t(N_EMBD, conv_dim),
-                "attn_gate.weight": t(N_EMBD, s.d_inner),
-                "ssm_conv1d.weight": t(s.d_conv, conv_dim),
-                "ssm_dt.bias": t(n_v),
-                "ssm_a": t(n_v),
-                "ssm_beta.weight": t(N_EMBD, n_v),
-                "ssm_alpha.weight": t(N_EMBD, n_v),
-                "ssm_norm.weight": t(s.d_state),
-                "ssm_out.weight": t(s.d_inner, N_EMBD),
-            }
-        tensors |= {f"{b}.{name}": arr for name, arr in layer.items()}
-    for name, arr in tensors.items():
-        wr.add_tensor(name, arr)
-    wr.write_header_to_file()
-    wr.write_kv_data_to_file()
-    wr.write_tensors_to_file()
-    wr.close()
-    return path
+    assert s.head_dim_k == s.head_dim_v
+    spec = TinySpec(
+        "qwen35", n_ctx_train=4096, n_embd=N_EMBD, n_ff=N_FF, n_head=N_HEAD,
+        n_head_kv=s.n_head_kv, head_dim=s.head_dim_k, n_rot=16, layers=s.n_layer,
+        attn_interval=s.n_layer // s.n_layer_kv,
+        ssm_shape=(s.d_conv, s.d_state, s.n_group, s.d_inner // s.d_state),
+        n_vocab=N_VOCAB, tokenizer="no_vocab", rope_freq_base=1e7,
+    )  # fmt: skip
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return write_tiny_gguf(spec, path.parent)
 
 
 RS_LINE = re.compile(
