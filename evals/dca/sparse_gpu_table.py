@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""Sparse prefill on a GPU: the speed table from evals/device/sparse_speed.sh's JSON lines.
+
+Each line is one llama-bench prefill of ``n`` tokens (no decode) in one of four arms: ``dca-dense``,
+``dca-sparse``, ``plain-dense``, ``plain-sparse``, with its command, exit status, wall time and
+llama-bench's mean prefill time (``avg_ns``; a run stopped at its cap has rc 124 and no time: its
+wall time is a lower bound).
+
+    sparse_gpu_table.py FILE.jsonl [FILE.jsonl ...] [--json OUT.json]
+
+prints a markdown table (prefill seconds per arm and the dense / sparse speed-ups with the same DCA
+setting) and the targets the sparse prefill is held to: a 1M-token prefill of the 0.5B model in at
+most 60 s and at least 4x faster than dense DCA, at least 1.5x at 128k, and no slowdown below the
+sparse threshold (sparse / dense time <= 1.05 at 32k, where the default threshold keeps every
+ubatch dense). ``--json`` writes the same as data. Exit 0 whatever the targets say (they are
+reported, not enforced); 2 on unreadable input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ARMS = ("dca-dense", "dca-sparse", "plain-dense", "plain-sparse")
+TARGET_1M_S = 60.0
+TARGET_1M_SPEEDUP = 4.0
+TARGET_128K_SPEEDUP = 1.5
+NO_SLOWDOWN = 1.05
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One arm at one size: the prefill time, or a lower bound when the run hit its cap."""
+
+    seconds: float | None
+    lower_bound: float | None
+    rc: int
+
+    def text(self) -> str:
+        if self.seconds is not None:
+            return f"{self.seconds:.2f}"
+        if self.lower_bound is not None:
+            return f">{self.lower_bound:.0f} (rc {self.rc})"
+        return f"failed (rc {self.rc})"
+
+
+def read_rows(paths: list[Path]) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for path in paths:
+        for lineno, line in enumerate(path.read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError as e:
+                raise ValueError(f"{path}:{lineno}: not JSON ({e})") from None
+            if (
+                not isinstance(row, dict)
+                or row.get("arm") not in ARMS
+                or not isinstance(row.get("n"), int)
+            ):
+                raise ValueError(f"{path}:{lineno}: not a sparse_speed.sh row (arm, n)")
+            rows.append(row)
+    return rows
+
+
+def cells(rows: list[dict[str, Any]]) -> dict[int, dict[str, Cell]]:
+    """The last row of each (size, arm): a rerun replaces an earlier one."""
+    out: dict[int, dict[str, Cell]] = {}
+    for row in rows:
+        avg = row.get("avg_ns")
+        rc = int(row.get("rc", 1))
+        seconds = avg / 1e9 if rc == 0 and isinstance(avg, (int, float)) else None
+        bound = float(row["wall_s"]) if seconds is None and rc == 124 else None
+        out.setdefault(row["n"], {})[row["arm"]] = Cell(seconds, bound, rc)
+    return out
+
+
+def speedup(dense: Cell | None, sparse: Cell | None) -> float | None:
+    if dense is None or sparse is None or dense.seconds is None or sparse.seconds is None:
+        return None
+    return dense.seconds / sparse.seconds
+
+
+def targets(table: dict[int, dict[str, Cell]]) -> list[dict[str, Any]]:
+    res: list[dict[str, Any]] = []
+    big = table.get(1048576, {})
+    sp = big.get("dca-sparse")
+    res.append(
+        {
+            "target": "1M prefill (sparse DCA) <= 60 s",
+            "measured": sp.seconds if sp else None,
+            "met": bool(sp and sp.seconds is not None and sp.seconds <= TARGET_1M_S),
+        }
+    )
+    s1m = speedup(big.get("dca-dense"), sp)
+    res.append(
+        {
+            "target": "1M: >= 4x dense DCA",
+            "measured": s1m,
+            "met": s1m is not None and s1m >= TARGET_1M_SPEEDUP,
+        }
+    )
+    s128 = speedup(table.get(131072, {}).get("dca-dense"), table.get(131072, {}).get("dca-sparse"))
+    res.append(
+        {
+            "target": "128k: >= 1.5x dense DCA",
+            "measured": s128,
+            "met": s128 is not None and s128 >= TARGET_128K_SPEEDUP,
+        }
+    )
+    for mode in ("dca", "plain"):
+        s32 = speedup(
+            table.get(32768, {}).get(f"{mode}-dense"), table.get(32768, {}).get(f"{mode}-sparse")
+        )
+        res.append(
+            {
+                "target": f"32k ({mode}): no slowdown below the threshold "
+                f"(sparse/dense <= {NO_SLOWDOWN})",
+                "measured": None if s32 is None else 1.0 / s32,
+                "met": s32 is not None and 1.0 / s32 <= NO_SLOWDOWN,
+            }
+        )
+    return res
+
+
+def markdown(table: dict[int, dict[str, Cell]]) -> str:
+    head = (
+        "| tokens | " + " | ".join(f"{a} (s)" for a in ARMS) + " | DCA speed-up | plain speed-up |"
+    )
+    lines = [head, "|" + "---|" * (len(ARMS) + 3)]
+    for n in sorted(table):
+        row = table[n]
+        vals = [row[a].text() if a in row else "-" for a in ARMS]
+        ups = []
+        for mode in ("dca", "plain"):
+            s = speedup(row.get(f"{mode}-dense"), row.get(f"{mode}-sparse"))
+            ups.append("-" if s is None else f"{s:.2f}x")
+        lines.append(f"| {n} | " + " | ".join(vals + ups) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("files", nargs="+", type=Path)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args(argv)
+    try:
+        rows = read_rows(args.files)
+    except (OSError, ValueError) as e:
+        print(f"sparse_gpu_table: {e}", file=sys.stderr)
+        return 2
+    table = cells(rows)
+    print(markdown(table))
+    tg = targets(table)
+    for t in tg:
+        m = t["measured"]
+        shown = "not measured" if m is None else f"{m:.3g}"
+        print(f"- {t['target']}: {shown} ({'met' if t['met'] else 'not met'})")
+    if args.json:
+        data = {
+            "rows": rows,
+            "targets": tg,
+            "table": {str(n): {a: c.__dict__ for a, c in r.items()} for n, r in table.items()},
+        }
+        args.json.write_text(json.dumps(data, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

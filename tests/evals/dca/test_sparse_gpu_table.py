@@ -1,0 +1,85 @@
+"""evals/dca/sparse_gpu_table.py: cells, speed-ups, targets, refusals of sparse_speed.sh lines."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from script_module import load_script
+
+gt = load_script("dca/sparse_gpu_table.py")
+
+
+def _row(n: int, arm: str, seconds: float | None, rc: int = 0, wall: float = 1.0) -> dict[str, Any]:
+    return {
+        "n": n,
+        "arm": arm,
+        "rc": rc,
+        "wall_s": wall,
+        "command": "llama-bench ...",
+        "avg_ns": None if seconds is None else int(seconds * 1e9),
+    }
+
+
+def _write(tmp_path: Path, rows: list[dict[str, Any]]) -> Path:
+    p = tmp_path / "speed.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return p
+
+
+def test_speedups_and_targets(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = [
+        _row(32768, "dca-dense", 2.0),
+        _row(32768, "dca-sparse", 2.2),
+        _row(32768, "plain-dense", 2.0),
+        _row(32768, "plain-sparse", 2.02),
+        _row(131072, "dca-dense", 30.0),
+        _row(131072, "dca-sparse", 15.0),
+        _row(1048576, "dca-dense", 260.0),
+        _row(1048576, "dca-sparse", 70.0),
+    ]
+    out = tmp_path / "t.json"
+    assert gt.main([str(_write(tmp_path, rows)), "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    met = {t["target"].split(":")[0]: t["met"] for t in data["targets"]}
+    assert met["1M prefill (sparse DCA) <= 60 s"] is False  # 70 s
+    assert met["1M"] is False  # 260/70 = 3.7x < 4x
+    assert met["128k"] is True  # 2x
+    assert met["32k (dca)"] is False and met["32k (plain)"] is True  # 1.10 vs 1.01
+    text = capsys.readouterr().out
+    assert "| 131072 | 30.00 | 15.00 | - | - | 2.00x | - |" in text
+
+
+def test_a_capped_run_is_a_lower_bound_and_a_rerun_replaces(tmp_path: Path) -> None:
+    rows = [
+        _row(1048576, "dca-sparse", None, rc=124, wall=300.0),
+        _row(1048576, "dca-dense", 250.0),
+    ]
+    table = gt.cells(gt.read_rows([_write(tmp_path, rows)]))
+    cell = table[1048576]["dca-sparse"]
+    assert cell.seconds is None and cell.lower_bound == 300.0 and cell.text() == ">300 (rc 124)"
+    assert gt.speedup(table[1048576]["dca-dense"], cell) is None
+    rows.append(_row(1048576, "dca-sparse", 50.0))
+    table = gt.cells(gt.read_rows([_write(tmp_path, rows)]))
+    assert table[1048576]["dca-sparse"].seconds == 50.0
+    assert gt.speedup(table[1048576]["dca-dense"], table[1048576]["dca-sparse"]) == 5.0
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "not json",
+        json.dumps({"n": 1, "arm": "other"}),
+        json.dumps({"n": "1", "arm": "dca-dense"}),
+        json.dumps([1]),
+    ],
+)
+def test_unreadable_lines_are_refused_with_their_place(
+    tmp_path: Path, line: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    p = tmp_path / "bad.jsonl"
+    p.write_text(json.dumps(_row(32768, "dca-dense", 1.0)) + "\n" + line + "\n")
+    assert gt.main([str(p)]) == 2
+    assert f"{p}:2:" in capsys.readouterr().err
