@@ -1079,7 +1079,7 @@ def _range_diff(room: Cleanroom, old: Series, journal: Journal) -> bytes:
             tip = base
             for pid, tree in trees:
                 title = old.patch(pid).title or pid
-                tip = writer.commit(tree, f"{pid}: {title}\n".encode(), (tip,))
+                tip = writer.commit_later(tree, f"{pid}: {title}\n".encode(), (tip,))
             return tip
 
         old_trees = room.git.trees_of(list(journal.old_commits)) if journal.old_commits else []
@@ -1087,6 +1087,7 @@ def _range_diff(room: Cleanroom, old: Series, journal: Journal) -> bytes:
         after = [(d.id, d.tree) for d in journal.done if d.how not in DROPS]
         old_tip = chain(journal.old_base, before)
         new_tip = chain(journal.new_base, after)
+        writer.settle()  # every commit written (and its id checked) before range-diff reads
     return room.git.range_diff((journal.old_base, old_tip), (journal.new_base, new_tip))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import hashlib
 import os
 import subprocess
 import zlib
@@ -19,7 +20,7 @@ from patchctl.errors import ConfigError, GitFailed, PatchctlError
 from patchctl.gitlayer.git import Git
 from patchctl.gitlayer.index import Index, temp_index
 from patchctl.gitlayer.objects import loose_missing, scratch_repo, share_objects, unsound_objects
-from patchctl.gitlayer.pipes import CommitWriter, TreeDiffer
+from patchctl.gitlayer.pipes import CommitWriter, TreeDiffer, TreeWriter
 from patchctl.gitlayer.runner import PINNED_CONFIG, hermetic_env
 from patchctl.series.markers import markers_in_tree
 from patchctl.series.model import Upstream, load_series
@@ -513,6 +514,30 @@ def test_unmerged_entries_and_intent_to_add_make_a_conflict_state(tmp_path: Path
         git.set_unmerged({"a.c": [(4, "100644", ours)]})
     with pytest.raises(ValueError, match="object id"):
         git.set_unmerged({"a.c": [(2, "100644", "HEAD")]})
+
+
+def test_objects_stored_later_get_the_ids_git_gives_and_a_wrong_one_is_refused(
+    make_repo: Callable[..., Repo],
+) -> None:
+    """`commit_later` and `write_later` hand out the id before git answers; `settle` waits
+    for git and refuses an id it did not give (the object is then not to be used)."""
+    repo = make_repo({"a.txt": b"one\n"})
+    with CommitWriter(repo.git) as writer:
+        first = writer.commit_later(repo.tree, b"one\n")  # the first waits: it learns the hash
+        later = [writer.commit_later(repo.tree, b"%d\n" % n, (first,)) for n in range(300)]
+        writer.settle()
+        for n in (0, 150, 299):
+            assert later[n] == repo.git.commit_tree(repo.tree, b"%d\n" % n, (first,))
+            assert repo.git.cat_file("commit", later[n])
+        writer._hash = hashlib.sha256  # what a wrong local hash would give
+        writer.commit_later(repo.tree, b"wrong\n")
+        with pytest.raises(GitFailed, match="expected"):
+            writer.settle()
+    with TreeWriter(repo.git) as trees:
+        entries = {b"a.txt": ("100644", repo.git.rev_parse(f"{repo.tree}:a.txt"))}
+        assert trees.write(entries) == repo.tree
+        assert trees.write_later({**entries, b"b": ("100644", entries[b"a.txt"][1])}) != repo.tree
+        trees.settle()
 
 
 def test_unsound_objects_checks_loose_files_and_packed_objects(
