@@ -130,13 +130,16 @@ class Premerger:
         self, tip: str, first: Ahead, ours: dict[bytes, Found], ahead: Sequence[Ahead]
     ) -> None:
         """Merge `first` and the patches `ahead` whose paths no patch before them (from
-        `first` on) touches, on `tip`, in one merge-tree; keep the clean results."""
+        `first` on) touches, on `tip`, in one merge-tree; keep the clean results. A patch
+        ahead with a result kept from an earlier merge is not merged again (the result is
+        checked when its turn comes, like any other)."""
         members = [(first, ours)]
         touched, above = set(first.changes), _directories(first.changes)
         for patch in ahead:
             paths = set(patch.changes)
             dirs = _directories(paths)
-            if not paths & touched and not paths & above and not dirs & touched:
+            free = not paths & touched and not paths & above and not dirs & touched
+            if free and patch.id not in self.results:  # (one merged before is kept)
                 found = self.reduce(tip, patch)
                 if found is not None:
                     members.append((patch, found))
