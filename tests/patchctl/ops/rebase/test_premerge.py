@@ -140,3 +140,27 @@ def test_renames_and_conflicts_are_left_to_the_full_merge(make_repo: MakeRepo) -
         assert (kept.tree, True) == w.full(clash_after, tip, good_after)
     finally:
         w.close()
+
+
+def test_a_result_kept_from_one_batch_is_not_merged_again_by_the_next(
+    make_repo: MakeRepo,
+) -> None:
+    w = _world(make_repo)
+    try:
+        base = w.repo.tree
+        tip = w.tree(base, {b"src/f0.c": _edit(LINES, 1, b"upstream\n")})
+        a, a_after = w.patch("0001", base, {b"src/f0.c": _edit(LINES, 20, b"a\n")})
+        b, b_after = w.patch("0002", a_after, {b"src/f0.c": _edit(LINES, 30, b"b\n")})
+        c, c_after = w.patch("0003", b_after, {b"src/f1.c": _edit(LINES, 9, b"c\n")})
+        merger = Premerger(w.git, w.store, w.writer)
+        first = merger.merged(tip, a, [b, c])
+        assert first is not None and set(merger.results) == {"0003"}  # b shares a's file
+        kept = merger.results["0003"]
+        second = merger.merged(first.tree, b, [c])
+        assert second is not None and merger.processes == 2
+        assert merger.results["0003"] is kept  # c was not merged again
+        third = merger.merged(second.tree, c, [])
+        assert third is not None and merger.processes == 2
+        assert (third.tree, True) == w.full(b_after, second.tree, c_after)
+    finally:
+        w.close()
