@@ -121,7 +121,9 @@ def scratch_repo(sources: Sequence[Path]) -> Iterator[Git]:
         yield git
 
 
-def unsound_objects(git: Git, oids: Sequence[str], chunk: int = 256) -> list[str]:
+def unsound_objects(
+    git: Git, oids: Sequence[str], chunk: int = 256, *, known: Path | None = None
+) -> list[str]:
     """The ids among `oids` that `git` lacks, or whose bytes do not hash to the id.
 
     Every object is read and hashed as git names it: `<type> <size>\\0<bytes>`. A loose
@@ -129,12 +131,61 @@ def unsound_objects(git: Git, oids: Sequence[str], chunk: int = 256) -> list[str
     header included; the stream must end where the header's size says); the others (packed,
     or absent) are read through `cat-file --batch`, `chunk` ids at a time, so neither pipe
     can fill while the other waits. Order is kept.
+
+    `known` (a file of the caller's, e.g. beside a cache) remembers the loose files found
+    sound, each by its identity (inode, size, modification time in ns, as read): a file
+    still so is not read again, and the sound ones are added to it (written whole, by a
+    rename). git never writes to an object file in place (it writes a new file and renames
+    it), so any rewrite, truncation or replacement of a file changes its identity and gets
+    it hashed again; a damaged `known` file only costs the reads it would have saved.
     """
     objects = objects_dir(git.git_dir())
-    verdicts = {oid: _loose_sound(objects, object_id(oid)) for oid in oids}
-    rest = [oid for oid, sound in verdicts.items() if sound is None]
+    seen = _read_known(known) if known is not None else {}
+    verdicts: dict[str, bool | None] = {}
+    sound: dict[str, tuple[int, int, int]] = {}
+    for oid in oids:
+        name = object_id(oid)
+        if name in verdicts:
+            continue
+        found, identity = _loose_check(objects, name, seen.get(name))
+        verdicts[name] = found
+        if found and identity is not None:
+            sound[name] = identity
+    rest = [oid for oid, verdict in verdicts.items() if verdict is None]
     bad = set(_unsound_read(git, rest, chunk)) if rest else set()
-    return [oid for oid in oids if verdicts[oid] is False or oid in bad]
+    if known is not None and any(seen.get(o) != i for o, i in sound.items()):
+        _write_known(known, {**seen, **sound})
+    return [oid for oid in oids if verdicts[object_id(oid)] is False or object_id(oid) in bad]
+
+
+def _read_known(path: Path) -> dict[str, tuple[int, int, int]]:
+    """The identities `known` holds (`<id> <inode> <size> <mtime ns>` lines; a line that
+    does not read so is passed over, a missing or unreadable file is empty)."""
+    try:
+        raw = path.read_bytes()
+    except OSError:
+        return {}
+    found: dict[str, tuple[int, int, int]] = {}
+    for line in raw.decode("ascii", "replace").splitlines():
+        parts = line.split(" ")
+        if len(parts) != 4 or not OBJECT_ID.fullmatch(parts[0]):
+            continue
+        if all(p.isdigit() for p in parts[1:]):
+            found[parts[0]] = (int(parts[1]), int(parts[2]), int(parts[3]))
+    return found
+
+
+def _write_known(path: Path, entries: dict[str, tuple[int, int, int]]) -> None:
+    """`entries` as the file `path`, replaced whole (a cache that cannot be written is left
+    as it is: the objects are hashed again next time)."""
+    text = "".join(f"{o} {i} {s} {m}\n" for o, (i, s, m) in sorted(entries.items()))
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text, encoding="ascii")
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
 
 
 # The longest loose-object header git writes: `commit <20 digits>\0`.
@@ -142,16 +193,28 @@ HEADER_MAX = 32
 KINDS = (b"blob", b"tree", b"commit", b"tag")
 
 
-def _loose_sound(objects: Path, oid: str) -> bool | None:
-    """Whether the loose object file of `oid` holds an object that hashes to `oid`; None
-    when there is no such file (the object may be packed)."""
+def _loose_check(
+    objects: Path, oid: str, known: tuple[int, int, int] | None = None
+) -> tuple[bool | None, tuple[int, int, int] | None]:
+    """Whether the loose object file of `oid` holds an object that hashes to `oid` (None
+    when there is no such file: the object may be packed), and the identity of the file
+    read (inode, size, mtime ns). A file whose identity is `known` is not read again."""
     try:
         with open(f"{objects}/{oid[:2]}/{oid[2:]}", "rb") as handle:
+            info = os.fstat(handle.fileno())
+            identity = (info.st_ino, info.st_size, info.st_mtime_ns)
+            if known is not None and identity == known:
+                return True, identity
             raw = handle.read()
     except FileNotFoundError:
-        return None
+        return None, None
     except OSError:
-        return False
+        return False, None
+    return _sound_bytes(raw, oid), identity
+
+
+def _sound_bytes(raw: bytes, oid: str) -> bool:
+    """Whether `raw`, a loose object file's bytes, holds an object that hashes to `oid`."""
     inflate = zlib.decompressobj()
     try:
         head = inflate.decompress(raw, HEADER_MAX)

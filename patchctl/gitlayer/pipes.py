@@ -8,15 +8,16 @@ flags).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import suppress
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 from patchctl.errors import GitFailed, PatchctlError
 from patchctl.gitlayer.batch import read_record
@@ -191,12 +192,23 @@ class ObjectReader:
 class _StoredObjects:
     """One `git hash-object -w --stdin-paths` process (arguments `args`) that stores objects
     given as bytes: each is written to a temporary file whose path git is told, and the id
-    git answers is returned. Shared by the commit, blob and tree writers."""
+    git answers is returned. Shared by the commit, blob and tree writers.
+
+    `_store_later` does not wait for the answer: the id is computed here (git's hash of
+    `<type> <size>\0<bytes>`, the algorithm learnt from git's first answer), the request
+    sent, and `settle` reads the answers, each checked against the id given out, before the
+    objects are used by anything else. A writer settles on its own before it waits for an
+    answer and every PENDING_MAX requests (so neither pipe can fill while the other waits).
+    """
+
+    PENDING_MAX = 256
 
     def __init__(self, git: Git, *args: str) -> None:
         self._dir = Path(tempfile.mkdtemp(prefix=temp_prefix("index")))
         self._pipe = Pipe(git, "hash-object", *args, "-w", "--stdin-paths")
         self._count = 0
+        self._hash: Callable[[bytes], Any] | None = None  # learnt from the first answer
+        self._pending: list[tuple[str, Path]] = []
 
     def __enter__(self) -> Self:
         return self
@@ -204,17 +216,47 @@ class _StoredObjects:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _store(self, kind: str, data: bytes) -> str:
-        """The id of the object whose bytes are `data` (stored); `kind` names its file."""
+    def _send(self, kind: str, data: bytes) -> Path:
         self._count += 1
         path = self._dir / f"{kind}{self._count}"
         path.write_bytes(data)
         if "\n" in str(path):
             raise PatchctlError("a temporary path contains a line break; not using it")
         self._pipe.ask(os.fsencode(path) + b"\n")
+        return path
+
+    def _store(self, kind: str, data: bytes) -> str:
+        """The id of the object whose bytes are `data` (stored); `kind` names its file."""
+        self.settle()
+        path = self._send(kind, data)
         oid = object_id(self._pipe.line().decode("ascii"))
         path.unlink()
+        if self._hash is None:
+            self._hash = hashlib.sha1 if len(oid) == 40 else hashlib.sha256
         return oid
+
+    def _store_later(self, kind: str, otype: bytes, data: bytes) -> str:
+        """`_store` without waiting for git's answer (checked at `settle`); `otype` is the
+        object's type as git names it."""
+        if self._hash is None:
+            return self._store(kind, data)
+        digest = self._hash(b"%s %d\0" % (otype, len(data)))
+        digest.update(data)
+        oid = str(digest.hexdigest())
+        self._pending.append((oid, self._send(kind, data)))
+        if len(self._pending) >= self.PENDING_MAX:
+            self.settle()
+        return oid
+
+    def settle(self) -> None:
+        """Wait until git has stored every object sent with `_store_later`, each under the
+        id given out for it (GitFailed otherwise)."""
+        pending, self._pending = self._pending, []
+        for oid, path in pending:
+            got = object_id(self._pipe.line().decode("ascii"))
+            path.unlink()
+            if got != oid:
+                raise GitFailed(list(self._pipe.args), 0, f"stored {got}, expected {oid}".encode())
 
     def close(self) -> None:
         """End the process and remove its temporary files."""
@@ -234,11 +276,20 @@ class CommitWriter(_StoredObjects):
 
     def commit(self, tree: str, message: bytes, parents: tuple[str, ...] = ()) -> str:
         """The id of the commit of `tree` with `parents` and `message` (stored)."""
-        who = f"{IDENTITY_NAME} <{IDENTITY_EMAIL}> 0 +0000"
-        head = f"tree {object_id(tree)}\n"
-        head += "".join(f"parent {object_id(p)}\n" for p in parents)
-        head += f"author {who}\ncommitter {who}\n\n"
-        return self._store("c", head.encode("ascii") + message)
+        return self._store("c", commit_bytes(tree, message, parents))
+
+    def commit_later(self, tree: str, message: bytes, parents: tuple[str, ...] = ()) -> str:
+        """`commit` without waiting for git: the commit exists once `settle` returns."""
+        return self._store_later("c", b"commit", commit_bytes(tree, message, parents))
+
+
+def commit_bytes(tree: str, message: bytes, parents: tuple[str, ...]) -> bytes:
+    """The raw commit object `commit-tree` writes under the pinned identity and fixed date."""
+    who = f"{IDENTITY_NAME} <{IDENTITY_EMAIL}> 0 +0000"
+    head = f"tree {object_id(tree)}\n"
+    head += "".join(f"parent {object_id(p)}\n" for p in parents)
+    head += f"author {who}\ncommitter {who}\n\n"
+    return head.encode("ascii") + message
 
 
 class BlobWriter(_StoredObjects):
@@ -272,6 +323,10 @@ class TreeWriter(_StoredObjects):
         """The id of the tree holding `entries` (`name -> (mode, object id)`; names without
         a slash), stored."""
         return self._store("t", tree_bytes(entries))
+
+    def write_later(self, entries: Mapping[bytes, tuple[str, str]]) -> str:
+        """`write` without waiting for git: the tree exists once `settle` returns."""
+        return self._store_later("t", b"tree", tree_bytes(entries))
 
 
 

@@ -116,7 +116,17 @@ class TreeStore:
         if not changes:
             return tree
         result = self._edit(tree, dict(changes))
-        return result if result is not None else self._write({})
+        result = result if result is not None else self._write({})
+        self._settle()
+        return result
+
+    def build(self, entries: Mapping[bytes, Entry]) -> str:
+        """The id of the tree that holds exactly `entries` (paths of files, symlinks or
+        gitlinks; the empty tree for none)."""
+        result = self._edit(None, dict(entries)) if entries else None
+        result = result if result is not None else self._write({})
+        self._settle()
+        return result
 
     def _edit(self, tree: str | None, changes: dict[bytes, Entry | None]) -> str | None:
         entries = dict(self.entries(tree)) if tree is not None else {}
@@ -147,13 +157,19 @@ class TreeStore:
         return self._write(entries)
 
     def _write(self, entries: dict[bytes, Entry]) -> str:
+        """The id of the tree of `entries`, sent to git without waiting (the directories of
+        one edit go in one round trip): `_settle` before the edit returns."""
         if self._writer is None:
             self._writer = TreeWriter(self.git)
-        oid = self._writer.write(entries)
+        oid = self._writer.write_later(entries)
         self._cache[oid] = entries
         if len(self._cache) > CACHE_TREES:
             self._cache.popitem(last=False)
         return oid
+
+    def _settle(self) -> None:
+        if self._writer is not None:
+            self._writer.settle()
 
 
 def parse_tree(raw: bytes, hash_size: int) -> dict[bytes, Entry]:

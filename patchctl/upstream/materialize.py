@@ -134,6 +134,10 @@ def _save_to_tree_cache(up: Upstream, repo: Git, result: Materialized) -> None:
         pass  # the tree cache is an optimisation: a failure to fill it costs only time
 
 
+# Under the tree cache: per cached commit, the identities of its object files found sound.
+SOUND = "patchctl-sound"
+
+
 def _cached_commit(up: Upstream) -> str | None:
     trees_path = cache_dir() / "trees.git"
     if up.sha256 is None or not (trees_path / "HEAD").is_file():
@@ -159,7 +163,8 @@ def tree_from_cache(up: Upstream, repo: Git) -> Materialized | None:
         trees = Git(trees_path)
         objects = [commit, *trees.tree_objects(trees.tree_of(commit))]
         objects = loose_missing(repo, objects)  # what `repo` holds already is not taken
-        if unsound_objects(trees, objects):
+        # Files found sound before and not written to since are not read again (objects.py).
+        if unsound_objects(trees, objects, known=trees_path / SOUND / commit):
             return None  # a damaged cache: extract again, nothing taken from it
         packed = share_objects(trees, repo, objects)
         if packed:

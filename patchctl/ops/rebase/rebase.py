@@ -60,6 +60,7 @@ from patchctl.gitlayer.trees import Entry, Found, TreeStore
 from patchctl.ops.rebase import replay as resolutions
 from patchctl.ops.rebase import report as rebase_report
 from patchctl.ops.rebase import stop as rebase_stop
+from patchctl.ops.rebase.premerge import Ahead, Premerger
 from patchctl.ops.rebase.upstreamed import MERGED, NEEDED, Upstreamed, detect, history_between
 from patchctl.ops.rebase.vanished import PatchApi, missing_api
 from patchctl.progress import Progress, or_null
@@ -571,6 +572,7 @@ def _advance(
     ):
         step = _Step(scratch, index, writer, store, reader, differ)
         step.blobs = blobs
+        step.premerger = Premerger(room.git, store, writer)
         step.prepare(journal, series.root)
         saved = time.perf_counter()
         while (pid := journal.current) is not None:
@@ -702,6 +704,7 @@ class _Step:
         self.scratch, self.index, self.writer, self.store = scratch, index, writer, store
         self.reader, self.differ = reader, differ  # differ: the new diffs, one process
         self.blobs: BlobWriter | None = None  # the blobs of patches applied in memory
+        self.premerger: Premerger | None = None  # the merges of the patches ahead, together
         self.held: str | None = None
         self.old_trees: list[str] = []  # the old base's tree, then each old patch commit's
         self.old_diffs: dict[str, bytes] = {}  # patch id -> its diff on the old base
@@ -755,7 +758,9 @@ def _rebase_one(
     elif exact is not None and exact.ok and not exact.drift():
         post, how = applied, "applied"
     else:
-        merged = _merge(room, step.writer, journal, patch, pre)
+        merged = _premerged(step, journal, patch, pre) or _merge(
+            room, step.writer, journal, patch, pre
+        )
         if not merged.clean:
             step.hold(pre)
             labelled = _merge_labelled(room, journal, patch, pre)
@@ -852,6 +857,22 @@ def _merge(
     old_parent = journal.old_commits[i - 1] if i else journal.old_base
     ours = writer.commit(pre, b"patchctl merge side\n", (old_parent,))
     return room.git.merge_commits(ours, journal.old_commits[i])
+
+
+def _premerged(step: _Step, journal: Journal, patch: Patch, pre: str) -> Merged | None:
+    """`_merge`'s clean result made with the merges of the patches ahead in one process
+    (premerge.py: the same tree, from a merge of the patch's own paths); None when the patch
+    is merged alone."""
+    if step.premerger is None or patch.id not in step.old_changes:
+        return None
+    i = journal.ids.index(patch.id)
+    ahead = [
+        Ahead(pid, step.old_trees[k], step.old_changes[pid])
+        for k, pid in enumerate(journal.ids[i + 1 :], start=i + 1)
+        if pid in step.old_changes
+    ]
+    this = Ahead(patch.id, step.old_trees[i], step.old_changes[patch.id])
+    return step.premerger.merged(pre, this, ahead)
 
 
 def _merge_labelled(room: Cleanroom, journal: Journal, patch: Patch, pre: str) -> Merged:
@@ -1079,7 +1100,7 @@ def _range_diff(room: Cleanroom, old: Series, journal: Journal) -> bytes:
             tip = base
             for pid, tree in trees:
                 title = old.patch(pid).title or pid
-                tip = writer.commit(tree, f"{pid}: {title}\n".encode(), (tip,))
+                tip = writer.commit_later(tree, f"{pid}: {title}\n".encode(), (tip,))
             return tip
 
         old_trees = room.git.trees_of(list(journal.old_commits)) if journal.old_commits else []
@@ -1087,6 +1108,7 @@ def _range_diff(room: Cleanroom, old: Series, journal: Journal) -> bytes:
         after = [(d.id, d.tree) for d in journal.done if d.how not in DROPS]
         old_tip = chain(journal.old_base, before)
         new_tip = chain(journal.new_base, after)
+        writer.settle()  # every commit written (and its id checked) before range-diff reads
     return room.git.range_diff((journal.old_base, old_tip), (journal.new_base, new_tip))
 
 

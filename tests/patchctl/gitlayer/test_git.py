@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import hashlib
 import os
 import subprocess
 import zlib
@@ -19,7 +20,7 @@ from patchctl.errors import ConfigError, GitFailed, PatchctlError
 from patchctl.gitlayer.git import Git
 from patchctl.gitlayer.index import Index, temp_index
 from patchctl.gitlayer.objects import loose_missing, scratch_repo, share_objects, unsound_objects
-from patchctl.gitlayer.pipes import CommitWriter, TreeDiffer
+from patchctl.gitlayer.pipes import CommitWriter, TreeDiffer, TreeWriter
 from patchctl.gitlayer.runner import PINNED_CONFIG, hermetic_env
 from patchctl.series.markers import markers_in_tree
 from patchctl.series.model import Upstream, load_series
@@ -339,6 +340,48 @@ def test_unsound_objects_finds_missing_and_mislabelled_objects(
     assert unsound_objects(repo.git, [repo.tree, a, b, missing], chunk=2) == [b, missing]
 
 
+def test_unsound_objects_remembers_sound_files_until_one_is_written(
+    tmp_path: Path, make_repo: Callable[..., Repo], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With `known`, a loose file found sound is not read again while its inode, size and
+    mtime stay; a file replaced or rewritten is hashed again (and found), and a `known` file
+    that does not read costs only the reads."""
+    from patchctl.gitlayer import objects
+
+    repo = make_repo({f"f{i}.txt": b"%d\n" % i * 40 for i in range(4)})
+    ids = [repo.git.rev_parse(f"{repo.tree}:f{i}.txt") for i in range(4)]
+    known = tmp_path / "sound" / "stamp"
+    reads: list[str] = []
+    real = objects._sound_bytes
+
+    def counted(raw: bytes, oid: str) -> bool:
+        reads.append(oid)
+        return real(raw, oid)
+
+    monkeypatch.setattr(objects, "_sound_bytes", counted)
+    assert unsound_objects(repo.git, ids, known=known) == [] and sorted(reads) == sorted(ids)
+    assert len(known.read_text().splitlines()) == 4
+    reads.clear()
+    assert unsound_objects(repo.git, ids, known=known) == [] and reads == []
+    # f1's file replaced (git's way: a new file renamed in) by f0's bytes; f2's rewritten
+    # in place with garbage of the same size
+    one, two = _object_file(repo.git, ids[1]), _object_file(repo.git, ids[2])
+    size = two.stat().st_size
+    one.unlink()
+    one.write_bytes(_object_file(repo.git, ids[0]).read_bytes())
+    two.chmod(0o644)
+    stamp = two.stat().st_mtime_ns
+    two.write_bytes(b"x" * size)
+    os.utime(two, ns=(stamp + 1_000_000, stamp + 1_000_000))  # a coarse clock still moves
+    assert unsound_objects(repo.git, ids, known=known) == ids[1:3]
+    assert sorted(reads) == sorted(ids[1:3])
+    # a damaged record: everything read again, nothing refused for it
+    known.write_bytes(b"\xff garbage\n" + b"%s 1 2\n" % ids[3].encode())
+    reads.clear()
+    assert unsound_objects(repo.git, [ids[0], ids[3]], known=known) == []
+    assert sorted(reads) == sorted([ids[0], ids[3]])
+
+
 def test_read_patch_names_the_corrupt_line_and_changes_nothing(tmp_path: Path) -> None:
     with scratch_repo([]) as git:
         good = b"diff --git a/a b/a\n--- a/a\n+++ b/a\n@@ -1 +1 @@\n-x\n+y\n"
@@ -471,6 +514,30 @@ def test_unmerged_entries_and_intent_to_add_make_a_conflict_state(tmp_path: Path
         git.set_unmerged({"a.c": [(4, "100644", ours)]})
     with pytest.raises(ValueError, match="object id"):
         git.set_unmerged({"a.c": [(2, "100644", "HEAD")]})
+
+
+def test_objects_stored_later_get_the_ids_git_gives_and_a_wrong_one_is_refused(
+    make_repo: Callable[..., Repo],
+) -> None:
+    """`commit_later` and `write_later` hand out the id before git answers; `settle` waits
+    for git and refuses an id it did not give (the object is then not to be used)."""
+    repo = make_repo({"a.txt": b"one\n"})
+    with CommitWriter(repo.git) as writer:
+        first = writer.commit_later(repo.tree, b"one\n")  # the first waits: it learns the hash
+        later = [writer.commit_later(repo.tree, b"%d\n" % n, (first,)) for n in range(300)]
+        writer.settle()
+        for n in (0, 150, 299):
+            assert later[n] == repo.git.commit_tree(repo.tree, b"%d\n" % n, (first,))
+            assert repo.git.cat_file("commit", later[n])
+        writer._hash = hashlib.sha256  # what a wrong local hash would give
+        writer.commit_later(repo.tree, b"wrong\n")
+        with pytest.raises(GitFailed, match="expected"):
+            writer.settle()
+    with TreeWriter(repo.git) as trees:
+        entries = {b"a.txt": ("100644", repo.git.rev_parse(f"{repo.tree}:a.txt"))}
+        assert trees.write(entries) == repo.tree
+        assert trees.write_later({**entries, b"b": ("100644", entries[b"a.txt"][1])}) != repo.tree
+        trees.settle()
 
 
 def test_unsound_objects_checks_loose_files_and_packed_objects(

@@ -420,6 +420,26 @@ def test_a_cached_tree_is_fetched_as_objects_without_a_checkout(
     assert list((tmp_path / "two").iterdir()) == [tmp_path / "two" / ".git"]  # nothing written
 
 
+def test_a_cached_file_damaged_after_it_was_found_sound_is_found_again(
+    tmp_path: Path, cache_home: Path
+) -> None:
+    """The tree cache remembers the object files it found sound; one written to since is
+    hashed again: the damaged cache gives nothing, and the next materialize extracts."""
+    (tmp_path / "s").mkdir()
+    archive = make_tar(tmp_path / "s" / "orig.tar.gz", {"x.c": b"int x;\n", "y.c": b"y\n"})
+    up = Upstream(kind="archive", path="orig.tar.gz", sha256=sha(archive))
+    first = materialize(Series(tmp_path / "s" / "series.yaml", up), Git.init(tmp_path / "one"))
+    assert tree_from_cache(up, Git.init(tmp_path / "two")) == first
+    assert list((cache_home / "trees.git" / "patchctl-sound").iterdir())  # remembered
+    assert tree_from_cache(up, Git.init(tmp_path / "three")) == first
+    y = Git(tmp_path / "one").rev_parse(f"{first.tree}:y.c")
+    x = Git(tmp_path / "one").rev_parse(f"{first.tree}:x.c")
+    objects = cache_home / "trees.git" / "objects"
+    (objects / y[:2] / y[2:]).unlink()
+    (objects / y[:2] / y[2:]).write_bytes((objects / x[:2] / x[2:]).read_bytes())
+    assert tree_from_cache(up, Git.init(tmp_path / "four")) is None
+
+
 CASE_PAIR: dict[str, Entry] = {"src/A.c": b"int A;\n", "src/a.c": b"int a;\n", "README": b"r\n"}
 
 
