@@ -1,6 +1,7 @@
 """CI (CPU) acceptance: ggml's vertical-slash selection ops against a float64 numpy reference.
 
-The probe (tests/evals/dca/native/sparse_vs_probe.c) builds the graph llama_sparse_mask builds for
+The probe (tests/evals/dca/native/sparse_vs_probe.c; on the CPU backend, or the one named by
+$PATCHCTL_SPARSE_VS_BACKEND, e.g. CUDA0 with a CUDA build) builds the graph llama_sparse_mask builds for
 one KV group (the last queries' LSE from ggml_flash_attn_ext_lse, chunked ggml_mul_mat scores,
 ggml_sparse_vs_acc per chunk, ggml_sparse_vs_mask) and returns the accumulator and the mask.
 The reference follows the method exactly in float64 (per KV group: each head's softmax on its
@@ -21,6 +22,7 @@ candidates. A mutation test shows the comparison rejects a mask with one kept ke
 
 from __future__ import annotations
 
+import os
 import struct
 import subprocess
 import tempfile
@@ -37,6 +39,8 @@ F64 = npt.NDArray[np.float64]
 SINKS = 30
 LOCAL = 100
 TYPES = {"f32": 0, "f16": 1, "q8_0": 8}
+BACKEND_ENV = "PATCHCTL_SPARSE_VS_BACKEND"
+"""A ggml backend name (e.g. CUDA0) the probe runs the ops on instead of the CPU (a GPU build)."""
 
 
 @dataclass(frozen=True)
@@ -143,7 +147,9 @@ def _run(binary: Path, case: Case) -> Probed:
     with tempfile.TemporaryDirectory(prefix="sparse-vs-") as tmp:
         req, out = Path(tmp) / "in.bin", Path(tmp) / "out.bin"
         req.write_bytes(b"".join(parts))
-        proc = subprocess.run([str(binary), str(req), str(out)], capture_output=True, check=False)
+        backend = os.environ.get(BACKEND_ENV)
+        cmd = [str(binary), str(req), str(out), *([backend] if backend else [])]
+        proc = subprocess.run(cmd, capture_output=True, check=False)
         if proc.returncode != 0:
             raise RuntimeError(f"probe failed ({proc.returncode}) on {case.name}: {proc.stderr!r}")
         flat = np.frombuffer(out.read_bytes(), dtype="<f4").astype(np.float64)

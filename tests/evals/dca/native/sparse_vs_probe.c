@@ -6,7 +6,7 @@
 // ggml_mul_mat(keys of a chunk, queries) chunk by chunk, each added into the accumulator by ggml_sparse_vs_acc; then
 // ggml_sparse_vs_mask.
 //
-// usage: sparse_vs_probe IN OUT
+// usage: sparse_vs_probe IN OUT [BACKEND]     (BACKEND: a ggml backend name such as CUDA0; default the CPU)
 //
 // IN (little endian):
 //   char[8] "SPARSVS1"
@@ -24,6 +24,8 @@
 // Exit status: 0 ok, 2 usage / IO error, 3 bad input.
 
 #include "ggml.h"
+#include "ggml-alloc.h"
+#include "ggml-backend.h"
 #include "ggml-cpu.h"
 
 #include <math.h>
@@ -51,35 +53,50 @@ static void write_exact(FILE * f, const void * src, size_t n) {
     }
 }
 
-static void load_converted(FILE * f, struct ggml_tensor * t) {
-    const int64_t n = ggml_nelements(t);
-    float * tmp = malloc((size_t) n * sizeof(float));
+// host f32 values -> t (any type, contiguous) on its backend
+static void set_converted(struct ggml_tensor * t, const float * src) {
+    const size_t nbytes = ggml_nbytes(t);
+    void * tmp = malloc(nbytes);
     if (!tmp) {
         die(2, "out of memory");
     }
-    read_exact(f, tmp, (size_t) n * sizeof(float));
-    ggml_quantize_chunk(t->type, tmp, t->data, 0, ggml_nrows(t), t->ne[0], NULL);
+    ggml_quantize_chunk(t->type, src, tmp, 0, ggml_nrows(t), t->ne[0], NULL);
+    ggml_backend_tensor_set(t, tmp, 0, nbytes);
     free(tmp);
 }
 
+// t (F32, F16 or quantized, contiguous) from its backend to f as f32 values
 static void dump_as_f32(FILE * f, const struct ggml_tensor * t) {
     const int64_t n = ggml_nelements(t);
+    const size_t nbytes = ggml_nbytes(t);
+    void * raw = malloc(nbytes);
     float * tmp = malloc((size_t) n * sizeof(float));
-    if (!tmp) {
+    if (!raw || !tmp) {
         die(2, "out of memory");
     }
+    ggml_backend_tensor_get(t, raw, 0, nbytes);
     if (t->type == GGML_TYPE_F32) {
-        memcpy(tmp, t->data, (size_t) n * sizeof(float));
+        memcpy(tmp, raw, nbytes);
     } else {
-        ggml_get_type_traits(t->type)->to_float(t->data, tmp, n);
+        ggml_get_type_traits(t->type)->to_float(raw, tmp, n);
     }
     write_exact(f, tmp, (size_t) n * sizeof(float));
     free(tmp);
+    free(raw);
+}
+
+static void * read_alloc(FILE * f, size_t n) {
+    void * p = malloc(n ? n : 1);
+    if (!p) {
+        die(2, "out of memory");
+    }
+    read_exact(f, p, n);
+    return p;
 }
 
 int main(int argc, char ** argv) {
-    if (argc != 3) {
-        die(2, "usage: sparse_vs_probe IN OUT");
+    if (argc != 3 && argc != 4) {
+        die(2, "usage: sparse_vs_probe IN OUT [BACKEND]");
     }
     FILE * in = fopen(argv[1], "rb");
     if (!in) {
@@ -106,51 +123,78 @@ int main(int argc, char ** argv) {
         die(3, "kv_type must be F32, F16 or Q8_0");
     }
 
-    const int64_t n_dg = lo_self + n_self - lo_k > 1 ? lo_self + n_self - lo_k : 1;
-    const size_t mem = (size_t) (4*(G*T*D + 2*n_kv*D + n_kv + n_dg) + 8*n_rows*(n_kv + n_self) + 4*G*last_q*(chunk + D + 8)
-            + 2*n_kv*n_rows) * 2 + 64*1024*1024;
-    struct ggml_init_params ip = { mem, NULL, false };
-    struct ggml_context * ctx = ggml_init(ip);
-    if (!ctx) {
-        die(2, "ggml_init failed");
-    }
-
-    struct ggml_tensor * q = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, D, T, G);
-    struct ggml_tensor * k = ggml_new_tensor_2d(ctx, (enum ggml_type) kv_type, D, n_kv);
-    struct ggml_tensor * v = ggml_new_tensor_2d(ctx, (enum ggml_type) kv_type, D, n_kv);
-    struct ggml_tensor * mask = has_mask ? ggml_new_tensor_2d(ctx, GGML_TYPE_F16, n_kv, n_rows) : NULL;
-    struct ggml_tensor * mask_self = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, n_self, n_rows);
-    read_exact(in, q->data, ggml_nbytes(q));
-    load_converted(in, k);
-    load_converted(in, v);
-    if (mask) {
-        read_exact(in, mask->data, ggml_nbytes(mask));
-    }
-    read_exact(in, mask_self->data, ggml_nbytes(mask_self));
+    float * q_h = read_alloc(in, (size_t) (G*T*D) * sizeof(float));
+    float * k_h = read_alloc(in, (size_t) (n_kv*D) * sizeof(float));
+    float * v_h = read_alloc(in, (size_t) (n_kv*D) * sizeof(float));
+    ggml_fp16_t * mask_h = has_mask ? read_alloc(in, (size_t) (n_rows*n_kv) * sizeof(ggml_fp16_t)) : NULL;
+    ggml_fp16_t * self_h = read_alloc(in, (size_t) (n_rows*n_self) * sizeof(ggml_fp16_t));
     fclose(in);
 
+    // the backend: the CPU, or the one named (e.g. CUDA0)
+    ggml_backend_t backend = argc == 4 ? ggml_backend_init_by_name(argv[3], NULL) : ggml_backend_cpu_init();
+    if (!backend) {
+        die(2, "cannot initialise the backend");
+    }
+    if (argc == 3) {
+        ggml_backend_cpu_set_n_threads(backend, n_threads);
+    }
+
+    struct ggml_init_params ip_in = { 8*ggml_tensor_overhead(), NULL, true };
+    struct ggml_context * ctx_in = ggml_init(ip_in);
+    struct ggml_tensor * q = ggml_new_tensor_3d(ctx_in, GGML_TYPE_F32, D, T, G);
+    struct ggml_tensor * k = ggml_new_tensor_2d(ctx_in, (enum ggml_type) kv_type, D, n_kv);
+    struct ggml_tensor * v = ggml_new_tensor_2d(ctx_in, (enum ggml_type) kv_type, D, n_kv);
+    struct ggml_tensor * mask = has_mask ? ggml_new_tensor_2d(ctx_in, GGML_TYPE_F16, n_kv, n_rows) : NULL;
+    struct ggml_tensor * mask_self = ggml_new_tensor_2d(ctx_in, GGML_TYPE_F16, n_self, n_rows);
+    ggml_backend_buffer_t buf_in = ggml_backend_alloc_ctx_tensors(ctx_in, backend);
+    if (!buf_in) {
+        die(2, "cannot allocate the inputs");
+    }
+    ggml_backend_tensor_set(q, q_h, 0, ggml_nbytes(q));
+    set_converted(k, k_h);
+    set_converted(v, v_h);
+    if (mask) {
+        ggml_backend_tensor_set(mask, mask_h, 0, ggml_nbytes(mask));
+    }
+    ggml_backend_tensor_set(mask_self, self_h, 0, ggml_nbytes(mask_self));
+
     // the graph of llama_sparse_mask
+    struct ggml_init_params ip = { 4096*ggml_tensor_overhead() + ggml_graph_overhead_custom(4096, false), NULL, true };
+    struct ggml_context * ctx = ggml_init(ip);
     const int64_t L = last_q < T ? last_q : T;
     struct ggml_tensor * ql = ggml_cont(ctx, ggml_view_3d(ctx, q, D, L, G, q->nb[1], q->nb[2], (size_t) (T - L)*q->nb[1]));
     struct ggml_tensor * ml = mask ? ggml_view_2d(ctx, mask, n_kv, L, mask->nb[1], (size_t) (T - L)*mask->nb[1]) : NULL;
     struct ggml_tensor * fa = ggml_flash_attn_ext_lse(ctx, ql, k, v, ml, scale, 0.0f, 0.0f);
-    ggml_flash_attn_ext_set_prec(fa, GGML_PREC_F32);
+    ggml_prec_set_acc(fa, GGML_PREC_F32);
     struct ggml_tensor * lse = ggml_flash_attn_ext_lse_view_lse(ctx, fa);
     struct ggml_tensor * acc = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, n_kv + ggml_sparse_vs_n_dg(mask_self, lo_k, lo_self));
     for (int64_t j0 = 0; j0 < n_kv; j0 += chunk) {
         const int64_t n_c = n_kv - j0 < chunk ? n_kv - j0 : chunk;
         struct ggml_tensor * kc = ggml_view_2d(ctx, k, D, n_c, k->nb[1], (size_t) j0*k->nb[1]);
         struct ggml_tensor * kq = ggml_mul_mat(ctx, kc, ql);
-        ggml_mul_mat_set_prec(kq, GGML_PREC_F32);
+        ggml_prec_set_acc(kq, GGML_PREC_F32);
         acc = ggml_sparse_vs_acc(ctx, acc, kq, lse, mask, mask_self, n_kv, T, j0, lo_k, lo_self, scale);
     }
     struct ggml_tensor * out = ggml_sparse_vs_mask(ctx, acc, mask, mask_self, n_kv, T, lo_k, lo_self,
             (int32_t) vertical, (int32_t) slash, 30, 100);
+    ggml_set_output(acc);
+    ggml_set_output(out);
 
     struct ggml_cgraph * gf = ggml_new_graph_custom(ctx, 4096, false);
     ggml_build_forward_expand(gf, out);
-    if (ggml_graph_compute_with_ctx(ctx, gf, n_threads) != GGML_STATUS_SUCCESS) {
-        die(2, "ggml_graph_compute failed");
+    for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
+        if (!ggml_backend_supports_op(backend, ggml_graph_node(gf, i))) {
+            fprintf(stderr, "sparse_vs_probe: %s does not run %s\n", ggml_backend_name(backend),
+                    ggml_op_desc(ggml_graph_node(gf, i)));
+            die(3, "unsupported op");
+        }
+    }
+    ggml_gallocr_t galloc = ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend));
+    if (!ggml_gallocr_alloc_graph(galloc, gf)) {
+        die(2, "cannot allocate the graph");
+    }
+    if (ggml_backend_graph_compute(backend, gf) != GGML_STATUS_SUCCESS) {
+        die(2, "graph compute failed");
     }
 
     FILE * fo = fopen(argv[2], "wb");
@@ -163,6 +207,11 @@ int main(int argc, char ** argv) {
     if (fclose(fo) != 0) {
         die(2, "cannot write output");
     }
+    ggml_gallocr_free(galloc);
     ggml_free(ctx);
+    ggml_backend_buffer_free(buf_in);
+    ggml_free(ctx_in);
+    ggml_backend_free(backend);
+    free(q_h); free(k_h); free(v_h); free(mask_h); free(self_h);
     return 0;
 }
