@@ -1,0 +1,346 @@
+"""CI (CPU) acceptance: ggml's vertical-slash selection ops against a float64 numpy reference.
+
+The probe (tests/evals/dca/native/sparse_vs_probe.c; on the CPU backend, or the one named by
+$PATCHCTL_SPARSE_VS_BACKEND, e.g. CUDA0 with a CUDA build) builds the graph that
+llama_sparse_mask builds for one KV group (the last queries' LSE from ggml_flash_attn_ext_lse,
+chunked ggml_mul_mat scores, ggml_sparse_vs_acc per chunk, ggml_sparse_vs_mask) and returns the
+accumulator and the mask.
+The reference follows the method exactly in float64 (per KV group: each head's softmax on its
+own, summed over the group's heads; cells from the causal mask's last visible column; candidate
+columns and diagonals; forced sinks and local diagonals; top-k with ties to the lower index):
+
+- scores: every column and diagonal sum within 1e-5 * L*G + 1e-4 relative of the float64 one;
+- the mask the op wrote equals the reference's selection made on the op's own scores, bit for
+  bit (the selection has no rounding: exact ties go to the lower index);
+- the float64 selection and the op's differ only where the float64 scores of the two sides of
+  the boundary are within the score tolerance (near-ties of a float32 pipeline).
+
+Cases: G = 1, 2, 4 and 8, with and without a mask (holes, a real row with no visible key, finite
+nonzero values), windows before the queries (lo_k > 0, DCA's earlier chunks), padding rows,
+chunks that split the window raggedly, f16 / f32 / q8_0 keys, and selections larger than the
+candidates. A mutation test shows the comparison rejects a mask with one kept key dropped.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from .builds import LlamaBuild, compile_native
+
+F64 = npt.NDArray[np.float64]
+SINKS = 30
+LOCAL = 100
+TYPES = {"f32": 0, "f16": 1, "q8_0": 8}
+BACKEND_ENV = "PATCHCTL_SPARSE_VS_BACKEND"
+"""A ggml backend name (e.g. CUDA0) the probe runs the ops on instead of the CPU (a GPU build)."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One KV group over one window: shapes, selection sizes, key type, chunk."""
+
+    name: str
+    d: int
+    t: int
+    n_rows: int
+    g: int
+    n_kv: int
+    lo_k: int
+    lo_self: int
+    n_self: int
+    last_q: int
+    vertical: int
+    slash: int
+    mask: bool
+    kv: str
+    chunk: int
+
+    def cells(self) -> npt.NDArray[np.int64]:
+        """Query t's cache cell (the window's last cells for plain attention); -1 for padding."""
+        c = np.full(self.n_rows, -1, dtype=np.int64)
+        c[: self.t] = self.lo_self + self.n_self - self.t + np.arange(self.t)
+        return c
+
+
+def plain(name: str, n_kv: int, t: int, g: int, **kw: object) -> Case:
+    """Plain causal attention: the queries are the window's last t cells."""
+    base = dict(
+        d=64,
+        n_rows=t,
+        lo_k=0,
+        lo_self=0,
+        n_self=n_kv,
+        last_q=32,
+        vertical=100,
+        slash=150,
+        mask=True,
+        kv="f16",
+        chunk=256,
+    )
+    base.update(kw)
+    return Case(name=name, t=t, g=g, n_kv=n_kv, **base)  # type: ignore[arg-type]
+
+
+def window(name: str, n_kv: int, t: int, g: int, lo_k: int, **kw: object) -> Case:
+    """A key window that ends before the queries (a DCA regime over earlier chunks)."""
+    base = dict(
+        d=64,
+        n_rows=t,
+        lo_self=lo_k + n_kv + 41,
+        n_self=t + 3,
+        last_q=32,
+        vertical=60,
+        slash=90,
+        mask=False,
+        kv="f16",
+        chunk=256,
+    )
+    base.update(kw)
+    return Case(name=name, t=t, g=g, n_kv=n_kv, lo_k=lo_k, **base)  # type: ignore[arg-type]
+
+
+CASES = (
+    plain("plain-g4", 1000, 96, 4),
+    plain("plain-g1-pad", 700, 40, 1, n_rows=48, last_q=40, chunk=300),
+    plain("plain-g8-q8", 1500, 80, 8, kv="q8_0", chunk=512, d=128),
+    plain("plain-g2-f32-all", 600, 64, 2, kv="f32", vertical=5000, slash=5000),
+    window("window-g2", 700, 48, 2, 200),
+    window("window-g1-mask", 900, 33, 1, 17, mask=True, chunk=128),
+    window("window-g4-one-chunk", 513, 64, 4, 5, chunk=4096, vertical=10, slash=10),
+)
+
+
+def _mask_arrays(case: Case) -> tuple[F64 | None, F64]:
+    """The window's mask (causal, holes, one empty real row, some finite values), mask_self."""
+    rng = np.random.default_rng(abs(hash(case.name)) % 2**32)
+    cells = case.cells()
+    self_cols = np.arange(case.n_self) + case.lo_self
+    mask_self = np.where(self_cols[None, :] <= cells[:, None], 0.0, -np.inf)
+    mask_self[cells < 0] = -np.inf
+    if not case.mask:
+        return None, mask_self
+    keys = np.arange(case.n_kv) + case.lo_k
+    vis = (keys[None, :] <= cells[:, None]) & (rng.random((case.n_rows, case.n_kv)) > 0.1)
+    vis[cells < 0] = False
+    if case.t > 3:
+        vis[case.t // 2] = False  # a real query that sees no key of this window
+    vals = np.where(rng.random(vis.shape) < 0.1, -rng.random(vis.shape) * 2.0, 0.0)
+    vals = vals.astype(np.float16).astype(np.float64)
+    return np.where(vis, vals, -np.inf), mask_self
+
+
+@dataclass(frozen=True)
+class Probed:
+    """The probe's results on one case, and its inputs."""
+
+    q: F64
+    k: F64
+    mask: F64 | None
+    mask_self: F64
+    acc: F64
+    out: F64
+
+
+def _run(binary: Path, case: Case) -> Probed:
+    rng = np.random.default_rng(7 + len(case.name))
+    q = rng.standard_normal((case.g, case.t, case.d)).astype(np.float32) * 1.5
+    k = rng.standard_normal((case.n_kv, case.d)).astype(np.float32)
+    k[rng.integers(0, case.n_kv, 12)] *= 3.0  # a few strong columns
+    v = rng.standard_normal((case.n_kv, case.d)).astype(np.float32)
+    mask, mask_self = _mask_arrays(case)
+    ints = [
+        2,
+        case.d,
+        case.t,
+        case.n_rows,
+        case.g,
+        case.n_kv,
+        case.n_self,
+        case.lo_k,
+        case.lo_self,
+        case.last_q,
+        case.vertical,
+        case.slash,
+        int(mask is not None),
+        TYPES[case.kv],
+        case.chunk,
+        0,
+    ]
+    scale = 1.0 / np.sqrt(case.d)
+    parts = [b"SPARSVS1", struct.pack("<16i", *ints), struct.pack("<2f", scale, 0.0)]
+    parts += [a.astype("<f4").tobytes() for a in (q, k, v)]
+    if mask is not None:
+        parts.append(mask.astype("<f2").tobytes())
+    parts.append(mask_self.astype("<f2").tobytes())
+    n_dg = max(1, case.lo_self + case.n_self - case.lo_k)
+    with tempfile.TemporaryDirectory(prefix="sparse-vs-") as tmp:
+        req, out = Path(tmp) / "in.bin", Path(tmp) / "out.bin"
+        req.write_bytes(b"".join(parts))
+        backend = os.environ.get(BACKEND_ENV)
+        cmd = [str(binary), str(req), str(out), *([backend] if backend else [])]
+        proc = subprocess.run(cmd, capture_output=True, check=False)
+        if proc.returncode != 0:
+            raise RuntimeError(f"probe failed ({proc.returncode}) on {case.name}: {proc.stderr!r}")
+        flat = np.frombuffer(out.read_bytes(), dtype="<f4").astype(np.float64)
+    sizes = [case.n_kv + n_dg, case.n_rows * case.n_kv, case.n_kv * case.d]
+    assert flat.size == sum(sizes), f"probe output has {flat.size} floats, expected {sum(sizes)}"
+    acc, out_mask, k_seen = np.split(flat, np.cumsum(sizes)[:-1])
+    return Probed(
+        q.astype(np.float64),
+        k_seen.reshape(case.n_kv, case.d),
+        mask,
+        mask_self,
+        acc,
+        out_mask.reshape(case.n_rows, case.n_kv),
+    )
+
+
+def reference_scores(case: Case, p: Probed) -> tuple[F64, F64]:
+    """vsum[j], dsum[d] in float64: each head's softmax over visible keys, summed over the group."""
+    cells = case.cells()
+    n_dg = max(1, case.lo_self + case.n_self - case.lo_k)
+    vsum, dsum = np.zeros(case.n_kv), np.zeros(n_dg)
+    big_l = min(case.last_q, case.t)
+    scale = 1.0 / np.sqrt(case.d)
+    for i in range(big_l):
+        t = case.t - big_l + i
+        m = p.mask[t] if p.mask is not None else np.zeros(case.n_kv)
+        vis = np.isfinite(m)
+        if not vis.any():
+            continue
+        for g in range(case.g):
+            s = scale * (p.k @ p.q[g, t]) + np.where(vis, m, 0.0)
+            s = np.where(vis, s, -np.inf)
+            e = np.exp(s - s.max())
+            prob = e / e.sum()
+            vsum += prob
+            d = cells[t] - case.lo_k - np.arange(case.n_kv)
+            ok = vis & (d >= 0) & (d < n_dg)
+            np.add.at(dsum, d[ok], prob[ok])
+    return vsum, dsum
+
+
+def _top(score: F64, cand: npt.NDArray[np.bool_], n_forced: int, n: int) -> npt.NDArray[np.bool_]:
+    key = np.where(np.arange(score.size) < n_forced, np.inf, score)
+    idx = np.flatnonzero(cand)
+    order = idx[np.lexsort((idx, -key[idx]))]  # by key descending, then index ascending
+    keep = np.zeros(score.size, dtype=bool)
+    keep[order[:n]] = True
+    return keep
+
+
+def select(
+    case: Case, p: Probed, vsum: F64, dsum: F64
+) -> tuple[F64, npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+    """The method's selection from the given scores: the mask, and the kept columns / diagonals."""
+    cells = case.cells()
+    n_dg = dsum.size
+    vis = (
+        np.isfinite(p.mask) if p.mask is not None else np.ones((case.n_rows, case.n_kv), dtype=bool)
+    )
+    real = vis[: case.t]
+    vcand: npt.NDArray[np.bool_] = np.asarray(real.any(axis=0), dtype=bool)
+    d = cells[:, None] - case.lo_k - np.arange(case.n_kv)[None, :]
+    dcand = np.zeros(n_dg, dtype=bool)
+    dr = d[: case.t]
+    ok = real & (dr >= 0) & (dr < n_dg) & (cells[: case.t, None] >= 0)
+    dcand[dr[ok]] = True
+    vkeep = _top(vsum, vcand, max(0, SINKS - case.lo_k), case.vertical)
+    dkeep = _top(dsum, dcand, LOCAL, case.slash)
+    dk = np.zeros(d.shape, dtype=bool)
+    inr = (d >= 0) & (d < n_dg)
+    dk[inr] = dkeep[d[inr]]
+    keep = (cells[:, None] >= 0) & vis & (vkeep[None, :] | dk)
+    base = p.mask if p.mask is not None else np.zeros(vis.shape)
+    return np.where(keep, base, -np.inf), vkeep, dkeep
+
+
+@pytest.fixture(scope="module")
+def probe(dca_build: LlamaBuild) -> Path:
+    return compile_native("sparse_vs_probe.c", dca_build)
+
+
+@pytest.fixture(scope="module")
+def probed(probe: Path) -> dict[str, Probed]:
+    return {c.name: _run(probe, c) for c in CASES}
+
+
+TOL = {"f32": (1e-5, 1e-4), "f16": (1e-4, 1e-2), "q8_0": (2e-4, 5e-2)}
+"""Per key type: (absolute per estimation row, relative) score tolerance. ggml_mul_mat converts the
+queries to the keys' dot type (f16, or 8-bit blocks for q8_0) as flash attention does, which moves
+a logit s by ~|s| 2^-11 (f16) or ~1% (q8_0) and its probability accordingly; f32 keys keep f32."""
+
+
+def _tol(case: Case, ref: F64) -> F64:
+    per_row, rel = TOL[case.kv]
+    return per_row * min(case.last_q, case.t) * case.g + rel * np.abs(ref)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_scores_match_float64(case: Case, probed: dict[str, Probed]) -> None:
+    p = probed[case.name]
+    vsum, dsum = reference_scores(case, p)
+    got_v, got_d = p.acc[: case.n_kv], p.acc[case.n_kv :]
+    assert np.isfinite(p.acc).all()
+    assert vsum.sum() > 0.5  # the case estimates something
+    rel = np.abs(got_v - vsum) / (np.abs(vsum) + 1e-3)
+    assert np.all(np.abs(got_v - vsum) <= _tol(case, vsum)), (np.abs(got_v - vsum).max(), rel.max())
+    assert np.all(np.abs(got_d - dsum) <= _tol(case, dsum)), np.abs(got_d - dsum).max()
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_mask_is_the_selection_of_its_scores(case: Case, probed: dict[str, Probed]) -> None:
+    p = probed[case.name]
+    want, vkeep, dkeep = select(case, p, p.acc[: case.n_kv], p.acc[case.n_kv :])
+    assert 0 < vkeep.sum() <= case.vertical and 0 < dkeep.sum() <= case.slash
+    np.testing.assert_array_equal(p.out, want.astype(np.float16).astype(np.float64))
+    assert np.isfinite(p.out).any() and (p.out == -np.inf).any()
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_selection_matches_float64_up_to_near_ties(case: Case, probed: dict[str, Probed]) -> None:
+    p = probed[case.name]
+    vsum, dsum = reference_scores(case, p)
+    _, v_ref, d_ref = select(case, p, vsum, dsum)
+    _, v_got, d_got = select(case, p, p.acc[: case.n_kv], p.acc[case.n_kv :])
+    for ref_keep, got_keep, score in ((v_ref, v_got, vsum), (d_ref, d_got, dsum)):
+        differ = np.flatnonzero(ref_keep != got_keep)
+        if differ.size == 0:
+            continue
+        # a swap across the boundary: each swapped element's float64 score is within tolerance of
+        # the boundary (the lowest kept or the highest dropped score among the unforced)
+        n_forced = max(0, SINKS - case.lo_k) if score is vsum else LOCAL
+        free = np.arange(score.size) >= n_forced
+        kept, dropped = score[ref_keep & free], score[~ref_keep & free]
+        bounds = [
+            b
+            for b in (kept.min() if kept.size else None, dropped.max() if dropped.size else None)
+            if b is not None
+        ]
+        for e in differ:
+            assert free[e], f"{case.name}: forced element {e} differs"
+            assert min(abs(score[e] - b) for b in bounds) <= 2 * _tol(case, score[e : e + 1])[0], (
+                case.name,
+                e,
+                score[e],
+                bounds,
+            )
+
+
+def test_comparison_rejects_a_dropped_key(probed: dict[str, Probed]) -> None:
+    case = CASES[0]
+    p = probed[case.name]
+    want, _, _ = select(case, p, p.acc[: case.n_kv], p.acc[case.n_kv :])
+    broken = p.out.copy()
+    kept = np.argwhere(np.isfinite(broken))
+    broken[tuple(kept[len(kept) // 2])] = -np.inf
+    assert not np.array_equal(broken, want.astype(np.float16).astype(np.float64))
