@@ -82,8 +82,15 @@ HEADS = {"h2k1": (2, 1, 64), "h2k2": (2, 2, 64), "h4k2": (4, 2, 32)}
 
 
 def _heads_model(models_dir: TinyModels, arch: str, heads: str) -> Path:
+    """The usual two-layer tiny model for h2k1; the other shapes with one layer, whose estimation
+    reads exactly the keys and queries the reference does: from the second layer on they carry
+    the first layer's f16 attention error, which moved small diagonal sums of a two-group model
+    by several times ref.MIN_SELECTION_GAP (layer stacking is covered by the h2k1 models)."""
     n_head, n_head_kv, head_dim = HEADS[heads]
-    return models_dir.write(TinySpec(arch, n_head=n_head, n_head_kv=n_head_kv, head_dim=head_dim))
+    layers = 0 if heads == "h2k1" else 1
+    return models_dir.write(
+        TinySpec(arch, n_head=n_head, n_head_kv=n_head_kv, head_dim=head_dim, layers=layers)
+    )
 
 
 def _run_config(attn: str, sparse: ref.SparseConfig | None) -> ref.RunConfig:
@@ -182,10 +189,10 @@ def test_sparse_equals_reference(
     model = _heads_model(models_dir, arch, heads)
     cfg = ref.SparseConfig(vertical=VERTICAL, slash=SLASH, last_q=LAST_Q, ubatch=ubatch)
     n_head, n_head_kv, _ = HEADS[heads]
-    # with groups of several heads, the per-head selection (the mistake) must be told apart too
-    per_head = replace(cfg, per_head=True) if n_head > n_head_kv else None
-    runs = [_run_config(attn, c) for c in (cfg, per_head) if c is not None]
-    tokens = unambiguous_prompt(model, *runs)
+    # with groups of several heads, the per-head selection (the mistake) must be told apart too;
+    # it is only compared from afar, so its own near ties do not matter
+    per_head = replace(cfg, per_head=True, min_gap=0.0) if n_head > n_head_kv else None
+    tokens = unambiguous_prompt(model, _run_config(attn, cfg))
     plan = Plan(seqs=(tokens,), steps=(f"call 0:{N_TOKENS}",))
     args = (*BASE, "-ub", str(ubatch), *ATTN[attn])
 
