@@ -3,15 +3,20 @@ reference (tests/evals/dca/reference.py: sparse_keep, sparse_plain_attention, sp
 
 - A threshold at or above the KV length: byte-identical to --sparse-prefill off (the graph is the
   dense one), plain attention and DCA.
-- Budgets covering every key: byte-identical to dense (the per-head mask has the dense mask's
-  finite entries), plain attention and DCA.
+- Budgets covering every key: byte-identical to dense (each KV group's mask has the dense mask's
+  finite entries, and the per-group flash attentions joined along the heads compute what one
+  flash attention over all heads does), plain attention and DCA, one and two KV groups.
 - Small budgets: the logits equal the float64 reference of the same selection (same columns and
   diagonals from the same scores: the reference estimates from f16-rounded keys as llama.cpp reads
   them from its cache, on a prompt whose selection is not within rounding of a tie), within the
   tolerance of dense flash attention in the same run (2x the dense path's own error against the
   dense reference); the sparse reference lies at least MARGIN tolerances from the dense one, so a
   selection that ignored the budget, or picked other keys, fails. The prefill in ubatches of 64
-  and in one ubatch: each against its own reference (the selection is per ubatch).
+  and in one ubatch: each against its own reference (the selection is per ubatch). The selection
+  is per KV group (the query heads sharing a KV head, scores added over them): the three archs'
+  usual shape (2 query heads on 1 KV head) and two more on qwen2, one head per KV head (2 groups
+  of 1) and 4 query heads on 2 KV heads (2 groups of 2), where a per-head selection or a group
+  joined at the wrong place differs from the reference.
 - A model's DCA config (GGUF <arch>.attention.dca.config, written by the converter from HF's
   dual_chunk_attention_config) gives the defaults: the largest per-head budgets, vLLM's threshold
   and last_q keys, each logged with its source; a flag wins; a malformed config is an error.
@@ -24,8 +29,10 @@ from __future__ import annotations
 
 import json
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from . import reference as ref
@@ -69,23 +76,67 @@ UBATCHES = (64, 512)
 MARGIN = 10.0
 
 
+# (query heads, KV heads, head size; n_embd 128 = query heads x head size): the usual tiny model
+# (one group of 2), one head per KV head (two groups of 1), two groups of 2
+HEADS = {"h2k1": (2, 1, 64), "h2k2": (2, 2, 64), "h4k2": (4, 2, 32)}
+
+
+def _heads_model(models_dir: TinyModels, arch: str, heads: str) -> Path:
+    """The usual two-layer tiny model for h2k1; the other shapes with one layer, whose estimation
+    reads exactly the keys and queries the reference does: from the second layer on they carry
+    the first layer's f16 attention error, which moved small diagonal sums of a two-group model
+    by several times ref.MIN_SELECTION_GAP (layer stacking is covered by the h2k1 models)."""
+    n_head, n_head_kv, head_dim = HEADS[heads]
+    layers = 0 if heads == "h2k1" else 1
+    return models_dir.write(
+        TinySpec(arch, n_head=n_head, n_head_kv=n_head_kv, head_dim=head_dim, layers=layers)
+    )
+
+
 def _run_config(attn: str, sparse: ref.SparseConfig | None) -> ref.RunConfig:
     return ref.RunConfig(dca=DCA if attn == "dca" else None, sparse=sparse)
 
 
-def unambiguous_prompt(model: Path, run: ref.RunConfig) -> tuple[int, ...]:
-    """The first prompt (token seeds 1, 2, ...) whose reference selection has no boundary within
-    ref.MIN_SELECTION_GAP of a tie: with sharp tiny models many column and diagonal sums are
-    nearly equal, and one there can flip with the f16 rounding of a single key element, which
-    says nothing about the method."""
+def unambiguous_prompt(model: Path, *runs: ref.RunConfig) -> tuple[int, ...]:
+    """The first prompt (token seeds 1, 2, ...) whose reference selections (of every run) have no
+    boundary within ref.MIN_SELECTION_GAP of a tie: with sharp tiny models many column and
+    diagonal sums are nearly equal, and one there can flip with the f16 rounding of a single key
+    element, which says nothing about the method."""
     for seed in range(1, MAX_SEEDS + 1):
         tokens = random_tokens(N_TOKENS, seed=seed)
         try:
-            reference_logits(model, (tokens,), run)
+            for run in runs:
+                reference_logits(model, (tokens,), run)
         except ref.AmbiguousSelection:
             continue
         return tokens
     pytest.fail(f"no prompt among {MAX_SEEDS} seeds selects unambiguously", pytrace=False)
+
+
+def test_reference_selects_once_per_kv_group() -> None:
+    """Two heads on one KV head: head 0 prefers column 120 a little over 110, head 1 wants 110
+    only. With one column beyond the 30 sinks, each head alone would keep its own; the group
+    (each head's softmax on its own, then added: 110 gets about 1.38, 120 about 0.62) keeps 110
+    for both heads. Diagonals: only the forced 100, so row 299 reaches 110 and 120 (distances 189
+    and 179) through the kept columns only."""
+    n = 300
+    scores = np.zeros((2, n, n))
+    scores[0, n - 1, 120], scores[0, n - 1, 110], scores[1, n - 1, 110] = 10.0, 9.5, 10.0
+    causal = np.tril(np.ones((n, n), dtype=bool))
+    cfg = ref.SparseConfig(vertical=31, slash=100, last_q=1, ubatch=n)
+
+    group = ref.sparse_keep(scores, causal, 0, n, cfg, n_head_kv=1)
+    assert group[:, n - 1, 110].all() and not group[:, n - 1, 120].any()
+    assert (group[0] == group[1]).all()
+    heads = ref.sparse_keep(scores, causal, 0, n, cfg, n_head_kv=2)
+    assert heads[0, n - 1, 120] and not heads[0, n - 1, 110]
+    assert heads[1, n - 1, 110] and not heads[1, n - 1, 120]
+    # the allowed pairs of a prompt follow the same grouping; the mistake switch selects per head
+    assert (ref.sparse_allowed([scores], [causal], cfg, cfg.groups(2, 1)) == group).all()
+    per_head = replace(cfg, per_head=True)
+    assert (ref.sparse_allowed([scores], [causal], cfg, per_head.groups(2, 1)) == heads).all()
+    with pytest.raises(ValueError, match="do not split"):
+        ref.sparse_keep(scores, causal, 0, n, cfg, n_head_kv=3)
 
 
 @pytest.mark.parametrize("attn", list(ATTN))
@@ -103,11 +154,12 @@ def test_threshold_at_kv_length_is_byte_identical_to_off(
     assert below.raw != off.raw  # one cell less and the same run is sparse
 
 
+@pytest.mark.parametrize("heads", ["h2k1", "h4k2"])
 @pytest.mark.parametrize("attn", list(ATTN))
 def test_budgets_covering_every_key_are_byte_identical_to_dense(
-    attn: str, dca_tool: Path, models_dir: TinyModels, tmp_path: Path
+    attn: str, heads: str, dca_tool: Path, models_dir: TinyModels, tmp_path: Path
 ) -> None:
-    model = model_path(models_dir, "qwen2")
+    model = _heads_model(models_dir, "qwen2", heads)
     plan = single_plan(N_TOKENS, n_gen=4)
     args = (*BASE, "-ub", "64", *ATTN[attn])
     dense = run_tool(dca_tool, plan, model, args, tmp_path / "dense")
@@ -121,12 +173,25 @@ def test_budgets_covering_every_key_are_byte_identical_to_dense(
 
 @pytest.mark.parametrize("ubatch", UBATCHES)
 @pytest.mark.parametrize("attn", list(ATTN))
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize(
+    ("arch", "heads"),
+    [*((arch, "h2k1") for arch in ARCHS), ("qwen2", "h2k2"), ("qwen2", "h4k2")],
+)
 def test_sparse_equals_reference(
-    arch: str, attn: str, ubatch: int, dca_tool: Path, models_dir: TinyModels, tmp_path: Path
+    arch: str,
+    heads: str,
+    attn: str,
+    ubatch: int,
+    dca_tool: Path,
+    models_dir: TinyModels,
+    tmp_path: Path,
 ) -> None:
-    model = model_path(models_dir, arch)
+    model = _heads_model(models_dir, arch, heads)
     cfg = ref.SparseConfig(vertical=VERTICAL, slash=SLASH, last_q=LAST_Q, ubatch=ubatch)
+    n_head, n_head_kv, _ = HEADS[heads]
+    # with groups of several heads, the per-head selection (the mistake) must be told apart too;
+    # it is only compared from afar, so its own near ties do not matter
+    per_head = replace(cfg, per_head=True, min_gap=0.0) if n_head > n_head_kv else None
     tokens = unambiguous_prompt(model, _run_config(attn, cfg))
     plan = Plan(seqs=(tokens,), steps=(f"call 0:{N_TOKENS}",))
     args = (*BASE, "-ub", str(ubatch), *ATTN[attn])
@@ -142,6 +207,11 @@ def test_sparse_equals_reference(
     effect = rel_err_all(want_sparse, want_dense)
     assert err <= tol, f"sparse vs reference {err:.3g} > {tol:.3g} (dense error {dense_err:.3g})"
     assert effect >= MARGIN * tol, f"the selection changes the logits by {effect:.3g} only"
+    if per_head is not None:
+        want_per_head = reference_logits(model, sparse.tokens, _run_config(attn, per_head))
+        apart = rel_err_all(want_per_head, want_sparse)
+        assert apart >= MARGIN * tol, f"per-head and per-group selections only {apart:.3g} apart"
+        assert rel_err_all(sparse.logits(), want_per_head) > tol
 
 
 @pytest.mark.parametrize(
