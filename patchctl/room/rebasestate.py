@@ -106,9 +106,6 @@ class Journal:
     # the base blobs a patch's index lines name that its rebuilt old tree does not hold:
     # {"patch", "path", "named", "rebuilt"} each (series/baseblobs.py)
     bases: tuple[dict[str, Any], ...] = ()
-    # the tree the work tree is being moved to while the patches move (the new upstream's
-    # files, the patched files left as they were); "" when no such move is under way
-    moving: str = ""
     version: int = field(default=VERSION)
 
     @property

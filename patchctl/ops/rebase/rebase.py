@@ -4,10 +4,7 @@ How (in the series' clean room, under the series and clean-room locks for every 
 1. The new upstream is pinned (pinning.py: sha256, full commit) and materialized; its tree
    becomes a new base commit in the clean room's repository. The old series is replayed on
    the old base (series.gitapply.replay_tree) into one commit per patch, so every patch has an old
-   "before" and "after" tree whatever its format. While the patches move, the clean room's
-   work tree moves in a second thread to the new upstream's files, those the old patches
-   changed left as they are (the journal names that tree first: --abort after a kill then
-   takes a half-moved work tree for patchctl's own, not for unsaved work); a stop waits for it.
+   "before" and "after" tree whatever its format.
 2. Each patch, in order, onto the new base plus the patches rebased before it: if its bytes
    apply exactly, that is its result; otherwise the three-way merge of its old commit onto
    the new tip (git's ort merge, as a cherry-pick does it: `Git.merge_trees`). Its new bytes
@@ -41,7 +38,6 @@ import itertools
 import re
 import shutil
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass, replace
@@ -230,16 +226,7 @@ def rebase(
             )
         journal = replace(_start(session, room, pinned, base, dropped), replay=replay)
         journal = _history_evidence(room, session.series, pinned, journal, drop_merged)
-        # The work tree moves towards the new upstream while the patches move (the files the
-        # old patches changed stay as they are, so the finish writes each file at most once).
-        early = _early_tree(room, journal)
-        journal = rebasestate.moved(room.path, journal, journal.state, moving=early)
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            moving = pool.submit(_move_worktree, room, early)
-            journal = _advance(
-                room, _old_series(room, session), journal, progress, before_stop=moving.result
-            )
-            moving.result()
+        journal = _advance(room, _old_series(room, session), journal, progress)
         return _conclude(session, room, journal, progress)
 
 
@@ -552,15 +539,9 @@ _OLD_SERIES: dict[tuple[str, bytes], Series] = {}
 
 def _save_edits(room: Cleanroom, journal: Journal) -> Backup | None:
     """Back up the work tree when it holds anything but what patchctl last put there (the
-    user's edits of a conflict), before it is reset. While the work tree was being moved
-    early (a run killed then), each file may be as it was or as the move puts it."""
-    held = room.git.snapshot_worktree()
-    if held == journal.worktree:
+    user's edits of a conflict), before it is reset."""
+    if room.git.snapshot_worktree() == journal.worktree:
         return None
-    if journal.moving:
-        left, ahead = room.git.raw_changes([(journal.worktree, held), (held, journal.moving)])
-        if not set(left) & set(ahead):  # every file that changed is as the move puts it
-            return None
     return room.save_unsaved_work()
 
 
@@ -573,29 +554,10 @@ def _stopped(journal: Journal) -> Stop:
 # ----------------------------------------------------------------------------- the patches
 
 
-def _early_tree(room: Cleanroom, journal: Journal) -> str:
-    """The tree the work tree can move to while the patches move: the new upstream's, with
-    every path the old patches changed as the work tree holds it now (the old tip's). The
-    finish then rewrites only the files the rebased patches make differ from that."""
-    git = room.git
-    old_base, old_tip = git.trees_of([journal.old_base, journal.branch])
-    changed = git.raw_changes([(old_base, old_tip)])[0]
-    with TreeStore(git) as store:
-        return store.edit(
-            journal_tree(journal), {path: after for path, (_before, after) in changed.items()}
-        )
-
-
 def _advance(
-    room: Cleanroom,
-    series: Series,
-    journal: Journal,
-    progress: Progress | None,
-    before_stop: Callable[[], object] | None = None,
+    room: Cleanroom, series: Series, journal: Journal, progress: Progress | None
 ) -> Journal:
-    """Rebase the remaining patches until all are done or one stops (state stopped);
-    `before_stop` is called before a stop hands the work tree to the user (it waits for the
-    early move of the work tree)."""
+    """Rebase the remaining patches until all are done or one stops (state stopped)."""
     report = or_null(progress)
     report.start("rebase", len(journal.ids))
     report.advance("rebase", len(journal.done))
@@ -625,8 +587,6 @@ def _advance(
                     outcome = _upstreamed_done(journal, pid)
             if isinstance(outcome, Stop):
                 report.done("rebase")
-                if before_stop is not None:
-                    before_stop()
                 _keep_head(room, journal)
                 spent = round(time.perf_counter() - started, 3)
                 return _stop_here(room, journal, replace(outcome, seconds=spent))
@@ -981,7 +941,7 @@ def _stop_here(room: Cleanroom, journal: Journal, stop: Stop) -> Journal:
     room.git.read_tree(room.git.tree_of(journal.head), reset=True)
     rebase_stop.conflict_state(room.git, journal, stop)  # unmerged entries, new files -N
     room.git.detach_head(journal.head)
-    return rebasestate.moved(room.path, journal, "stopped", worktree=stop.merged, moving="")
+    return rebasestate.moved(room.path, journal, "stopped", worktree=stop.merged)
 
 
 def _move_worktree(room: Cleanroom, tree: str) -> None:

@@ -571,35 +571,3 @@ def test_a_kill_loses_at_most_the_patches_moved_since_the_last_record(
         (d.id, d.commit) for d in unbroken.patches
     ]
     assert again.stop is not None and again.stop.id == "0004-c-10"
-
-
-@pytest.mark.parametrize("moved", ["whole", "half", "edited"])
-def test_a_run_killed_while_the_work_tree_moves_early_is_aborted_without_a_backup(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, moved: str
-) -> None:
-    """The work tree moves towards the new upstream while the patches move; a run killed
-    then leaves files as they were or as the move puts them, which --abort takes for
-    patchctl's own (no backup) and puts back; a file edited by hand is saved first."""
-    series_dir, onto = rebase_ready(tmp_path)
-    room = room_of(series_dir)
-    before = {p: p.read_bytes() for p in room.rglob("*") if p.is_file() and ".git" not in p.parts}
-
-    def killed(*args: Any, before_stop: Any = None, **kwargs: Any) -> Any:
-        before_stop()  # the early move done, then the kill
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(rebase_module, "_advance", killed)
-    with pytest.raises(KeyboardInterrupt):
-        rebase(series_dir, onto)
-    monkeypatch.undo()
-    journal = rebasestate.load(room)
-    assert journal.state == "running" and journal.moving
-    assert (room / "NEWS").read_bytes() == b"v2\n"  # the new upstream's file is there already
-    assert {p: p.read_bytes() for p in before} == before  # the patched files are not touched
-    if moved == "half":
-        (room / "NEWS").unlink()  # as if the kill came before the move wrote it
-    if moved == "edited":
-        (room / "src" / "b.c").write_bytes(b"an edit\n")
-    report = rebase_abort(series_dir)
-    assert (report.backup is not None) == (moved == "edited")
-    assert {p: p.read_bytes() for p in before} == before and not (room / "NEWS").exists()
