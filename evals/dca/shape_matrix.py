@@ -133,6 +133,10 @@ SHAPES: dict[str, Shape] = {s.name: s for s in (
     # SmolLM2-135M (config.json): 30 layers, 9 query heads and 3 KV heads of 64, FFN 1536, trained
     # at 8192 with RoPE base 100000; one layer here (prefill time per layer does not depend on the
     # weights), for the sparse-prefill CPU table (evals/dca/sparse_cpu_table.py)
+    # the full-attention layers of Qwen3-Next-80B-A3B (12 of its 48 layers; a dense FFN of its
+    # shared expert's width stands in for the MoE): GQA 8 with head dim 256, a shape the pinned
+    # upstream's CUDA sparse flash attention has kernels for (sparse prefill's speed table)
+    Shape("qwen3-next-attn", "Qwen3-Next-80B", "qwen3", 2048, 16, 2, 256, 512, 12, 48),
     Shape("smollm2-135m-l1", "SmolLM2-135M", "llama", 576, 9, 3, 64, 1536, 1, 30,
           n_ctx_train=8192, rope_freq_base=100000.0),
 )}
@@ -193,7 +197,14 @@ MEMORY_CELLS: tuple[Cell, ...] = (
     Cell("qwen3.5-9b-full/any", "qwen3.5-9b-full", "f16", why="Qwen3.5-9B memory at 256k-1M"),
 )
 
-MATRICES = {"gpu": GPU_CELLS, "cpu": CPU_CELLS, "memory": MEMORY_CELLS}
+# Models of the sparse prefill speed table (evals/device/sparse_speed.sh), not benchmarked here.
+SPARSE_CELLS: tuple[Cell, ...] = (
+    Cell("qwen2.5-0.5b/f16", "qwen2.5-0.5b", "f16", why="the issue's model: GQA 7, hd 64"),
+    Cell("qwen3-next-attn/f16", "qwen3-next-attn", "f16",
+         why="GQA 8, hd 256: the upstream CUDA sparse kernel's shape"),
+)
+
+MATRICES = {"gpu": GPU_CELLS, "cpu": CPU_CELLS, "memory": MEMORY_CELLS, "sparse": SPARSE_CELLS}
 
 # Time model of one llama-bench run on the H200, fitted to the pair-launch run's benches of the same
 # command (results/dca-cuda/2026-11-29-pair-launch/bench-*.json, test_time stamps): SmolLM2-135M, attention

@@ -8,8 +8,8 @@ wall time is a lower bound).
 
     sparse_gpu_table.py FILE.jsonl [FILE.jsonl ...] [--json OUT.json]
 
-prints a markdown table (prefill seconds per arm and the dense / sparse speed-ups with the same DCA
-setting) and the targets the sparse prefill is held to: a 1M-token prefill of the 0.5B model in at
+prints, per model (the ``cell`` of each line), a markdown table (prefill seconds per arm and the
+dense / sparse speed-ups with the same DCA setting) and the targets the sparse prefill is held to: a 1M-token prefill of the 0.5B model in at
 most 60 s and at least 4x faster than dense DCA, at least 1.5x at 128k, and no slowdown below the
 sparse threshold (sparse / dense time <= 1.05 at 32k, where the default threshold keeps every
 ubatch dense). ``--json`` writes the same as data. Exit 0 whatever the targets say (they are
@@ -30,6 +30,7 @@ TARGET_1M_S = 60.0
 TARGET_1M_SPEEDUP = 4.0
 TARGET_128K_SPEEDUP = 1.5
 NO_SLOWDOWN = 1.05
+DEFAULT_CELL = "qwen2.5-0.5b/f16"
 
 
 @dataclass(frozen=True)
@@ -68,8 +69,16 @@ def read_rows(paths: list[Path]) -> list[dict[str, Any]]:
     return rows
 
 
+def models(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The rows per model (``cell``; rows without one are the default model's)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        out.setdefault(str(row.get("cell", DEFAULT_CELL)), []).append(row)
+    return out
+
+
 def cells(rows: list[dict[str, Any]]) -> dict[int, dict[str, Cell]]:
-    """The last row of each (size, arm): a rerun replaces an earlier one."""
+    """The last row of each (size, arm) of one model: a rerun replaces an earlier one."""
     out: dict[int, dict[str, Cell]] = {}
     for row in rows:
         avg = row.get("avg_ns")
@@ -154,19 +163,22 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as e:
         print(f"sparse_gpu_table: {e}", file=sys.stderr)
         return 2
-    table = cells(rows)
-    print(markdown(table))
-    tg = targets(table)
-    for t in tg:
-        m = t["measured"]
-        shown = "not measured" if m is None else f"{m:.3g}"
-        print(f"- {t['target']}: {shown} ({'met' if t['met'] else 'not met'})")
-    if args.json:
-        data = {
-            "rows": rows,
+    data: dict[str, Any] = {"rows": rows, "models": {}}
+    for model, model_rows in models(rows).items():
+        table = cells(model_rows)
+        print(f"### {model}\n")
+        print(markdown(table))
+        tg = targets(table)
+        for t in tg:
+            m = t["measured"]
+            shown = "not measured" if m is None else f"{m:.3g}"
+            print(f"- {t['target']}: {shown} ({'met' if t['met'] else 'not met'})")
+        print()
+        data["models"][model] = {
             "targets": tg,
             "table": {str(n): {a: c.__dict__ for a, c in r.items()} for n, r in table.items()},
         }
+    if args.json:
         args.json.write_text(json.dumps(data, indent=1) + "\n")
     return 0
 

@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
 # Device: the sparse prefill speed table. One llama-bench prefill of N tokens (no decode) on the
-# 24-layer Qwen2.5-0.5B shape (random weights, f16 KV), one process alone on the GPU, for each arm:
+# model of CELL (evals/dca/shape_matrix.py --matrix sparse: qwen2.5-0.5b/f16, the default, or
+# qwen3-next-attn/f16; random weights, f16 KV), one process alone on the GPU, for each arm:
 #   dca-dense (--dca on), dca-sparse (--dca on --sparse-prefill on), plain-dense, plain-sparse,
 # with the published defaults (vertical 1000, slash 6096, threshold 32768, last_q 64).
 # Each run is capped at CAP_S seconds (a capped run is recorded with rc 124 and its wall time).
 # After start_build.sh + gen_models.sh (the model) and wait_build.sh.
 # -> $OUT/sparse-speed-$TAG.jsonl (one JSON line per run: the command, rc, wall, llama-bench's avg_ns)
-# usage: SIZES="32768 131072" ARMS="dca-dense dca-sparse" [CAP_S=300] [UB=2048] [TAG=a]
+# usage: SIZES="32768 131072" ARMS="dca-dense dca-sparse" [CELL=...] [CAP_S=300] [UB=2048] [TAG=a]
 #        bash evals/device/sparse_speed.sh
 set -uo pipefail
 source evals/device/common.sh
 bin="$(build_dir)bin"
 export LD_LIBRARY_PATH="$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-w=0; while [ ! -f "$W/gen.rc" ] && [ "$w" -lt 300 ]; do sleep 5; w=$((w+5)); done
-model=$(python3 evals/dca/shape_matrix.py path --work "$W/shapes" --gguf-py "$CR/gguf-py" --cells qwen2.5-0.5b/f16 | tail -1)
+cell=${CELL:-qwen2.5-0.5b/f16}
+model=$(python3 evals/dca/shape_matrix.py path --matrix sparse --work "$W/shapes" --gguf-py "$CR/gguf-py" --cells "$cell" | tail -1)
 tree=$(cd "$CR" 2>/dev/null && git rev-parse --short=8 HEAD 2>/dev/null || echo unknown)
 out="$OUT/sparse-speed-${TAG:-a}.jsonl"
 ub=${UB:-2048}
@@ -35,11 +36,11 @@ for n in ${SIZES:-32768 131072}; do
     s=$(date +%s.%N)
     timeout "${CAP_S:-300}" "${cmd[@]}" > "$W/sp.json" 2> "$W/sp.err"; rc=$?
     e=$(date +%s.%N)
-    W="$W" python3 - "$out" "$n" "$arm" "$rc" "$s" "$e" "$tree" "$gpu" "${cmd[*]}" <<'EOF'
+    W="$W" python3 - "$out" "$n" "$arm" "$rc" "$s" "$e" "$tree" "$gpu" "${cmd[*]}" "$cell" <<'EOF'
 import json, os, sys
 from pathlib import Path
-out, n, arm, rc, s, e, tree, gpu, cmd = sys.argv[1:]
-row = {"n": int(n), "arm": arm, "rc": int(rc), "wall_s": round(float(e) - float(s), 2), "tree": tree,
+out, n, arm, rc, s, e, tree, gpu, cmd, cell = sys.argv[1:]
+row = {"cell": cell, "n": int(n), "arm": arm, "rc": int(rc), "wall_s": round(float(e) - float(s), 2), "tree": tree,
        "gpu": gpu, "command": cmd, "avg_ns": None}
 p = Path(os.environ["W"]) / "sp.json"
 try:

@@ -43,7 +43,7 @@ def test_speedups_and_targets(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     out = tmp_path / "t.json"
     assert gt.main([str(_write(tmp_path, rows)), "--json", str(out)]) == 0
     data = json.loads(out.read_text())
-    met = {t["target"].split(":")[0]: t["met"] for t in data["targets"]}
+    met = {t["target"].split(":")[0]: t["met"] for t in data["models"][gt.DEFAULT_CELL]["targets"]}
     assert met["1M prefill (sparse DCA) <= 60 s"] is False  # 70 s
     assert met["1M"] is False  # 260/70 = 3.7x < 4x
     assert met["128k"] is True  # 2x
@@ -83,3 +83,19 @@ def test_unreadable_lines_are_refused_with_their_place(
     p.write_text(json.dumps(_row(32768, "dca-dense", 1.0)) + "\n" + line + "\n")
     assert gt.main([str(p)]) == 2
     assert f"{p}:2:" in capsys.readouterr().err
+
+
+def test_models_are_reported_apart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = [
+        _row(131072, "dca-dense", 30.0),
+        _row(131072, "dca-sparse", 15.0),
+        {**_row(131072, "dca-dense", 40.0), "cell": "qwen3-next-attn/f16"},
+        {**_row(131072, "dca-sparse", 10.0), "cell": "qwen3-next-attn/f16"},
+    ]
+    out = tmp_path / "t.json"
+    assert gt.main([str(_write(tmp_path, rows)), "--json", str(out)]) == 0
+    data = json.loads(out.read_text())["models"]
+    assert data[gt.DEFAULT_CELL]["table"]["131072"]["dca-sparse"]["seconds"] == 15.0
+    assert data["qwen3-next-attn/f16"]["table"]["131072"]["dca-sparse"]["seconds"] == 10.0
+    text = capsys.readouterr().out
+    assert "### qwen3-next-attn/f16" in text and "4.00x" in text and "2.00x" in text
