@@ -9,11 +9,11 @@ wall time is a lower bound).
     sparse_gpu_table.py FILE.jsonl [FILE.jsonl ...] [--json OUT.json]
 
 prints, per model (the ``cell`` of each line), a markdown table (prefill seconds per arm and the
-dense / sparse speed-ups with the same DCA setting) and the targets the sparse prefill is held to: a 1M-token prefill of the 0.5B model in at
-most 60 s and at least 4x faster than dense DCA, at least 1.5x at 128k, and no slowdown below the
-sparse threshold (sparse / dense time <= 1.05 at 32k, where the default threshold keeps every
-ubatch dense). ``--json`` writes the same as data. Exit 0 whatever the targets say (they are
-reported, not enforced); 2 on unreadable input.
+dense / sparse speed-ups with the same DCA setting) and the targets the sparse prefill is held to:
+a 1M-token prefill of the 0.5B model in at most 60 s and at least 4x faster than dense DCA, at
+least 1.5x at 128k, and no slowdown below the sparse threshold (sparse / dense time <= 1.05 at
+32k, where the default threshold keeps every ubatch dense). ``--json`` writes the same as data.
+Exit 0 whatever the targets say (they are reported, not enforced); 2 on unreadable input.
 """
 
 from __future__ import annotations
