@@ -502,6 +502,12 @@ def _rotate(x: F64, kv_type: str) -> F64:
     return out
 
 
+def estimate_query(q: F64, key_type: str) -> F64:
+    """The queries as sparse prefill's estimation multiplies them with keys of ``key_type``: ggml
+    converts them to that type's dot-product type (f16 keys: f16 queries)."""
+    return kv_round(q, VEC_DOT_TYPE[key_type])
+
+
 def kv_round(x: F64, kv_type: str) -> F64:
     """The value llama.cpp's KV cache of type ``kv_type`` gives back for x."""
     if kv_type == "f32":
@@ -574,15 +580,17 @@ def dca_regime_parts(
     a: AttnInput, dca: DcaConfig, mut: Mutation = CORRECT, key_type: str | None = None
 ) -> tuple[list[F64], npt.NDArray[np.int64]]:
     """Each regime's scores (n_head, n, n) from its own query rope, and the regime map.
-    ``key_type``: the keys rounded to that cache type and the queries taken as they are (the
-    sparse estimation's view), instead of the attention's (AttnInput.k_stored, q_for_dot)."""
+    ``key_type``: the keys rounded to that cache type and the queries to its dot-product type (the
+    sparse estimation's view: its scores are ggml_mul_mat of the cached keys and the queries, its
+    normalisation flash attention's LSE, both of which round the queries so), instead of the
+    attention's (AttnInput.k_stored, q_for_dot)."""
     n = a.q.shape[0]
     pos = np.arange(n, dtype=np.int64)
     k_pos = pos if mut.keys_unwrapped else pos % dca.chunk_len
     h_pos = pos if mut.mrope_h_unmoved else None
     k_roped = a.rope(a.k, k_pos, h_pos)
     k = a.k_stored(k_roped) if key_type is None else kv_round(k_roped, key_type)
-    q_view = a.q_for_dot if key_type is None else (lambda x: x)
+    q_view = a.q_for_dot if key_type is None else (lambda x: estimate_query(x, key_type))
     factors = mscale_factors(n, dca.mscale_orig)
     if mut.mscale_once:
         factors = np.sqrt(factors)
@@ -783,7 +791,7 @@ def sparse_plain_attention(a: AttnInput, cfg: SparseConfig) -> F64:
     pos = np.arange(n, dtype=np.int64)
     q, k = a.rope(a.q, pos), a.rope(a.k, pos)
     scores = _gqa_scores(a.q_for_dot(q), a.k_stored(k), a.scale)
-    estimate = _gqa_scores(q, kv_round(k, cfg.key_type), a.scale)
+    estimate = _gqa_scores(estimate_query(q, cfg.key_type), kv_round(k, cfg.key_type), a.scale)
     groups = cfg.groups(a.q.shape[1], a.k.shape[1])
     allowed = sparse_allowed([estimate], [pos[:, None] >= pos[None, :]], cfg, groups)
     scores = np.where(allowed, scores, NEG_INF)
