@@ -582,7 +582,8 @@ def test_the_real_series_after_a_lower_capture(
     room = tmp_path / "room"
     old = {p.name: p.read_bytes() for p in series_dir.glob("*.patch")}
     later = ["0083-dca-tools", "0088-llama-dca-qwen35", "0089-llama-dca-known-models",
-             "0093-ggml-sparse-vs", "0090-llama-sparse-prefill", "0091-sparse-prefill-tools"]  # fmt: skip
+             "0093-ggml-sparse-vs", "0090-llama-sparse-prefill", "0091-sparse-prefill-tools",
+             "0094-ggml-cpu-sparse-fa-gather"]  # fmt: skip
 
     def capture_0082(path: str, anchor: bytes) -> dict[str, Any]:
         cleanroom_apply(series_dir, room, "0082-llama-dca")
