@@ -414,7 +414,7 @@ def write_doc(args: argparse.Namespace, gguf_from: str, t_start: float, results:
     rows = summarize(results)
     ratios = [r["ratio"] for r in rows]
     doc = {
-        "what": "DCA on / off throughput across model shapes and KV types (issue 15)",
+        "what": "DCA on / off throughput across model shapes and KV types",
         "tree": args.tree, "matrix": args.matrix, "reps": args.reps, "instances": args.instances,
         "gguf_from": gguf_from,
         "host": platform.node(), "n_ctx_train": N_CTX_TRAIN, "complete": done,
