@@ -35,29 +35,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define PROBE_NAME "fa_lse_probe"
+#include "probe_io.h"
+
 enum { N_INTS = 16, N_FLOATS = 4 };
 
 struct probe_params {
     int32_t op, n_threads, dk, dv, n_kv, n_batch, n_head, n_head_kv, ne3, kv_type, has_mask, n_sink_sets, use_ref;
     float scale, max_bias, softcap;
 };
-
-static void die(int code, const char * msg) {
-    fprintf(stderr, "fa_lse_probe: %s\n", msg);
-    exit(code);
-}
-
-static void read_exact(FILE * f, void * dst, size_t n) {
-    if (n != 0 && fread(dst, 1, n, f) != n) {
-        die(2, "short read on input");
-    }
-}
-
-static void write_exact(FILE * f, const void * src, size_t n) {
-    if (n != 0 && fwrite(src, 1, n, f) != n) {
-        die(2, "short write on output");
-    }
-}
 
 static struct probe_params read_params(FILE * f) {
     char magic[8];

@@ -34,24 +34,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define PROBE_NAME "sparse_vs_probe"
+#include "probe_io.h"
+
 enum { N_INTS = 16, N_FLOATS = 2 };
-
-static void die(int code, const char * msg) {
-    fprintf(stderr, "sparse_vs_probe: %s\n", msg);
-    exit(code);
-}
-
-static void read_exact(FILE * f, void * dst, size_t n) {
-    if (n != 0 && fread(dst, 1, n, f) != n) {
-        die(2, "short read on input");
-    }
-}
-
-static void write_exact(FILE * f, const void * src, size_t n) {
-    if (n != 0 && fwrite(src, 1, n, f) != n) {
-        die(2, "short write on output");
-    }
-}
 
 // host f32 values -> t (any type, contiguous) on its backend
 static void set_converted(struct ggml_tensor * t, const float * src) {
