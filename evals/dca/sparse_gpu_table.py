@@ -12,7 +12,9 @@ prints, per model (the ``cell`` of each line), a markdown table (prefill seconds
 dense / sparse speed-ups with the same DCA setting) and the targets the sparse prefill is held to:
 a 1M-token prefill of the 0.5B model in at most 60 s and at least 4x faster than dense DCA, at
 least 1.5x at 128k, and no slowdown below the sparse threshold (sparse / dense time <= 1.05 at
-32k, where the default threshold keeps every ubatch dense). ``--json`` writes the same as data.
+32k, where the default threshold keeps every ubatch dense), and GPU memory within 5 % of dense
+(the peak ``gpu_mem_peak_mib`` minus the card's reading before the run, ``gpu_mem_idle_mib``, where
+a line has both). ``--json`` writes the same as data.
 Exit 0 whatever the targets say (they are reported, not enforced); 2 on unreadable input.
 """
 
@@ -30,6 +32,7 @@ TARGET_1M_S = 60.0
 TARGET_1M_SPEEDUP = 4.0
 TARGET_128K_SPEEDUP = 1.5
 NO_SLOWDOWN = 1.05
+MEMORY_WITHIN = 1.05
 DEFAULT_CELL = "qwen2.5-0.5b/f16"
 
 
@@ -40,6 +43,7 @@ class Cell:
     seconds: float | None
     lower_bound: float | None
     rc: int
+    mem_mib: int | None = None
 
     def text(self) -> str:
         if self.seconds is not None:
@@ -85,8 +89,23 @@ def cells(rows: list[dict[str, Any]]) -> dict[int, dict[str, Cell]]:
         rc = int(row.get("rc", 1))
         seconds = avg / 1e9 if rc == 0 and isinstance(avg, (int, float)) else None
         bound = float(row["wall_s"]) if seconds is None and rc == 124 else None
-        out.setdefault(row["n"], {})[row["arm"]] = Cell(seconds, bound, rc)
+        out.setdefault(row["n"], {})[row["arm"]] = Cell(seconds, bound, rc, memory(row))
     return out
+
+
+def memory(row: dict[str, Any]) -> int | None:
+    """The run's own GPU memory: its peak reading minus the card's reading before it (MiB)."""
+    peak, idle = row.get("gpu_mem_peak_mib"), row.get("gpu_mem_idle_mib")
+    if not isinstance(peak, int) or not isinstance(idle, int) or peak < idle:
+        return None
+    return peak - idle
+
+
+def memory_ratio(dense: Cell | None, sparse: Cell | None) -> float | None:
+    """Sparse / dense GPU memory of one size (None unless both were sampled and dense used some)."""
+    if dense is None or sparse is None or dense.mem_mib is None or sparse.mem_mib is None:
+        return None
+    return sparse.mem_mib / dense.mem_mib if dense.mem_mib > 0 else None
 
 
 def speedup(dense: Cell | None, sparse: Cell | None) -> float | None:
@@ -134,14 +153,32 @@ def targets(table: dict[int, dict[str, Cell]]) -> list[dict[str, Any]]:
                 "met": s32 is not None and 1.0 / s32 <= NO_SLOWDOWN,
             }
         )
+    ratios = [
+        (n, mode, r)
+        for n, row in sorted(table.items())
+        for mode in ("dca", "plain")
+        if (r := memory_ratio(row.get(f"{mode}-dense"), row.get(f"{mode}-sparse"))) is not None
+    ]
+    worst = max(ratios, key=lambda t: t[2], default=None)
+    res.append(
+        {
+            "target": f"GPU memory: sparse within {MEMORY_WITHIN - 1:.0%} of dense "
+            "(worst size and mode)",
+            "measured": None if worst is None else worst[2],
+            "where": None if worst is None else f"{worst[0]} {worst[1]}",
+            "met": bool(ratios) and all(r <= MEMORY_WITHIN for _, _, r in ratios),
+        }
+    )
     return res
 
 
 def markdown(table: dict[int, dict[str, Cell]]) -> str:
     head = (
-        "| tokens | " + " | ".join(f"{a} (s)" for a in ARMS) + " | DCA speed-up | plain speed-up |"
+        "| tokens | "
+        + " | ".join(f"{a} (s)" for a in ARMS)
+        + " | DCA speed-up | plain speed-up | GPU MiB dense / sparse (DCA; plain) |"
     )
-    lines = [head, "|" + "---|" * (len(ARMS) + 3)]
+    lines = [head, "|" + "---|" * (len(ARMS) + 4)]
     for n in sorted(table):
         row = table[n]
         vals = [row[a].text() if a in row else "-" for a in ARMS]
@@ -149,7 +186,13 @@ def markdown(table: dict[int, dict[str, Cell]]) -> str:
         for mode in ("dca", "plain"):
             s = speedup(row.get(f"{mode}-dense"), row.get(f"{mode}-sparse"))
             ups.append("-" if s is None else f"{s:.2f}x")
-        lines.append(f"| {n} | " + " | ".join(vals + ups) + " |")
+        mems = []
+        for mode in ("dca", "plain"):
+            d, sp = row.get(f"{mode}-dense"), row.get(f"{mode}-sparse")
+            dm = "-" if d is None or d.mem_mib is None else str(d.mem_mib)
+            sm = "-" if sp is None or sp.mem_mib is None else str(sp.mem_mib)
+            mems.append(f"{dm} / {sm}")
+        lines.append(f"| {n} | " + " | ".join([*vals, *ups, "; ".join(mems)]) + " |")
     return "\n".join(lines)
 
 
@@ -172,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
         for t in tg:
             m = t["measured"]
             shown = "not measured" if m is None else f"{m:.3g}"
+            if t.get("where"):
+                shown += f" at {t['where']}"
             print(f"- {t['target']}: {shown} ({'met' if t['met'] else 'not met'})")
         print()
         data["models"][model] = {

@@ -5,8 +5,11 @@
 #   dca-dense (--dca on), dca-sparse (--dca on --sparse-prefill on), plain-dense, plain-sparse,
 # with the published defaults (vertical 1000, slash 6096, threshold 32768, last_q 64).
 # Each run is capped at CAP_S seconds (a capped run is recorded with rc 124 and its wall time).
+# GPU memory: nvidia-smi samples memory.used every 200 ms during each run; the row keeps the peak and
+# the reading before the run (the card is otherwise idle: one process alone on the GPU).
 # After start_build.sh + gen_models.sh (the model) and wait_build.sh.
-# -> $OUT/sparse-speed-$TAG.jsonl (one JSON line per run: the command, rc, wall, llama-bench's avg_ns)
+# -> $OUT/sparse-speed-$TAG.jsonl (one JSON line per run: the command, rc, wall, llama-bench's avg_ns,
+#    gpu_mem_idle_mib / gpu_mem_peak_mib)
 # usage: SIZES="32768 131072" ARMS="dca-dense dca-sparse" [CELL=...] [CAP_S=300] [UB=2048] [TAG=a]
 #        bash evals/device/sparse_speed.sh
 set -uo pipefail
@@ -32,16 +35,24 @@ for n in ${SIZES:-32768 131072}; do
     # otherwise count), skipped from 128k on, where it would double a run of minutes
     warm=(); [ "$n" -ge 131072 ] && warm=(--no-warmup)
     cmd=("$bin/llama-bench" -m "$model" -fa 1 -ngl 99 -p "$n" -n 0 -r 1 -ub "$ub" -b "$ub" "${flags[@]}" "${warm[@]}" -o json)
-    rm -f "$W/sp.json" "$W/sp.err"
+    rm -f "$W/sp.json" "$W/sp.err" "$W/sp.mem"
+    idle=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1)
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 > "$W/sp.mem" 2>/dev/null &
+    smi=$!
     s=$(date +%s.%N)
     timeout "${CAP_S:-300}" "${cmd[@]}" > "$W/sp.json" 2> "$W/sp.err"; rc=$?
     e=$(date +%s.%N)
-    W="$W" python3 - "$out" "$n" "$arm" "$rc" "$s" "$e" "$tree" "$gpu" "${cmd[*]}" "$cell" <<'EOF'
+    kill "$smi" 2>/dev/null; wait "$smi" 2>/dev/null
+    W="$W" python3 - "$out" "$n" "$arm" "$rc" "$s" "$e" "$tree" "$gpu" "${cmd[*]}" "$cell" "$idle" <<'EOF'
 import json, os, sys
 from pathlib import Path
-out, n, arm, rc, s, e, tree, gpu, cmd, cell = sys.argv[1:]
+out, n, arm, rc, s, e, tree, gpu, cmd, cell, idle = sys.argv[1:]
 row = {"cell": cell, "n": int(n), "arm": arm, "rc": int(rc), "wall_s": round(float(e) - float(s), 2), "tree": tree,
        "gpu": gpu, "command": cmd, "avg_ns": None}
+mp = Path(os.environ["W"]) / "sp.mem"
+mem = [int(x) for x in mp.read_text().split() if x.isdigit()] if mp.exists() else []
+row["gpu_mem_idle_mib"] = int(idle) if idle.strip().isdigit() else None
+row["gpu_mem_peak_mib"] = max(mem) if mem else None
 p = Path(os.environ["W"]) / "sp.json"
 try:
     runs = json.loads(p.read_text())

@@ -49,7 +49,8 @@ def test_speedups_and_targets(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert met["128k"] is True  # 2x
     assert met["32k (dca)"] is False and met["32k (plain)"] is True  # 1.10 vs 1.01
     text = capsys.readouterr().out
-    assert "| 131072 | 30.00 | 15.00 | - | - | 2.00x | - |" in text
+    assert "| 131072 | 30.00 | 15.00 | - | - | 2.00x | - | - / -; - / - |" in text
+    assert met["GPU memory"] is False  # nothing sampled: not met, and said so
 
 
 def test_a_capped_run_is_a_lower_bound_and_a_rerun_replaces(tmp_path: Path) -> None:
@@ -99,3 +100,30 @@ def test_models_are_reported_apart(tmp_path: Path, capsys: pytest.CaptureFixture
     assert data["qwen3-next-attn/f16"]["table"]["131072"]["dca-sparse"]["seconds"] == 10.0
     text = capsys.readouterr().out
     assert "### qwen3-next-attn/f16" in text and "4.00x" in text and "2.00x" in text
+
+
+def test_memory_is_the_runs_own_and_held_to_five_percent(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def mem(row: dict[str, Any], idle: int, peak: int) -> dict[str, Any]:
+        return {**row, "gpu_mem_idle_mib": idle, "gpu_mem_peak_mib": peak}
+
+    rows = [
+        mem(_row(131072, "dca-dense", 30.0), 500, 10500),  # 10000 MiB
+        mem(_row(131072, "dca-sparse", 15.0), 500, 10900),  # 10400: 1.04
+        mem(_row(1048576, "plain-dense", 200.0), 0, 20000),
+        mem(_row(1048576, "plain-sparse", 100.0), 0, 21500),  # 1.075: the worst
+        mem(_row(32768, "dca-dense", 1.0), 900, 800),  # peak below idle: not a reading
+        mem(_row(32768, "dca-sparse", 1.0), 0, 5000),
+    ]
+    out = tmp_path / "t.json"
+    assert gt.main([str(_write(tmp_path, rows)), "--json", str(out)]) == 0
+    targets = json.loads(out.read_text())["models"][gt.DEFAULT_CELL]["targets"]
+    t = next(t for t in targets if t["target"].startswith("GPU memory"))
+    assert t["met"] is False and t["measured"] == pytest.approx(21500 / 20000)
+    assert t["where"] == "1048576 plain"
+    text = capsys.readouterr().out
+    assert "| 131072 | 30.00 | 15.00 | - | - | 2.00x | - | 10000 / 10400; - / - |" in text
+    assert "| 32768 | 1.00 | 1.00 | - | - | 1.00x | - | - / 5000; - / - |" in text
+    table = gt.cells(gt.read_rows([_write(tmp_path, rows[:2])]))
+    assert gt.memory_ratio(table[131072]["dca-dense"], table[131072]["dca-sparse"]) == 1.04
