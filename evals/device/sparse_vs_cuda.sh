@@ -7,7 +7,9 @@
 #      float64 reference of the per-KV-group method
 #   3. test_sparse_prefill.py: sparse prefill of the tiny models with every layer on the GPU vs the float64 reference
 #   4. perf: one KV group's selection (ACC over the window, MASK) beside its dense flash attention over the same
-#      window, its LSE and one score chunk (the cases make_test_cases_perf lists under 0093-ggml-sparse-vs)
+#      window, its LSE and one score chunk (the cases make_test_cases_perf lists under 0093-ggml-sparse-vs); and the
+#      Qwen2.5-0.5B shape (7 query heads of 64 on one KV head, 2048-token ubatch) at 131072, 524288 and 1048576
+#      keys: ACC over one 37376-key chunk, MASK over the window, the group's dense flash attention (causal mask)
 # Raw output -> $OUT/sparse-vs-*.txt (5 files); exit 1 when a step fails.
 set -uo pipefail
 source evals/device/common.sh
@@ -26,6 +28,6 @@ step ops "$bin" test -b CUDA0 -o SPARSE_VS_ACC,SPARSE_VS_MASK
 step probe env PATCHCTL_SPARSE_VS_BACKEND=CUDA0 python3 -m pytest -q -p no:cacheprovider tests/evals/dca/test_sparse_vs.py
 step prefill python3 -m pytest -q -p no:cacheprovider tests/evals/dca/test_sparse_prefill.py
 step perf "$bin" perf -b CUDA0 -o SPARSE_VS_ACC,SPARSE_VS_MASK,FLASH_ATTN_EXT,FLASH_ATTN_EXT_LSE,MUL_MAT \
-  -p '(n_kv=(32768|131072),T=512|hsk=128,hsv=128,nh=1,nr23=\[4,1\],kv=(32768|131072),nb=(64|512),mask=1,sinks=0|type_a=f16,type_b=f32,m=65536,n=256,k=128)'
+  -p '(n_kv=(32768|131072),T=512|hsk=128,hsv=128,nh=1,nr23=\[4,1\],kv=(32768|131072),nb=(64|512),mask=1,sinks=0|type_a=f16,type_b=f32,m=65536,n=256,k=128|T=2048,n_rows=2048|causal=1)'
 grep -E "us/run" "$OUT/sparse-vs-perf.txt" | sed -E 's/ +/ /g' | tee "$OUT/sparse-vs-perf-summary.txt"
 exit $rc
