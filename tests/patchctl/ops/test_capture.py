@@ -583,7 +583,7 @@ def test_the_real_series_after_a_lower_capture(
     old = {p.name: p.read_bytes() for p in series_dir.glob("*.patch")}
     later = ["0083-dca-tools", "0088-llama-dca-qwen35", "0089-llama-dca-known-models",
              "0093-ggml-sparse-vs", "0090-llama-sparse-prefill", "0091-sparse-prefill-tools",
-             "0094-ggml-cpu-sparse-fa-gather"]  # fmt: skip
+             "0094-ggml-cpu-sparse-fa-gather", "0095-cuda-sparse-fa-heads"]  # fmt: skip
 
     def capture_0082(path: str, anchor: bytes) -> dict[str, Any]:
         cleanroom_apply(series_dir, room, "0082-llama-dca")
