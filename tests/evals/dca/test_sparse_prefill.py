@@ -116,9 +116,9 @@ def _run_config(attn: str, sparse: ref.SparseConfig | None) -> ref.RunConfig:
 # log-sum-exp's (twice that); among the thousands of probabilities of a prefill the largest moves
 # reach about 4 times the typical one; a summed score moves as its terms do, and two of them can
 # swap when closer than twice their move: MIN_SELECTION_GAP + 16 u |s| sqrt(2 / D), with |s| the
-# estimation rows' typical probability-weighted logit ESTIMATION_LOGIT. D = 64: 0.020; on an
-# H100 a pair of diagonal sums between 0.7e-2 and 1e-2 apart swapped (qwen3-h2k1-dca-64, second
-# layer), inside it.
+# estimation rows' typical probability-weighted logit ESTIMATION_LOGIT. D = 64: 0.020. The near
+# tie an H100 took the other way lies inside it (qwen3-h2k1-dca-64: two diagonal sums of the
+# second layer 0.7e-2..1e-2 apart; the reference with the other side has the error it measured).
 ESTIMATION_LOGIT = 13.0  # median sum(p |s|) of an estimation row of these models (max 27)
 GPU_UNIT_ROUNDOFF = 2.0**-11
 
