@@ -147,7 +147,9 @@ def _choices_per_ubatch(
     return max(count.values(), default=1)
 
 
-def unambiguous_prompt(model: Path, gap: float, *runs: ref.RunConfig) -> tuple[int, ...]:
+def unambiguous_prompt(
+    model: Path, *runs: ref.RunConfig, gap: float = ref.MIN_SELECTION_GAP
+) -> tuple[int, ...]:
     """The first prompt (token seeds 1, 2, ...) whose reference selections (of every run) have no
     boundary within ref.MIN_SELECTION_GAP of a tie: with sharp tiny models many column and
     diagonal sums are nearly equal, and one there can flip with the f16 rounding of a single key
@@ -261,7 +263,7 @@ def test_sparse_equals_reference(
     # it is only compared from afar, so its own near ties do not matter
     per_head = replace(cfg, per_head=True, min_gap=0.0) if n_head > n_head_kv else None
     gap = selection_gap(HEADS[heads][2])
-    tokens = unambiguous_prompt(model, gap, _run_config(attn, cfg))
+    tokens = unambiguous_prompt(model, _run_config(attn, cfg), gap=gap)
     plan = Plan(seqs=(tokens,), steps=(f"call 0:{N_TOKENS}",))
     args = (*BASE, "-ub", str(ubatch), *ATTN[attn])
 
@@ -309,7 +311,7 @@ def _tie_case(models_dir: TinyModels) -> tuple[ref.TinyModel, tuple[int, ...], r
     model = _heads_model(models_dir, "qwen3", "h2k1")
     cfg = ref.SparseConfig(vertical=VERTICAL, slash=SLASH, last_q=LAST_Q, ubatch=64)
     run = _run_config("dca", cfg)
-    return ref.load_model(model), unambiguous_prompt(model, ref.MIN_SELECTION_GAP, run), run
+    return ref.load_model(model), unambiguous_prompt(model, run), run
 
 
 def _forward_picking(
