@@ -4,8 +4,9 @@
 #   1. test-backend-ops test -o SPARSE_VS_ACC / SPARSE_VS_MASK: CUDA0 vs CPU (scores by NMSE; the masks exactly,
 #      every -inf where the CPU has one)
 #   2. test_sparse_vs.py on CUDA0: the graph llama_sparse_mask builds (LSE, chunked scores, the two ops) vs the
-#      float64 reference of the per-KV-group method
+#      float64 reference of the per-KV-group method (scores held to the type CUDA multiplies in: f16 for f32 keys)
 #   3. test_sparse_prefill.py: sparse prefill of the tiny models with every layer on the GPU vs the float64 reference
+#      (near ties within the GPU's rounding gap compared under the side the GPU took, found by matching)
 #   4. perf: one KV group's selection (ACC over the window, MASK) beside its dense flash attention over the same
 #      window, its LSE and one score chunk (the cases make_test_cases_perf lists under 0093-ggml-sparse-vs); and the
 #      Qwen2.5-0.5B shape (7 query heads of 64 on one KV head, 2048-token ubatch) at 131072, 524288 and 1048576

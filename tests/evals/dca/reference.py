@@ -31,8 +31,9 @@ the correct reference computes. Gemma3 applies DCA to its global (non-SWA) layer
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -687,6 +688,9 @@ class SparseConfig:
     # the relative gap below which a selection boundary raises AmbiguousSelection (0: never, for
     # a selection that is only compared from afar, such as the per-head mistake)
     min_gap: float = MIN_SELECTION_GAP
+    # instead of raising: resolve boundaries within TieChoices.gap of a tie as it says (either side
+    # is admissible; forward_matching finds the side a backend took)
+    ties: TieChoices | None = None
 
     def groups(self, n_head: int, n_head_kv: int) -> int:
         """The number of selections per ubatch and part: one per KV group (per head if per_head)."""
@@ -713,6 +717,81 @@ def sparse_top(score: F64, n: int, min_gap: float = MIN_SELECTION_GAP) -> npt.ND
     return keep
 
 
+# one selection of a forward: (attention layer, ubatch start, part (DCA: the regime), KV group,
+# "v" for the columns or "s" for the diagonals)
+SiteKey = tuple[int, int, int, int, str]
+
+
+def near_tie(
+    score: F64, n: int, gap: float
+) -> tuple[npt.NDArray[np.bool_], tuple[int, ...], int, int]:
+    """Which of sparse_top's choices a rounding within ``gap`` can change. Each finite positive
+    score may be off by gap/2 of itself, so two scores closer than ``gap`` of the larger may swap
+    (the bound sparse_top's ``min_gap`` tests); exact ties of unmoved scores (zeros: candidates no
+    estimation query sees) go to the lower index on every backend. A candidate is surely kept when
+    fewer than ``n`` others can outrank it, surely dropped when ``n`` others surely do. Returns
+    (surely kept, the near-tied rest in the reference's order: score descending, index ascending,
+    how many of those are kept, the first surely dropped candidate or -1)."""
+    idx = np.flatnonzero(score >= 0)
+    order = idx[np.lexsort((idx, -score[idx]))]
+    s = score[order]
+    e = np.where(np.isfinite(s), 0.5 * gap * np.where(np.isfinite(s), s, 0.0), 0.0)
+    lo, hi = s - e, s + e
+    earlier = np.tri(s.size, k=-1, dtype=bool)  # [i, j]: j comes before i in the order
+    same = (s[None, :] == s[:, None]) & earlier
+    may = (hi[None, :] > lo[:, None]) | same
+    fixed = (e[None, :] == 0) & (e[:, None] == 0)
+    must = (lo[None, :] > hi[:, None]) | (same & fixed)
+    np.fill_diagonal(may, False)
+    np.fill_diagonal(must, False)
+    sure = may.sum(axis=1) < n
+    tied = ~sure & (must.sum(axis=1) < n)
+    keep = np.zeros(score.shape[0], dtype=bool)
+    keep[order[sure]] = True
+    n_free = min(int(tied.sum()), max(0, n - int(sure.sum())))
+    out = order[~sure & ~tied]
+    return keep, tuple(int(i) for i in order[tied]), n_free, int(out[0]) if out.size else -1
+
+
+@dataclass(frozen=True)
+class NearTie:
+    """A selection whose boundary lies within the gap of a tie: ``n`` of the ``tied`` candidates
+    are kept (the reference keeps the first n), the rest of the selection is the same under any
+    rounding within the gap. ``outside``: the best-scored candidate surely dropped (-1: none), a
+    choice no rounding within the gap makes."""
+
+    site: SiteKey
+    tied: tuple[int, ...]
+    n: int
+    outside: int
+
+    def choices(self) -> list[tuple[int, ...]]:
+        """Every admissible choice, the reference's first."""
+        return list(itertools.combinations(self.tied, self.n))
+
+
+class TieChoices:
+    """How sparse_keep resolves selections within ``gap`` (relative, near_tie) of a tie, for one
+    forward: the reference's own choice, unless ``picks`` names the candidates kept among a
+    site's near-tied ones; every near tie met is recorded in ``ties``. A pick is not checked
+    against the near-tied set, so a test can also make a deliberately wrong selection."""
+
+    def __init__(self, gap: float, picks: Mapping[SiteKey, tuple[int, ...]] | None = None) -> None:
+        self.gap = gap
+        self.picks = dict(picks or {})
+        self.ties: list[NearTie] = []
+
+    def top(self, score: F64, n: int, site: SiteKey) -> npt.NDArray[np.bool_]:
+        keep, tied, n_free, outside = near_tie(score, n, self.gap)
+        if 0 < n_free < len(tied):
+            self.ties.append(NearTie(site, tied, n_free, outside))
+        chosen = self.picks.get(site, tied[:n_free])
+        if len(chosen) != n_free:
+            raise ValueError(f"site {site}: {len(chosen)} picks for {n_free} places")
+        keep[list(chosen)] = True
+        return keep
+
+
 def sparse_keep(
     scores: F64,
     visible: npt.NDArray[np.bool_],
@@ -720,12 +799,14 @@ def sparse_keep(
     end: int,
     cfg: SparseConfig,
     n_head_kv: int,
+    site: tuple[int, int] = (0, 0),
 ) -> npt.NDArray[np.bool_]:
     """keep (n_head, end - start, n) for the queries start..end-1 of one ubatch: within
     ``visible``, the selected columns and diagonals of each KV group (the G = n_head / n_head_kv
     query heads h with h // G == hk share KV head hk, and one selection), estimated from the
     softmax of the ``scores`` of the ubatch's last ``last_q`` queries over their visible keys,
-    each head's softmax on its own, added over the group's heads."""
+    each head's softmax on its own, added over the group's heads. ``site``: (layer, part) of the
+    caller, naming its selections for ``cfg.ties``."""
     n_head, n, _ = scores.shape
     if n_head_kv <= 0 or n_head % n_head_kv:
         raise ValueError(f"{n_head} query heads do not split into {n_head_kv} KV groups")
@@ -755,8 +836,12 @@ def sparse_keep(
         dsum[:LOCAL_DIAGONALS] = np.where(
             dsum[:LOCAL_DIAGONALS] >= 0, np.inf, dsum[:LOCAL_DIAGONALS]
         )
-        vk = sparse_top(vsum, cfg.vertical, cfg.min_gap)
-        dk = sparse_top(dsum, cfg.slash, cfg.min_gap)
+        if cfg.ties is None:
+            vk = sparse_top(vsum, cfg.vertical, cfg.min_gap)
+            dk = sparse_top(dsum, cfg.slash, cfg.min_gap)
+        else:  # site: (layer, part) of the caller
+            vk = cfg.ties.top(vsum, cfg.vertical, (site[0], start, site[1], hk, "v"))
+            dk = cfg.ties.top(dsum, cfg.slash, (site[0], start, site[1], hk, "s"))
         for i in range(start, end):
             d = i - cols
             on_diag = np.where(d >= 0, dk[np.clip(d, 0, n - 1)], False)
@@ -769,6 +854,7 @@ def sparse_allowed(
     visible: Sequence[npt.NDArray[np.bool_]],
     cfg: SparseConfig,
     n_head_kv: int,
+    layer: int = 0,
 ) -> npt.NDArray[np.bool_]:
     """allowed (n_head, n, n): per ubatch and per part (plain attention: one; DCA: the regimes,
     each with its own estimation scores and visible pairs) the kept pairs of each KV group
@@ -777,15 +863,16 @@ def sparse_allowed(
     allowed = np.zeros((n_head, n, n), dtype=bool)
     for start in range(0, n, cfg.ubatch):
         end = min(start + cfg.ubatch, n)
-        for s, vis in zip(scores, visible, strict=True):
+        for part, (s, vis) in enumerate(zip(scores, visible, strict=True)):
             if end - start < cfg.last_q:
                 allowed[:, start:end] |= vis[None, start:end]
             else:
-                allowed[:, start:end] |= sparse_keep(s, vis, start, end, cfg, n_head_kv)
+                site = (layer, part)
+                allowed[:, start:end] |= sparse_keep(s, vis, start, end, cfg, n_head_kv, site)
     return allowed
 
 
-def sparse_plain_attention(a: AttnInput, cfg: SparseConfig) -> F64:
+def sparse_plain_attention(a: AttnInput, cfg: SparseConfig, layer: int = 0) -> F64:
     """Causal attention restricted to the vertical-slash selection of each ubatch."""
     n = a.q.shape[0]
     pos = np.arange(n, dtype=np.int64)
@@ -793,18 +880,19 @@ def sparse_plain_attention(a: AttnInput, cfg: SparseConfig) -> F64:
     scores = _gqa_scores(a.q_for_dot(q), a.k_stored(k), a.scale)
     estimate = _gqa_scores(estimate_query(q, cfg.key_type), kv_round(k, cfg.key_type), a.scale)
     groups = cfg.groups(a.q.shape[1], a.k.shape[1])
-    allowed = sparse_allowed([estimate], [pos[:, None] >= pos[None, :]], cfg, groups)
+    allowed = sparse_allowed([estimate], [pos[:, None] >= pos[None, :]], cfg, groups, layer)
     scores = np.where(allowed, scores, NEG_INF)
     return a.out_from_stored_v(_gqa_out(_softmax_rows(scores), a.v_stored()))
 
 
-def sparse_dca_attention(a: AttnInput, dca: DcaConfig, cfg: SparseConfig) -> F64:
+def sparse_dca_attention(a: AttnInput, dca: DcaConfig, cfg: SparseConfig, layer: int = 0) -> F64:
     """DCA attention where each regime keeps its own vertical-slash selection (estimated with that
     regime's query rope over that regime's keys); one softmax over the union (== the LSE merge)."""
     per_regime, regime = dca_regime_parts(a, dca)
     estimate, _ = dca_regime_parts(a, dca, key_type=cfg.key_type)
     groups = cfg.groups(a.q.shape[1], a.k.shape[1])
-    allowed = sparse_allowed(estimate, [regime == r for r in (INTRA, SUCC, INTER)], cfg, groups)
+    visible = [regime == r for r in (INTRA, SUCC, INTER)]
+    allowed = sparse_allowed(estimate, visible, cfg, groups, layer)
     scores = np.full_like(per_regime[0], NEG_INF)
     for r, s in enumerate(per_regime):
         scores = np.where((regime == r)[None] & allowed, s, scores)
@@ -887,9 +975,10 @@ def _attention(m: TinyModel, il: int, x: F64, run: RunConfig, kv_store: KvStore)
     if il in m.hp.swa_layers:
         out = plain_attention(a, window=m.hp.sliding_window)
     elif run.dca is None:
-        out = plain_attention(a) if run.sparse is None else sparse_plain_attention(a, run.sparse)
+        sparse = run.sparse
+        out = plain_attention(a) if sparse is None else sparse_plain_attention(a, sparse, il)
     elif run.sparse is not None:
-        out = sparse_dca_attention(a, run.dca, run.sparse)
+        out = sparse_dca_attention(a, run.dca, run.sparse, il)
     else:
         out = dca_attention(a, run.dca, run.mutation)
     flat = out.reshape(out.shape[0], -1)
@@ -969,6 +1058,64 @@ def forward(m: TinyModel, tokens: Sequence[int], run: RunConfig = RunConfig()) -
     if m.hp.softcap:
         logits = np.tanh(logits / m.hp.softcap) * m.hp.softcap
     return logits
+
+
+MAX_TIE_CHOICES = 64  # forwards tried per ubatch before a prompt counts as too ambiguous
+
+
+def forward_matching(
+    m: TinyModel,
+    tokens: Sequence[int],
+    run: RunConfig,
+    got: npt.NDArray[Any],
+    gap: float,
+) -> tuple[F64, dict[SiteKey, tuple[int, ...]]]:
+    """The sparse reference's logits under the choice at its near ties (selections within ``gap``
+    of a tie, near_tie) that matches ``got`` (a backend's logits of the same tokens), and that
+    choice per site. Only the near-tied candidates of a selection may change sides: a backend
+    whose selection differs elsewhere matches none of the choices, and comparing ``got`` with the
+    result fails. The choice is found ubatch by ubatch (a ubatch's logits depend on its own and
+    the earlier ubatches' selections only; the earlier ones fixed first) and within a ubatch site
+    by site in layer order (a later layer's near ties can depend on an earlier layer's choice):
+    the choice whose logits of the ubatch lie nearest ``got``'s."""
+    if run.sparse is None:
+        raise ValueError("forward_matching needs a sparse run")
+    sparse = run.sparse
+    got64 = np.asarray(got, dtype=np.float64)
+
+    def trial(picks: Mapping[SiteKey, tuple[int, ...]], n: int) -> tuple[F64, list[NearTie]]:
+        ties = TieChoices(gap, picks)
+        out = forward(m, tokens[:n], replace(run, sparse=replace(sparse, ties=ties)))
+        return out, ties.ties
+
+    want, ties = trial({}, len(tokens))
+    scale = float(np.max(np.abs(want)))
+    picks: dict[SiteKey, tuple[int, ...]] = {}
+    for start in range(0, len(tokens), sparse.ubatch):
+        if not any(t.site[1] == start for t in ties):
+            continue
+        end = min(start + sparse.ubatch, len(tokens))
+        best: tuple[float, dict[SiteKey, tuple[int, ...]]] | None = None
+        pending = [dict(picks)]
+        tried = 0
+        while pending:
+            fixed = pending.pop()
+            out, found = trial(fixed, end)
+            tried += 1
+            if tried > MAX_TIE_CHOICES:
+                raise AmbiguousSelection(f"ubatch at {start}: more than {MAX_TIE_CHOICES} choices")
+            open_ = [t for t in found if t.site[1] == start and t.site not in fixed]
+            if open_:
+                first = min(open_, key=lambda t: t.site)
+                pending += [{**fixed, first.site: c} for c in reversed(first.choices())]
+                continue
+            err = float(np.max(np.abs(out[start:end] - got64[start:end]))) / scale
+            if best is None or err < best[0]:
+                best = (err, fixed)
+        assert best is not None
+        picks = best[1]
+        want, ties = trial(picks, len(tokens))
+    return want, picks
 
 
 def rel_err(got: npt.NDArray[Any], want: npt.NDArray[Any]) -> float:
