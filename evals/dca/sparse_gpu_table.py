@@ -6,7 +6,7 @@ Each line is one llama-bench prefill of ``n`` tokens (no decode) in one of four 
 llama-bench's mean prefill time (``avg_ns``; a run stopped at its cap has rc 124 and no time: its
 wall time is a lower bound).
 
-    sparse_gpu_table.py FILE.jsonl [FILE.jsonl ...] [--json OUT.json]
+    sparse_gpu_table.py FILE.jsonl [FILE.jsonl ...] [--json OUT.json] [--plot OUT.png]
 
 prints, per model (the ``cell`` of each line), a markdown table (prefill seconds per arm and the
 dense / sparse speed-ups with the same DCA setting) and the targets the sparse prefill is held to:
@@ -14,7 +14,9 @@ a 1M-token prefill of the 0.5B model in at most 60 s and at least 4x faster than
 least 1.5x at 128k, and no slowdown below the sparse threshold (sparse / dense time <= 1.05 at
 32k, where the default threshold keeps every ubatch dense), and GPU memory within 5 % of dense
 (the peak ``gpu_mem_peak_mib`` minus the card's reading before the run, ``gpu_mem_idle_mib``, where
-a line has both). ``--json`` writes the same as data.
+a line has both). ``--json`` writes the same as data; ``--plot`` draws the dense / sparse
+speed-up against the prompt length, one line per model and mode (needs matplotlib, the
+``longctx`` extra).
 Exit 0 whatever the targets say (they are reported, not enforced); 2 on unreadable input.
 """
 
@@ -196,10 +198,49 @@ def markdown(table: dict[int, dict[str, Cell]]) -> str:
     return "\n".join(lines)
 
 
+def plot(tables: dict[str, dict[int, dict[str, Cell]]], out: Path) -> None:
+    """Speed-up (dense / sparse) against tokens per model and mode, the 1.0 line, the targets."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for model, table in tables.items():
+        for mode in ("dca", "plain"):
+            pts = [
+                (n, s)
+                for n in sorted(table)
+                if (s := speedup(table[n].get(f"{mode}-dense"), table[n].get(f"{mode}-sparse")))
+                is not None
+            ]
+            if pts:
+                xs, ys = zip(*pts, strict=True)
+                ax.plot(xs, ys, marker="o", label=f"{model} {mode}")
+    ax.axhline(1.0, color="grey", linewidth=0.8)
+    ax.scatter(
+        [131072, 1048576],
+        [TARGET_128K_SPEEDUP, TARGET_1M_SPEEDUP],
+        marker="*",
+        s=120,
+        color="black",
+        label="targets (128k, 1M; DCA)",
+    )
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("prompt tokens")
+    ax.set_ylabel("speed-up of sparse prefill (dense time / sparse time)")
+    ax.legend(fontsize=8)
+    ax.grid(True, which="both", linewidth=0.3)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("files", nargs="+", type=Path)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--plot", type=Path, help="write the speed-up plot (PNG) here")
     args = ap.parse_args(argv)
     try:
         rows = read_rows(args.files)
@@ -225,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
         }
     if args.json:
         args.json.write_text(json.dumps(data, indent=1) + "\n")
+    if args.plot:
+        plot({m: cells(r) for m, r in models(rows).items()}, args.plot)
     return 0
 
 

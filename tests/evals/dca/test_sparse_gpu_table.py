@@ -127,3 +127,15 @@ def test_memory_is_the_runs_own_and_held_to_five_percent(
     assert "| 32768 | 1.00 | 1.00 | - | - | 1.00x | - | - / 5000; - / - |" in text
     table = gt.cells(gt.read_rows([_write(tmp_path, rows[:2])]))
     assert gt.memory_ratio(table[131072]["dca-dense"], table[131072]["dca-sparse"]) == 1.04
+
+
+def test_plot_writes_a_png_of_the_speed_ups(tmp_path: Path) -> None:
+    rows = [
+        _row(131072, "dca-dense", 6.0),
+        _row(131072, "dca-sparse", 8.0),
+        _row(1048576, "dca-dense", 260.0),
+        _row(1048576, "dca-sparse", 200.0),
+    ]
+    png = tmp_path / "speed.png"
+    assert gt.main([str(_write(tmp_path, rows)), "--plot", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
