@@ -2,7 +2,8 @@
 reference (tests/evals/dca/reference.py: sparse_keep, sparse_plain_attention, sparse_dca_attention).
 
 - A threshold at or above the KV length: byte-identical to --sparse-prefill off (the graph is the
-  dense one), plain attention and DCA.
+  dense one), plain attention and DCA; every ubatch's graph is the off graph node for node and
+  the context reserves what it does off (the same node budget, no second reservation).
 - Budgets covering every key: byte-identical to dense (each KV group's mask has the dense mask's
   finite entries, and the per-group flash attentions joined along the heads compute what one
   flash attention over all heads does), plain attention and DCA, one and two KV groups.
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 from dataclasses import replace
 from pathlib import Path
@@ -222,6 +224,76 @@ def test_threshold_at_kv_length_is_byte_identical_to_off(
     below = run_tool(dca_tool, plan, model, (*args, *sparse_on(threshold=511)), tmp_path / "below")
     assert high.raw == off.raw
     assert below.raw != off.raw  # one cell less and the same run is sparse
+
+
+def _log_lines(log: str) -> list[str]:
+    """The log's lines without the common logger's time and level prefixes ("0.01.362.467 D "),
+    which it writes before every message, also inside a line written as several messages."""
+    return re.sub(r"\d+\.\d+\.\d+\.\d+ [A-Z] ", "", log).splitlines()
+
+
+def _split_graphs(log: str) -> list[list[str]]:
+    """The graphs the scheduler split after the context's last reservation, node by node
+    (GGML_SCHED_DEBUG=2 with -v lists every non-view node of each: op, name, size, backend,
+    sources): one list per ubatch."""
+    lines = _log_lines(log)
+    last = max(
+        (
+            i
+            for i, line in enumerate(lines)
+            if line.startswith("sched_reserve:") and "compute buffer size =" in line
+        ),
+        default=-1,
+    )
+    assert last >= 0, "no reservation in the log: was it run with -v?"
+    graphs: list[list[str]] = []
+    for line in lines[last + 1 :]:
+        if line.startswith("## SPLIT #0"):
+            graphs.append([])
+        elif line.startswith("node #") and graphs:
+            graphs[-1].append(line)
+    return graphs
+
+
+def _reservations(log: str) -> list[str]:
+    """The context's reservations: each scheduler reserve with its node budget and the graphs it
+    reserved (their shapes; not the time they took)."""
+    keep = (
+        "sched_reserve: reserving ...",
+        "sched_reserve: max_nodes",
+        "graph_reserve: reserving a graph",
+    )
+    return [line for line in _log_lines(log) if line.startswith(keep)]
+
+
+@pytest.mark.parametrize("attn", list(ATTN))
+def test_below_threshold_builds_and_reserves_what_off_does(
+    attn: str,
+    dca_tool: Path,
+    models_dir: TinyModels,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Sparse prefill on with a threshold no ubatch can pass costs nothing: every ubatch's graph is
+    the off graph node for node, and the context reserves what it does off (the same node budget,
+    no second reservation when the settings are applied)."""
+    monkeypatch.setenv("GGML_SCHED_DEBUG", "2")
+    model = model_path(models_dir, "qwen2")
+    plan = single_plan(N_TOKENS, n_gen=4)
+    args = (*BASE, "-ub", "64", *ATTN[attn], "-v")
+    off = run_tool(dca_tool, plan, model, args, tmp_path / "off")
+    # -c 512: the KV length is at most 512
+    high = run_tool(dca_tool, plan, model, (*args, *sparse_on(threshold=512)), tmp_path / "high")
+    below = run_tool(dca_tool, plan, model, (*args, *sparse_on(threshold=511)), tmp_path / "below")
+    graphs_off = _split_graphs(off.log)
+    # 300 tokens in ubatches of 64, then 4 decode steps: a graph the context reuses (same shapes)
+    # is not split again, so a run that built more graphs (reuse lost) differs too
+    assert len(graphs_off) >= 3
+    assert _split_graphs(high.log) == graphs_off
+    assert _reservations(high.log) == _reservations(off.log)
+    # the same comparison sees a ubatch that is sparse, and the budget it reserves
+    assert _split_graphs(below.log) != graphs_off
+    assert _reservations(below.log) != _reservations(off.log)
 
 
 @pytest.mark.parametrize("heads", ["h2k1", "h4k2"])
