@@ -46,13 +46,9 @@ struct probe_params {
 };
 
 static struct probe_params read_params(FILE * f) {
-    char magic[8];
     int32_t ints[N_INTS];
     float floats[N_FLOATS];
-    read_exact(f, magic, sizeof(magic));
-    if (memcmp(magic, "FALSEPB1", 8) != 0) {
-        die(3, "bad magic");
-    }
+    expect_magic(f, "FALSEPB1");
     read_exact(f, ints, sizeof(ints));
     read_exact(f, floats, sizeof(floats));
     struct probe_params p = {

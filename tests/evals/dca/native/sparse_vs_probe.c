@@ -88,13 +88,9 @@ int main(int argc, char ** argv) {
     if (!in) {
         die(2, "cannot open input");
     }
-    char magic[8];
     int32_t p[N_INTS];
     float fl[N_FLOATS];
-    read_exact(in, magic, sizeof(magic));
-    if (memcmp(magic, "SPARSVS1", 8) != 0) {
-        die(3, "bad magic");
-    }
+    expect_magic(in, "SPARSVS1");
     read_exact(in, p, sizeof(p));
     read_exact(in, fl, sizeof(fl));
     const int n_threads = p[0];
