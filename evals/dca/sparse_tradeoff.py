@@ -1,0 +1,309 @@
+#!/usr/bin/env python3
+"""Sparse prefill's trade-off: accuracy against its dense method, and the prefill time it bought.
+
+    sparse_tradeoff.py RESULTS.json [DENSE=SPARSE ...] [--json J] [--md M] [--plot P.png]
+
+RESULTS.json is a long-context harness results document (``python3 -m evals.longctx run`` or
+``publish``: every trial). Every method of the harness answers the same haystacks and questions for
+one seed, so a sparse method and its dense one are compared question by question. Per (pair, task,
+length) the rows give:
+
+- each method's correct / n with the Wilson 95 % interval over questions (the harness's function)
+  and whether the sparse accuracy lies inside the dense interval (the acceptance rule);
+- the paired view: questions both got right, dense only, sparse only, neither; the exact two-sided
+  sign test on the discordant questions (how likely a split at least that uneven is if sparse and
+  dense were equally good), and how many continuations were the same text;
+- where the answers went: per quarter of the needle's depth, dense and sparse correct; how many
+  wrong answers were another needle's value (the harness's ``distractors``);
+- the prefill each method measured in the same run (llama-server's prompt time of each haystack's
+  first question, mean over haystacks) and dense / sparse, the speed-up. Lanes that share one
+  device make these times noisy; both methods ran under the same sharing.
+
+Pairs default to every ``X``/``X-sparse*`` pair of methods present. ``--plot`` draws two panels:
+accuracy against the prompt length (dense and sparse, Wilson intervals) per task, and accuracy
+change against prefill speed-up, one point per cell (needs matplotlib, the ``longctx`` extra).
+Exit 0; 2 on unreadable input or a pair that names a method the document lacks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from evals.longctx.stats import wilson
+
+Trial = dict[str, Any]
+Key = tuple[str, int, int, int, int]  # task, length, seed, haystack, question
+
+
+class InputError(Exception):
+    """Unreadable results or a pair the document cannot answer (exit 2)."""
+
+
+def load(path: Path) -> dict[str, Any]:
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path}: not a readable results document ({exc})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("trials"), list):
+        raise InputError(
+            f"{path}: no 'trials' list: give the harness's results JSON, not a summary"
+        )
+    return doc
+
+
+def default_pairs(methods: set[str]) -> list[tuple[str, str]]:
+    """Every SPARSE method named ``DENSE-sparse...`` beside its DENSE method."""
+    pairs = []
+    for sparse in sorted(methods):
+        head, sep, _ = sparse.partition("-sparse")
+        if sep and head in methods:
+            pairs.append((head, sparse))
+    return pairs
+
+
+def sign_test_p(a: int, b: int) -> float:
+    """Exact two-sided binomial sign test of a split a / b of discordant pairs (p = 1/2)."""
+    n = a + b
+    if n == 0:
+        return 1.0
+    k = min(a, b)
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2**n
+    return min(1.0, 2 * tail)
+
+
+def _index(trials: list[Trial]) -> dict[tuple[str, Key], Trial]:
+    out = {}
+    for t in trials:
+        key = (t["task"], int(t["length"]), int(t["seed"]), int(t["haystack"]), int(t["question"]))
+        out[(t["method"], key)] = t
+    return out
+
+
+def _prefill(trials: list[Trial], method: str, length: int) -> float | None:
+    """Mean prompt seconds of each haystack's first question (the one that paid the prefill)."""
+    first: dict[tuple[int, int], Trial] = {}
+    for t in trials:
+        if t["method"] != method or int(t["length"]) != length or t.get("prompt_ms") is None:
+            continue
+        hay = (int(t["seed"]), int(t["haystack"]))
+        if hay not in first or int(t["question"]) < int(first[hay]["question"]):
+            first[hay] = t
+    if not first:
+        return None
+    return sum(float(t["prompt_ms"]) for t in first.values()) / len(first) / 1000.0
+
+
+def _row(
+    doc: dict[str, Any],
+    dense: str,
+    sparse: str,
+    task: str,
+    length: int,
+    pairs: list[tuple[Trial, Trial]],
+) -> dict[str, Any]:
+    n = len(pairs)
+    kd = sum(bool(d["correct"]) for d, _ in pairs)
+    ks = sum(bool(s["correct"]) for _, s in pairs)
+    lo, hi = wilson(kd, n)
+    slo, shi = wilson(ks, n)
+    dense_only = sum(bool(d["correct"]) and not s["correct"] for d, s in pairs)
+    sparse_only = sum(bool(s["correct"]) and not d["correct"] for d, s in pairs)
+    depth = [[0, 0, 0] for _ in range(4)]
+    for d, s in pairs:
+        q = depth[min(int(float(d["depth"]) * 4), 3)]
+        q[0] += 1
+        q[1] += bool(d["correct"])
+        q[2] += bool(s["correct"])
+    pd, ps = _prefill(doc["trials"], dense, length), _prefill(doc["trials"], sparse, length)
+    return {
+        "dense": dense,
+        "sparse": sparse,
+        "task": task,
+        "length": length,
+        "multiple": round(length / int(doc["model"]["n_ctx_train"]), 4),
+        "n": n,
+        "haystacks": len({(d["seed"], d["haystack"]) for d, _ in pairs}),
+        "dense_correct": kd,
+        "dense_wilson95": [round(lo, 4), round(hi, 4)],
+        "sparse_correct": ks,
+        "sparse_wilson95": [round(slo, 4), round(shi, 4)],
+        "sparse_in_dense_interval": lo <= ks / n <= hi,
+        "both": sum(bool(d["correct"]) and bool(s["correct"]) for d, s in pairs),
+        "dense_only": dense_only,
+        "sparse_only": sparse_only,
+        "neither": sum(not d["correct"] and not s["correct"] for d, s in pairs),
+        "sign_test_p": float(f"{sign_test_p(dense_only, sparse_only):.3g}"),
+        "same_text": sum(d.get("got") == s.get("got") for d, s in pairs),
+        "depth_quarters": [{"n": q[0], "dense": q[1], "sparse": q[2]} for q in depth],
+        "dense_distractors": sum(bool(d.get("distractors")) for d, _ in pairs),
+        "sparse_distractors": sum(bool(s.get("distractors")) for _, s in pairs),
+        "dense_prefill_s": None if pd is None else round(pd, 3),
+        "sparse_prefill_s": None if ps is None else round(ps, 3),
+        "speedup": None if not pd or not ps else round(pd / ps, 3),
+    }
+
+
+def rows(doc: dict[str, Any], pairs: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    methods = {t["method"] for t in doc["trials"]}
+    for dense, sparse in pairs:
+        for m in (dense, sparse):
+            if m not in methods:
+                raise InputError(f"method {m!r} is not in the document (it has {sorted(methods)})")
+    by = _index(doc["trials"])
+    out = []
+    for dense, sparse in pairs:
+        cells: dict[tuple[str, int], list[tuple[Trial, Trial]]] = {}
+        for (method, key), t in sorted(by.items(), key=lambda kv: kv[0][1]):
+            if method == dense and (sparse, key) in by:
+                cells.setdefault((key[0], key[1]), []).append((t, by[(sparse, key)]))
+        for (task, length), cell in sorted(cells.items(), key=lambda c: (c[0][1], c[0][0])):
+            out.append(_row(doc, dense, sparse, task, length, cell))
+    return out
+
+
+def markdown(rs: list[dict[str, Any]]) -> str:
+    lines = [
+        "| dense / sparse | task | length | questions (haystacks) | dense | sparse "
+        "| sparse in dense interval | both / dense only / sparse only / neither | sign test p "
+        "| wrong answers that are another needle's (dense / sparse) "
+        "| correct by depth quarter, dense / sparse | prefill s dense / sparse (speed-up) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rs:
+        d, s = r["dense_wilson95"], r["sparse_wilson95"]
+        quarters = " ".join(f"{q['dense']}/{q['sparse']}" for q in r["depth_quarters"])
+        speed = "-"
+        if r["speedup"] is not None:
+            speed = (
+                f"{r['dense_prefill_s']:.2f} / {r['sparse_prefill_s']:.2f} ({r['speedup']:.2f}x)"
+            )
+        lines.append(
+            f"| {r['dense']} / {r['sparse']} | {r['task']} | {r['multiple']:g}x ({r['length']}) | "
+            f"{r['n']} ({r['haystacks']}) | "
+            f"{r['dense_correct']}/{r['n']} [{d[0]:.2f}, {d[1]:.2f}] | "
+            f"{r['sparse_correct']}/{r['n']} [{s[0]:.2f}, {s[1]:.2f}] | "
+            f"{'yes' if r['sparse_in_dense_interval'] else 'NO'} | "
+            f"{r['both']} / {r['dense_only']} / {r['sparse_only']} / {r['neither']} | "
+            f"{r['sign_test_p']:.3g} | {r['dense_distractors']} / {r['sparse_distractors']} | "
+            f"{quarters} | {speed} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot(rs: list[dict[str, Any]], out: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = sorted({r["task"] for r in rs})
+    pairs = sorted({(r["dense"], r["sparse"]) for r in rs})
+    colors = {pair: f"C{i}" for i, pair in enumerate(pairs)}
+    fig, axes = plt.subplots(1, len(tasks) + 1, figsize=(5.2 * (len(tasks) + 1), 4.5))
+    for ax, task in zip(axes, tasks, strict=False):
+        for pair in pairs:
+            cell = sorted(
+                (r for r in rs if r["task"] == task and (r["dense"], r["sparse"]) == pair),
+                key=lambda r: r["length"],
+            )
+            if not cell:
+                continue
+            for side, name, style, shift in (
+                ("dense", pair[0], "-o", 0.97),
+                ("sparse", pair[1], "--s", 1.03),
+            ):
+                xs = [r["multiple"] * shift for r in cell]
+                ys = [r[f"{side}_correct"] / r["n"] for r in cell]
+                err = [
+                    [y - r[f"{side}_wilson95"][0] for y, r in zip(ys, cell, strict=True)],
+                    [r[f"{side}_wilson95"][1] - y for y, r in zip(ys, cell, strict=True)],
+                ]
+                label = name if side == "sparse" else f"{name} (beside {pair[1]})"
+                ax.errorbar(
+                    xs,
+                    ys,
+                    yerr=err,
+                    fmt=style,
+                    capsize=3,
+                    color=colors[pair],
+                    label=label,
+                    mfc="white" if side == "sparse" else colors[pair],
+                )
+        ax.set_xscale("log", base=2)
+        ax.set_title(task)
+        ax.set_xlabel("prompt length, x trained length")
+        ax.set_ylabel("accuracy (Wilson 95 %)")
+        ax.set_ylim(0, 1.05)
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+    ax = axes[-1]
+    for task, marker in zip(tasks, "os^vD", strict=False):
+        pts = [r for r in rs if r["task"] == task and r["speedup"] is not None]
+        xs = [r["speedup"] for r in pts]
+        ys = [(r["sparse_correct"] - r["dense_correct"]) / r["n"] for r in pts]
+        ax.scatter(xs, ys, marker=marker, label=task)
+        for r, x, y in zip(pts, xs, ys, strict=True):
+            ax.annotate(
+                f"{r['multiple']:g}x {r['sparse']}",
+                (x, y),
+                fontsize=6,
+                xytext=(3, 3),
+                textcoords="offset points",
+            )
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.axvline(1, color="grey", lw=0.8)
+    ax.set_xlabel("prefill speed-up, dense time / sparse time (same run)")
+    ax.set_ylabel("accuracy change, sparse - dense")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def _pair(text: str) -> tuple[str, str]:
+    dense, sep, sparse = text.partition("=")
+    if not sep or not dense or not sparse:
+        raise argparse.ArgumentTypeError(f"a pair is DENSE=SPARSE, not {text!r}")
+    return dense, sparse
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("results", type=Path)
+    ap.add_argument(
+        "pairs", nargs="*", type=_pair, help="DENSE=SPARSE (default: every X / X-sparse*)"
+    )
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--md", type=Path)
+    ap.add_argument("--plot", type=Path)
+    args = ap.parse_args(argv)
+    try:
+        doc = load(args.results)
+        pairs = list(args.pairs) or default_pairs({t["method"] for t in doc["trials"]})
+        rs = rows(doc, pairs)
+    except (InputError, KeyError, TypeError, ValueError) as exc:
+        print(f"sparse_tradeoff: {exc}", file=sys.stderr)
+        return 2
+    text = markdown(rs)
+    print(text, end="")
+    if args.md:
+        args.md.write_text(text)
+    if args.json:
+        args.json.write_text(json.dumps({"source": str(args.results), "rows": rs}, indent=1) + "\n")
+    if args.plot:
+        model = doc.get("model", {}).get("name", "model")
+        plot(rs, args.plot, f"sparse prefill against dense: {model} ({doc.get('label', '')})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""evals/dca/sparse_tradeoff.py: paired rows, sign test, depth, prefill and the plot."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from script_module import load_script
+
+st = load_script("dca/sparse_tradeoff.py")
+
+
+def _trial(
+    method: str,
+    hay: int,
+    q: int,
+    correct: bool,
+    depth: float,
+    *,
+    length: int = 65536,
+    got: str = "x",
+    distractors: int = 0,
+    prompt_ms: float | None = None,
+) -> dict[str, Any]:
+    return {
+        "method": method,
+        "task": "mk_niah",
+        "length": length,
+        "seed": 7,
+        "haystack": hay,
+        "question": q,
+        "correct": correct,
+        "depth": depth,
+        "got": got,
+        "distractors": distractors,
+        "prompt_ms": prompt_ms,
+    }
+
+
+def _doc(trials: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"model": {"name": "m", "n_ctx_train": 32768}, "label": "t", "trials": trials}
+
+
+def _cell() -> list[dict[str, Any]]:
+    """Two haystacks of 4 questions: dense right on 6, sparse on 3 of those and 1 dense missed."""
+    out = []
+    verdicts = [
+        (True, True),
+        (True, False),
+        (True, False),
+        (False, True),
+        (True, True),
+        (True, False),
+        (True, True),
+        (False, False),
+    ]
+    for i, (d, s) in enumerate(verdicts):
+        hay, q = divmod(i, 4)
+        depth = (i % 4) / 4 + 0.1
+        ms_d = 4000.0 if q == 0 else 30.0
+        ms_s = 2000.0 if q == 0 else 30.0
+        out.append(_trial("dca", hay, q, d, depth, got=f"d{i}", prompt_ms=ms_d))
+        out.append(
+            _trial(
+                "dca-sparse",
+                hay,
+                q,
+                s,
+                depth,
+                got=f"d{i}" if d == s else f"s{i}",
+                distractors=0 if s else 1,
+                prompt_ms=ms_s,
+            )
+        )
+    return out
+
+
+def test_a_cell_is_compared_question_by_question() -> None:
+    (r,) = st.rows(_doc(_cell()), [("dca", "dca-sparse")])
+    assert (r["n"], r["haystacks"], r["multiple"]) == (8, 2, 2.0)
+    assert (r["dense_correct"], r["sparse_correct"]) == (6, 4)
+    assert (r["both"], r["dense_only"], r["sparse_only"], r["neither"]) == (3, 3, 1, 1)
+    assert r["same_text"] == 4  # the four questions with the same verdict kept the same text
+    assert r["sparse_distractors"] == 4 and r["dense_distractors"] == 0
+    lo, hi = r["dense_wilson95"]
+    assert r["sparse_in_dense_interval"] == (lo <= 4 / 8 <= hi)
+    # per depth quarter: question i of each haystack lies in quarter i
+    assert [(q["n"], q["dense"], q["sparse"]) for q in r["depth_quarters"]] == [
+        (2, 2, 2),
+        (2, 2, 0),
+        (2, 2, 1),
+        (2, 0, 1),
+    ]
+    # the first question of each haystack paid the prefill: 4 s dense, 2 s sparse
+    assert (r["dense_prefill_s"], r["sparse_prefill_s"], r["speedup"]) == (4.0, 2.0, 2.0)
+
+
+def test_sign_test_is_the_exact_two_sided_binomial() -> None:
+    assert st.sign_test_p(0, 0) == 1.0
+    assert st.sign_test_p(3, 3) == 1.0
+    assert st.sign_test_p(5, 0) == pytest.approx(2 / 32)
+    assert st.sign_test_p(17, 4) == pytest.approx(
+        2 * sum(math.comb(21, i) for i in range(5)) / 2**21
+    )
+    assert st.sign_test_p(4, 17) == st.sign_test_p(17, 4)
+
+
+def test_default_pairs_take_every_sparse_form_beside_its_dense_method() -> None:
+    methods = {"dca", "dca-sparse", "dca-sparse-4k", "naive", "naive-sparse-4k", "yarn-sparse"}
+    assert st.default_pairs(methods) == [
+        ("dca", "dca-sparse"),
+        ("dca", "dca-sparse-4k"),
+        ("naive", "naive-sparse-4k"),
+    ]
+
+
+def test_unknown_methods_and_summaries_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(st.InputError, match="'yarn' is not in the document"):
+        st.rows(_doc(_cell()), [("yarn", "dca-sparse")])
+    summary = tmp_path / "s.json"
+    summary.write_text(json.dumps({"cells": []}))
+    assert st.main([str(summary)]) == 2
+    assert st.main([str(tmp_path / "missing.json")]) == 2
+
+
+def test_main_writes_markdown_json_and_a_plot(tmp_path: Path) -> None:
+    src = tmp_path / "r.json"
+    src.write_text(json.dumps(_doc(_cell())))
+    out_j, out_m, out_p = tmp_path / "t.json", tmp_path / "t.md", tmp_path / "t.png"
+    assert (
+        st.main(
+            [
+                str(src),
+                "dca=dca-sparse",
+                "--json",
+                str(out_j),
+                "--md",
+                str(out_m),
+                "--plot",
+                str(out_p),
+            ]
+        )
+        == 0
+    )
+    rows = json.loads(out_j.read_text())["rows"]
+    assert len(rows) == 1 and rows[0]["speedup"] == 2.0
+    assert "| dca / dca-sparse | mk_niah | 2x (65536) | 8 (2) | 6/8" in out_m.read_text()
+    assert out_p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
