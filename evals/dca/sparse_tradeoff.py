@@ -197,6 +197,36 @@ def markdown(rs: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def summary_table(rs: list[dict[str, Any]], tasks: tuple[str, str] = ("passkey", "mk_niah")) -> str:
+    """One line per (pair, length): the first task's counts, the second's with its intervals and the
+    paired view, and the prefill (the condensed table docs/dca.md quotes)."""
+    a, b = tasks
+    by = {(r["dense"], r["sparse"], r["length"], r["task"]): r for r in rs}
+    lines = [
+        f"| pair | length | {a} dense / sparse | {b} dense | {b} sparse "
+        "| dense only / sparse only (sign test p) | prefill s dense / sparse |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    keys = sorted({k[:3] for k in by}, key=lambda k: (k[2], k[0] != "dca", k[1]))
+    for dense, sparse, length in keys:
+        ra, rb = by.get((dense, sparse, length, a)), by.get((dense, sparse, length, b))
+        if ra is None or rb is None:
+            continue
+        lo, hi = rb["dense_wilson95"]
+        where = "inside" if rb["sparse_in_dense_interval"] else "outside"
+        speed = "-"
+        if rb["speedup"] is not None:
+            speed = f"{rb['dense_prefill_s']:.2f} / {rb['sparse_prefill_s']:.2f}"
+        lines.append(
+            f"| {dense} / {sparse} | {rb['multiple']:g}x "
+            f"| {ra['dense_correct']}/{ra['n']} / {ra['sparse_correct']}/{ra['n']} "
+            f"| {rb['dense_correct']}/{rb['n']} [{lo:.2f}, {hi:.2f}] "
+            f"| {rb['sparse_correct']}/{rb['n']} ({where}) "
+            f"| {rb['dense_only']} / {rb['sparse_only']} ({rb['sign_test_p']:.2g}) | {speed} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def plot(rs: list[dict[str, Any]], out: Path, title: str) -> None:
     import matplotlib
 
@@ -296,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     text = markdown(rs)
     print(text, end="")
     if args.md:
-        args.md.write_text(text)
+        args.md.write_text(text + "\n" + summary_table(rs))
     if args.json:
         args.json.write_text(json.dumps({"source": str(args.results), "rows": rs}, indent=1) + "\n")
     if args.plot:

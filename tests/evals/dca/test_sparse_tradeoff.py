@@ -149,3 +149,14 @@ def test_main_writes_markdown_json_and_a_plot(tmp_path: Path) -> None:
     assert len(rows) == 1 and rows[0]["speedup"] == 2.0
     assert "| dca / dca-sparse | mk_niah | 2x (65536) | 8 (2) | 6/8" in out_m.read_text()
     assert out_p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_published_gpu_table_comes_from_its_results() -> None:
+    """results/longctx/2026-12-05-sparse-gpu: tradeoff.json is what the tool computes from the
+    kept trials, and docs/dca.md's table is its summary."""
+    root = Path(__file__).resolve().parents[3]
+    folder = root / "results" / "longctx" / "2026-12-05-sparse-gpu"
+    doc = st.load(folder / "qwen2.5-coder-0.5b-h100.json")
+    kept = json.loads((folder / "tradeoff.json").read_text())["rows"]
+    assert st.rows(doc, st.default_pairs({t["method"] for t in doc["trials"]})) == kept
+    assert st.summary_table(kept) in (root / "docs" / "dca.md").read_text(encoding="utf-8")
