@@ -30,6 +30,9 @@ for f in corpus.json.xz tokens-qwen2.5-coder-0.5b.json.xz; do
   [ -f "$data/$f" ] || { echo "$data/$f missing: carry $data (evals/device/README.md)" >&2; exit 2; }
 done
 budget=${BUDGET_S:-540}
+for v in "BUDGET_S=$budget" "HAYSTACKS=${HAYSTACKS:-20}" "LANES=${LANES:-2}"; do
+  [[ ${v#*=} =~ ^[1-9][0-9]{0,6}$ ]] || { echo "${v%%=*} must be a positive integer, not '${v#*=}'" >&2; exit 2; }
+done
 export PYTHONUNBUFFERED=1
 mkdir -p "$W/sq"; cp "$data/tokens-qwen2.5-coder-0.5b.json.xz" "$W/sq/tokens.json.xz"
 case $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) in
