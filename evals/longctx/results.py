@@ -255,15 +255,38 @@ def _run_key(run: Mapping[str, Any]) -> str | None:
 def _merge_runs(merged: dict[str, Any], runs: list[dict[str, Any]]) -> list[int | None]:
     """Append the runs `merged` does not have yet; for each of `runs`, its index in
     `merged["runs"]`, or None when it was there before."""
-    have = {_run_key(r) for r in merged["runs"]} - {None}
+    have = list(merged["runs"])
+    index = add_runs(have, runs)
+    merged["runs"] = have
+    return index
+
+
+def add_runs(have: list[dict[str, Any]], runs: list[dict[str, Any]]) -> list[int | None]:
+    """Append to `have` the runs it lacks (see `_run_key`); for each of `runs`, its index in
+    `have`, or None when it was there before (also earlier in `runs`)."""
+    keys = {_run_key(r) for r in have} - {None}
     index: list[int | None] = []
     for r in runs:
-        if _run_key(r) in have:
+        key = _run_key(r)
+        if key is not None and key in keys:
             index.append(None)
         else:
-            index.append(len(merged["runs"]))
-            merged["runs"] = [*merged["runs"], r]
+            index.append(len(have))
+            have.append(r)
+            keys.add(key)
     return index
+
+
+def unique_records(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Records in order, each equal content (its run index aside) kept once."""
+    seen: set[str] = set()
+    out = []
+    for r in records:
+        text = _content(r)
+        if text not in seen:
+            seen.add(text)
+            out.append(dict(r))
+    return out
 
 
 def _merge_trials(merged: dict[str, Any], doc: Mapping[str, Any],
@@ -275,11 +298,15 @@ def _merge_trials(merged: dict[str, Any], doc: Mapping[str, Any],
     is not the one it was cut from when a run resumed a document of another corpus, so it is
     compared without it."""
     fresh = []
+    here: set[str] = set()  # this document's records: one that carried a record twice (runs
+    # resumed from overlapping documents did) keeps it once
     for t in doc["trials"]:
         own = bool(t.get("corpus"))
         t = {**t, "corpus": corpus_of(t, doc)}
-        if _content(t, ("run",) if own else ("run", "corpus")) in contents:
+        text = _content(t, ("run",) if own else ("run", "corpus"))
+        if text in contents or text in here:
             continue  # carried over by --resume
+        here.add(text)
         earlier = seen.get((t["corpus"], *trial_key(t)))
         if earlier is None:
             fresh.append(t)

@@ -206,13 +206,18 @@ class Run:
         self.lock = threading.Lock()
         # resumed trials keep the corpus they were cut from; only those of this run's corpus
         # count as done (a haystack of another corpus is another haystack)
-        self.trials: list[dict[str, Any]] = [t for d in cfg.resume for t in results.with_corpus(d)]
+        # --resume documents may overlap (a run resumed from several earlier ones carries their
+        # records): each run, its jobs and each trial record are taken once
+        self.trials: list[dict[str, Any]] = results.unique_records(
+            t for d in cfg.resume for t in results.with_corpus(d))
         self.prior_runs: list[dict[str, Any]] = []  # the runs of the --resume documents
         self.jobs: list[dict[str, Any]] = []
         for d in cfg.resume:
-            offset = len(self.prior_runs)
-            self.prior_runs += results.runs_of(d)
-            self.jobs += [{**j, "run": offset + int(j.get("run", 0))} for j in d["jobs"]]
+            index = results.add_runs(self.prior_runs, results.runs_of(d))
+            for j in d["jobs"]:
+                run = index[min(int(j.get("run", 0)), len(index) - 1)]
+                if run is not None:  # None: a run taken from an earlier document, jobs and all
+                    self.jobs.append({**j, "run": run})
         # the resumed documents' own repeat counts stay with them: `publish` merges this run with
         # them (a count carried here would be counted twice there)
         self.repeats = {"trials": 0, "disagree": 0}

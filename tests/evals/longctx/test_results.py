@@ -70,6 +70,15 @@ def test_combine_merges_calls_and_drops_repeated_trials() -> None:
         results.combine([a, bad])
 
 
+def test_combine_keeps_a_record_one_document_carries_twice_once() -> None:
+    doc: dict[str, Any] = dict(document([trial(question=0), trial(question=1)]))
+    doc["trials"] = doc["trials"] + [dict(t) for t in doc["trials"]]
+    merged = results.combine([doc])[(doc["model"]["name"], doc["label"])]
+    assert [t["question"] for t in merged["trials"]] == [0, 1]
+    assert merged["repeats"] == {"trials": 0, "disagree": 0}
+    assert [(c["n"], c["correct"]) for c in merged["cells"]] == [(2, 2)]
+
+
 def test_combine_keeps_every_run_and_counts_repeats_that_disagree() -> None:
     a = document([trial(question=0), trial(question=1)])
     a["started"], a["command"] = "t1", ["run", "1"]

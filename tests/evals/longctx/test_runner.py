@@ -111,6 +111,28 @@ def test_resume_runs_only_the_missing_haystacks(tmp_path: Path, fake_bin: Path) 
     assert second["repeats"] == {"trials": 0, "disagree": 0}
 
 
+def test_resume_from_overlapping_documents_keeps_each_record_once(tmp_path: Path,
+                                                                  fake_bin: Path) -> None:
+    """A loop that adds one haystack per round and resumes every earlier round passes
+    documents that carry each other's records; the new document holds each trial, run and job
+    once (before, each round doubled the trials of the ones before it)."""
+    methods = [BUILTIN["naive"]]
+    docs: list[dict[str, Any]] = []
+    for k in (1, 2, 3):
+        docs.append(run(_config(tmp_path, fake_bin, methods, _grid(methods, (1,), k, lanes=1),
+                                resume=tuple(docs))))  # fmt: skip
+    last = docs[-1]
+    assert len(last["trials"]) == 3 * QUESTIONS
+    keys = [results.trial_key(t) for t in last["trials"]]
+    assert len(keys) == len(set(keys))
+    assert [r["started"] for r in last["runs"]] == [d["started"] for d in docs]
+    # each run's jobs once: the first run's as the first document has them, and so on
+    assert [j for j in last["jobs"] if j["run"] == 0] == docs[0]["jobs"]
+    assert [j for j in last["jobs"] if j["run"] <= 1] == docs[1]["jobs"]
+    merged = results.combine(docs)[("tiny", "test")]
+    assert len(merged["trials"]) == 3 * QUESTIONS
+
+
 def test_resume_with_another_corpus_runs_the_haystacks_again(tmp_path: Path,
                                                              fake_bin: Path) -> None:
     methods = [BUILTIN["naive"]]
