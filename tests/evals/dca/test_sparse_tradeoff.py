@@ -151,12 +151,19 @@ def test_main_writes_markdown_json_and_a_plot(tmp_path: Path) -> None:
     assert out_p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_the_published_gpu_table_comes_from_its_results() -> None:
-    """results/longctx/2026-12-05-sparse-gpu: tradeoff.json is what the tool computes from the
-    kept trials, and docs/dca.md's table is its summary."""
+@pytest.mark.parametrize(
+    ("folder", "results"),
+    [
+        ("2026-12-05-sparse-gpu", "qwen2.5-coder-0.5b-h100.json"),
+        ("2026-12-05-sparse-cpu-3x4x", "smollm2-135m-cpu-2core.json"),
+    ],
+)
+def test_the_published_tables_come_from_their_results(folder: str, results: str) -> None:
+    """results/longctx/FOLDER: tradeoff.json is what the tool computes from the kept trials, and
+    docs/dca.md's table is its summary."""
     root = Path(__file__).resolve().parents[3]
-    folder = root / "results" / "longctx" / "2026-12-05-sparse-gpu"
-    doc = st.load(folder / "qwen2.5-coder-0.5b-h100.json")
-    kept = json.loads((folder / "tradeoff.json").read_text())["rows"]
+    here = root / "results" / "longctx" / folder
+    doc = st.load(here / results)
+    kept = json.loads((here / "tradeoff.json").read_text())["rows"]
     assert st.rows(doc, st.default_pairs({t["method"] for t in doc["trials"]})) == kept
     assert st.summary_table(kept) in (root / "docs" / "dca.md").read_text(encoding="utf-8")
