@@ -219,7 +219,7 @@ def combine(docs: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], dict[str
                                       "repeats": {"trials": 0, "disagree": 0}})
         if merged["model"]["sha256"] != doc["model"]["sha256"]:
             raise BadInput(f"two files label {key} with different model files")
-        index = _merge_runs(merged, runs_of(doc))
+        index = add_runs(merged["runs"], runs_of(doc))  # merged's own list
         if all(i is None for i in index):
             continue  # every run of this document is merged already (the same file twice)
         seen_jobs = jobs_seen.setdefault(key, set())
@@ -250,15 +250,6 @@ def _run_key(run: Mapping[str, Any]) -> str | None:
     if not run.get("started"):
         return None
     return json.dumps([run.get("started"), run.get("command"), run.get("wall_s")])
-
-
-def _merge_runs(merged: dict[str, Any], runs: list[dict[str, Any]]) -> list[int | None]:
-    """Append the runs `merged` does not have yet; for each of `runs`, its index in
-    `merged["runs"]`, or None when it was there before."""
-    have = list(merged["runs"])
-    index = add_runs(have, runs)
-    merged["runs"] = have
-    return index
 
 
 def add_runs(have: list[dict[str, Any]], runs: list[dict[str, Any]]) -> list[int | None]:
