@@ -86,22 +86,25 @@ def _index(trials: list[Trial]) -> dict[tuple[str, Key], Trial]:
     return out
 
 
-def _prefill(trials: list[Trial], method: str, length: int) -> float | None:
-    """Mean prompt seconds of each haystack's first question (the one that paid the prefill)."""
-    first: dict[tuple[int, int], Trial] = {}
+def _prefills(trials: list[Trial]) -> dict[tuple[str, int], float]:
+    """Per (method, length): mean prompt seconds of each haystack's first question (the one that
+    paid the prefill)."""
+    first: dict[tuple[str, int, int, int], Trial] = {}
     for t in trials:
-        if t["method"] != method or int(t["length"]) != length or t.get("prompt_ms") is None:
+        if t.get("prompt_ms") is None:
             continue
-        hay = (int(t["seed"]), int(t["haystack"]))
+        hay = (t["method"], int(t["length"]), int(t["seed"]), int(t["haystack"]))
         if hay not in first or int(t["question"]) < int(first[hay]["question"]):
             first[hay] = t
-    if not first:
-        return None
-    return sum(float(t["prompt_ms"]) for t in first.values()) / len(first) / 1000.0
+    sums: dict[tuple[str, int], list[float]] = {}
+    for (method, length, _, _), t in first.items():
+        sums.setdefault((method, length), []).append(float(t["prompt_ms"]) / 1000.0)
+    return {k: sum(v) / len(v) for k, v in sums.items()}
 
 
 def _row(
     doc: dict[str, Any],
+    prefills: dict[tuple[str, int], float],
     dense: str,
     sparse: str,
     task: str,
@@ -121,7 +124,7 @@ def _row(
         q[0] += 1
         q[1] += bool(d["correct"])
         q[2] += bool(s["correct"])
-    pd, ps = _prefill(doc["trials"], dense, length), _prefill(doc["trials"], sparse, length)
+    pd, ps = prefills.get((dense, length)), prefills.get((sparse, length))
     return {
         "dense": dense,
         "sparse": sparse,
@@ -157,6 +160,7 @@ def rows(doc: dict[str, Any], pairs: list[tuple[str, str]]) -> list[dict[str, An
             if m not in methods:
                 raise InputError(f"method {m!r} is not in the document (it has {sorted(methods)})")
     by = _index(doc["trials"])
+    prefills = _prefills(doc["trials"])
     out = []
     for dense, sparse in pairs:
         cells: dict[tuple[str, int], list[tuple[Trial, Trial]]] = {}
@@ -164,7 +168,7 @@ def rows(doc: dict[str, Any], pairs: list[tuple[str, str]]) -> list[dict[str, An
             if method == dense and (sparse, key) in by:
                 cells.setdefault((key[0], key[1]), []).append((t, by[(sparse, key)]))
         for (task, length), cell in sorted(cells.items(), key=lambda c: (c[0][1], c[0][0])):
-            out.append(_row(doc, dense, sparse, task, length, cell))
+            out.append(_row(doc, prefills, dense, sparse, task, length, cell))
     return out
 
 
