@@ -12,6 +12,9 @@
 #      length no ubatch passes the default 32768 threshold, so only a lower one makes sparse act)
 #   b  2x and 4x: dca against dca-sparse (published defaults: threshold 32768, 1000 + 6096)
 #   c  8x: dca against dca-sparse
+#   d  1x (32k), selection per query head (--sparse-per-head on): dca and naive against their
+#      sparse forms with --sparse-threshold 4096
+#   e  2x: dca against dca-sparse (per KV group) and dca-sparse-head (per query head)
 # Every phase writes $W/sq/PHASE.json after each haystack; a phase whose file is there from an
 # earlier call resumes it (--resume: its haystacks are not run again, the new file holds all).
 # A haystack starts only when it is expected to end before BUDGET_S (the harness's budget);
@@ -39,12 +42,15 @@ case $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) in
   *H200*) label=h200 ;; *H100*) label=h100 ;; *) label=gpu ;;
 esac
 sp4="--sparse-prefill on --sparse-threshold 4096"
+perhead="--sparse-per-head on"
 phase_args() {
   case $1 in
     a) echo "--multiples 1 --methods dca --methods naive" ;;
     b) echo "--multiples 2,4 --methods dca,dca-sparse" ;;
     c) echo "--multiples 8 --methods dca,dca-sparse" ;;
-    *) echo "unknown phase $1 (a, b or c)" >&2; return 2 ;;
+    d) echo "--multiples 1 --methods dca --methods naive" ;;
+    e) echo "--multiples 2 --methods dca,dca-sparse" ;;
+    *) echo "unknown phase $1 (a, b, c, d or e)" >&2; return 2 ;;
   esac
 }
 rc=0
@@ -52,6 +58,8 @@ for ph in ${PHASES:-a b c}; do
   args=$(phase_args "$ph") || exit 2
   extra=()
   [ "$ph" = a ] && extra+=(--methods "dca-sparse-4k=--dca on $sp4" --methods "naive-sparse-4k=$sp4")
+  [ "$ph" = d ] && extra+=(--methods "dca-sparse-head-4k=--dca on $sp4 $perhead" --methods "naive-sparse-head-4k=$sp4 $perhead")
+  [ "$ph" = e ] && extra+=(--methods "dca-sparse-head=--dca on --sparse-prefill on $perhead")
   if [ -f "$W/sq/$ph.json" ]; then cp "$W/sq/$ph.json" "$W/sq/$ph.prev.json"; extra+=(--resume "$W/sq/$ph.prev.json"); fi
   left=$((budget - ($(date +%s) - t0) - 3))
   [ "$left" -lt 30 ] && { echo "phase $ph: ${left}s left, not started"; continue; }

@@ -671,9 +671,9 @@ MIN_SELECTION_GAP = 2e-3
 @dataclass(frozen=True)
 class SparseConfig:
     """Sparse prefill: per prefill ubatch of ``ubatch`` tokens (the last one may be shorter) with at
-    least ``last_q`` tokens, each KV group (the query heads sharing one KV head) keeps the
-    ``vertical`` columns and ``slash`` diagonals its heads' last ``last_q`` queries score highest
-    in sum. The tests give a threshold below every KV length."""
+    least ``last_q`` tokens, each KV group (the query heads sharing one KV head; each query head
+    with ``per_head``) keeps the ``vertical`` columns and ``slash`` diagonals its heads' last
+    ``last_q`` queries score highest in sum. The tests give a threshold below every KV length."""
 
     vertical: int
     slash: int
@@ -682,11 +682,11 @@ class SparseConfig:
     key_type: str = (
         "f16"  # the cache type of the keys the estimation reads (llama.cpp reads the cache)
     )
-    # a deliberate mistake: select per query head (as if every head had its own KV head) instead
-    # of per KV group, so a test can show the two differ on a model with groups of several heads
+    # select per query head (each head its own scores, as if it had its own KV head: llama.cpp's
+    # --sparse-per-head on) instead of per KV group
     per_head: bool = False
     # the relative gap below which a selection boundary raises AmbiguousSelection (0: never, for
-    # a selection that is only compared from afar, such as the per-head mistake)
+    # a selection that is only compared from afar, such as the other granularity's)
     min_gap: float = MIN_SELECTION_GAP
     # instead of raising: resolve boundaries within TieChoices.gap of a tie as it says (either side
     # is admissible; forward_matching finds the side a backend took)

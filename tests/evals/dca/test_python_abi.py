@@ -19,7 +19,7 @@ from .abi import AbiMismatch, _field_names, c_structs, check
 from .wheel import Wheel
 
 DCA_FIELDS = ("dca", "dca_chunk_size", "dca_local_window", "dca_mscale")
-SPARSE_FIELDS = ("enabled", "vertical", "slash", "threshold", "last_q")
+SPARSE_FIELDS = ("enabled", "vertical", "slash", "threshold", "last_q", "per_head")
 
 
 @pytest.fixture(scope="session")
@@ -54,7 +54,7 @@ def test_every_mirrored_struct_matches_the_patched_headers(
     assert report.checked["llama_context_params"].size == 176  # 160 upstream + DCA's 16
     sparse = report.checked["llama_sparse_prefill_params"]
     assert tuple(name for name, _offset, _size in sparse.fields) == SPARSE_FIELDS
-    assert sparse.size == 20  # a bool padded to 4, four int32_t
+    assert sparse.size == 24  # a bool padded to 4, four int32_t, a bool padded to 4
 
 
 def _copy(python_site: Path, target: Path) -> Path:
@@ -106,10 +106,10 @@ MUTATIONS: dict[str, tuple[tuple[str, str], str]] = {
         ),
         "llama_sparse_prefill_params.slash: ctypes offset 4 size 4 != C offset 8 size 4",
     ),
-    # its last field dropped: the struct is 4 bytes short
+    # its last field dropped (a bool, but after four int32_t: the struct is 4 bytes short)
     "sparse-dropped": (
-        (FIELD.format(name="last_q", ctype="c_int32"), ""),
-        "llama_sparse_prefill_params: ctypes.sizeof 16 != C sizeof 20",
+        (FIELD.format(name="per_head", ctype="c_bool"), ""),
+        "llama_sparse_prefill_params: ctypes.sizeof 20 != C sizeof 24",
     ),
     # a dropped trailing bool hides in the padding (same size, same offsets): the names see it
     "dropped-in-padding": (
@@ -169,10 +169,10 @@ def test_a_sparse_field_without_its_mirror_fails(
     """The same for the struct llama_set_sparse_prefill takes by value: a field appended to the
     C struct (the next knob) fails here until the bindings patch mirrors it."""
     error = _mismatch_with_a_field_appended(
-        python_site, patched_headers, tmp_path, "int32_t last_q;", "int32_t next_knob;"
+        python_site, patched_headers, tmp_path, "bool    per_head;", "int32_t next_knob;"
     )
-    assert "llama_sparse_prefill_params: ctypes.sizeof 20 != C sizeof 24" in error
-    assert "'last_q', 'next_knob')" in error
+    assert "llama_sparse_prefill_params: ctypes.sizeof 24 != C sizeof 28" in error
+    assert "'per_head', 'next_knob')" in error
 
 
 def test_the_header_parser_reads_what_llama_h_declares(tmp_path: Path) -> None:

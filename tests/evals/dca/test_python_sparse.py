@@ -5,8 +5,10 @@
 - Logits through `Llama.eval` (300 tokens, ubatches of 64, flash attention, f16 KV), plain
   attention and DCA: small budgets equal the native dump tool's run with the same --sparse-*
   flags on the same tree (float noise of two builds of one source) and differ from dense by far
-  more; budgets covering every key, a threshold at the KV length and `sparse_prefill=False` with
-  knobs given are byte-identical to a `Llama` without any sparse keyword.
+  more; `sparse_per_head=True` equals the native run with --sparse-per-head on and differs from
+  the per-group one; budgets covering every key, a threshold at the KV length and
+  `sparse_prefill=False` with knobs given are byte-identical to a `Llama` without any sparse
+  keyword.
 - A model's DCA config (the GGUF's `<arch>.attention.dca.config`) gives the defaults a keyword
   leaves open, as llama.cpp's flags do, each printed with its source under `verbose`; a malformed
   config is a ValueError naming the entry.
@@ -42,6 +44,7 @@ from .test_sparse_prefill import (
     DCA_ON,
     GGUF_SPARSE,
     LAST_Q,
+    SELECT,
     SLASH,
     VERTICAL,
     _gguf_model,
@@ -132,6 +135,8 @@ def test_sparse_keywords_compute_what_llama_cpp_flags_compute(
             "full": {**base, **FULL},
             "at-kv-length": {**SMALL, **base, "sparse_threshold": 512},  # n_ctx 512
             "off-with-knobs": {**SMALL, **base, "sparse_prefill": False},
+            "per-head": {**base, **SMALL, "sparse_per_head": True},
+            "off-per-head": {**SMALL, **base, "sparse_prefill": False, "sparse_per_head": True},
         },
         tmp_path / "py",
     )
@@ -142,13 +147,24 @@ def test_sparse_keywords_compute_what_llama_cpp_flags_compute(
     native_dense = run_tool(
         dca_tool, plan, model, (*NATIVE_ARGS, *flags), tmp_path / "native-dense"
     ).logits()[0]
+    native_per_head = run_tool(
+        dca_tool,
+        plan,
+        model,
+        (*NATIVE_ARGS, *flags, *sparse_on(), *SELECT["head"]),
+        tmp_path / "native-per-head",
+    ).logits()[0]
     assert ref.rel_err(got["dense"], native_dense) <= SAME_SOURCE_TOL
     assert ref.rel_err(got["small"], native) <= SAME_SOURCE_TOL
+    assert ref.rel_err(got["per-head"], native_per_head) <= SAME_SOURCE_TOL
+    # two query heads on one KV head: one selection per head is not the group's
+    apart = ref.rel_err(got["per-head"], got["small"])
+    assert apart >= 100 * SAME_SOURCE_TOL, f"per head vs per group only {apart:.3g} apart"
     effect = ref.rel_err(got["small"], got["dense"])
     assert effect >= 100 * SAME_SOURCE_TOL, (
         f"the sparse keywords changed the logits by {effect:.3g}"
     )
-    for same in ("full", "at-kv-length", "off-with-knobs"):
+    for same in ("full", "at-kv-length", "off-with-knobs", "off-per-head"):
         assert np.array_equal(got[same], got["dense"]), f"{same} is not byte-identical to dense"
 
 
@@ -239,15 +255,16 @@ def test_a_malformed_gguf_config_names_the_entry(
 NOT_BOOL = ['"yes"', '"false"', "0", "1", "None"]
 
 
+@pytest.mark.parametrize("keyword", ["sparse_prefill", "sparse_per_head"])
 @pytest.mark.parametrize("value", NOT_BOOL)
-def test_sparse_prefill_takes_a_bool_only(
-    value: str, python_site: Path, models_dir: TinyModels
+def test_the_switches_take_a_bool_only(
+    keyword: str, value: str, python_site: Path, models_dir: TinyModels
 ) -> None:
     model = model_path(models_dir, "qwen2")
-    kwargs = {**CONTEXT, "sparse_prefill": value, "verbose": False}
-    report, _log = construct(python_site, model, kwargs, literal=["sparse_prefill"])
+    kwargs = {**CONTEXT, keyword: value, "verbose": False}
+    report, _log = construct(python_site, model, kwargs, literal=[keyword])
     assert report.get("error") == "ValueError", report
-    assert str(report["message"]).startswith("sparse_prefill must be True or False (got ")
+    assert str(report["message"]).startswith(f"{keyword} must be True or False (got ")
 
 
 LEAST = {"sparse_vertical": 1, "sparse_slash": 1, "sparse_threshold": 0, "sparse_last_q": 1}
@@ -290,7 +307,8 @@ import llama_cpp
 from llama_cpp import Llama, _logger
 cfg = json.loads(sys.argv[1])
 d = llama_cpp.llama_sparse_prefill_default_params()
-out = {"defaults": [d.enabled, d.vertical, d.slash, d.threshold, d.last_q], "refused": {}}
+out = {"defaults": [d.enabled, d.vertical, d.slash, d.threshold, d.last_q, d.per_head],
+       "refused": {}}
 llm = Llama(model_path=cfg["model"], verbose=False, **cfg["kwargs"])
 for field in ("vertical", "slash", "threshold", "last_q"):
     p = llama_cpp.llama_sparse_prefill_params(True, 1, 1, 0, 1)
@@ -315,14 +333,12 @@ def test_the_struct_reaches_llama_cpp_by_value_and_its_reason_the_python_error(
     proc = run_python(python_site, "-c", BY_VALUE, json.dumps(config))
     assert proc.returncode == 0, proc.stderr[-4000:]
     out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out["defaults"] == [False, 1000, 6096, 32768, 64]
+    assert out["defaults"] == [False, 1000, 6096, 32768, 64, False]
     for field, (rc, reason) in out["refused"].items():
         least = 0 if field == "threshold" else 1
         assert rc == -1
         assert reason == f"x: sparse prefill: {field} must be >= {least} (got -5)", reason
-    assert out["error"] == (
-        "Failed to set sparse prefill: sparse_last_q must be >= 1 (got 0)"
-    )
+    assert out["error"] == ("Failed to set sparse prefill: sparse_last_q must be >= 1 (got 0)")
 
 
 def test_verbose_says_what_it_ignores_and_quiet_says_nothing(
@@ -347,7 +363,7 @@ llm = Llama(model_path=cfg["model"], verbose=False, **cfg["kwargs"])
 copy = pickle.loads(pickle.dumps(llm))
 p = copy.sparse_prefill_params
 state = llm.__getstate__()
-print(json.dumps({"copy": [p.enabled, p.vertical, p.slash, p.threshold, p.last_q],
+print(json.dumps({"copy": [p.enabled, p.vertical, p.slash, p.threshold, p.last_q, p.per_head],
                   "state": {k: state[k] for k in state if k.startswith("sparse")}}))
 """
 
@@ -357,19 +373,20 @@ def test_a_pickled_llama_keeps_its_sparse_keywords(
 ) -> None:
     """The keywords as given: a None takes the model's default again."""
     model = _gguf_model(models_dir, GGUF_SPARSE)
-    kwargs = {**CONTEXT, "sparse_prefill": True, "sparse_slash": 200}
+    kwargs = {**CONTEXT, "sparse_prefill": True, "sparse_slash": 200, "sparse_per_head": True}
     proc = run_python(
         python_site, "-c", PICKLED, json.dumps({"model": str(model), "kwargs": kwargs})
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out["copy"] == [True, VERTICAL, 200, 0, LAST_Q]
+    assert out["copy"] == [True, VERTICAL, 200, 0, LAST_Q, True]
     assert out["state"] == {
         "sparse_prefill": True,
         "sparse_vertical": None,
         "sparse_slash": 200,
         "sparse_threshold": None,
         "sparse_last_q": None,
+        "sparse_per_head": True,
     }
 
 
@@ -386,8 +403,11 @@ SERVER_SETTINGS = {
     "flash_attn": True,
     "verbose": True,
 }
+# the server's knobs: the small budgets, selected per query head
+SERVER_SPARSE = {**SMALL, "sparse_per_head": True}
 C_LINE = (
     f"sparse prefill on: vertical = {VERTICAL}, slash = {SLASH}, threshold = 0, last_q = {LAST_Q}"
+    ", per query head"
 )
 
 
@@ -413,7 +433,7 @@ def test_the_server_takes_the_sparse_settings(
     args = ["--host", HOST, "--port", str(port), "--model", str(model), "--model_alias", "tiny"]
     for key, value in SERVER_SETTINGS.items():
         args += [f"--{key}", _arg(value)]
-    for key, knob in SMALL.items():
+    for key, knob in SERVER_SPARSE.items():
         if configured_by == "command-line":
             args += [f"--{key}", _arg(knob)]
         else:

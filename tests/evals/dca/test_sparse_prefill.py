@@ -17,7 +17,9 @@ reference (tests/evals/dca/reference.py: sparse_keep, sparse_plain_attention, sp
   is per KV group (the query heads sharing a KV head, scores added over them): the three archs'
   usual shape (2 query heads on 1 KV head) and two more on qwen2, one head per KV head (2 groups
   of 1) and 4 query heads on 2 KV heads (2 groups of 2), where a per-head selection or a group
-  joined at the wrong place differs from the reference.
+  joined at the wrong place differs from the reference. --sparse-per-head on selects per query
+  head instead (each head's own scores): the same comparison against the per-head reference, on
+  the usual shape and on 4 query heads on 2 KV heads, where a per-group selection differs.
 - On a GPU (PATCHCTL_DCA_TOOL_ARGS="-ngl 99") the estimation rounds more than the CPU's
   (selection_gap): a selection boundary within that gap of a tie is a near tie, the backend may
   keep either side of it, only among the near-tied candidates, and the logits are compared with
@@ -81,6 +83,8 @@ DCA_ON = (
     *("--dca-chunk-size", str(CHUNK_SIZE), "--dca-local-window", str(LOCAL_WINDOW)),
 )
 ATTN = {"plain": (), "dca": DCA_ON}
+# the selection's granularity: per KV group (the default) or per query head (--sparse-per-head)
+SELECT = {"group": (), "head": ("--sparse-per-head", "on")}
 ARCHS = ("llama", "qwen2", "qwen3")
 MAX_SEEDS = 20
 UBATCHES = (64, 512)
@@ -187,7 +191,7 @@ def matching_reference(model: Path, dump: Dump, run: ref.RunConfig, gap: float) 
 
 def test_reference_selects_once_per_kv_group() -> None:
     """Two heads on one KV head: head 0 prefers column 120 a little over 110, head 1 wants 110
-    only. With one column beyond the 30 sinks, each head alone would keep its own; the group
+    only. With one column beyond the 30 sinks, each head alone keeps its own (per_head); the group
     (each head's softmax on its own, then added: 110 gets about 1.38, 120 about 0.62) keeps 110
     for both heads. Diagonals: only the forced 100, so row 299 reaches 110 and 120 (distances 189
     and 179) through the kept columns only."""
@@ -203,7 +207,7 @@ def test_reference_selects_once_per_kv_group() -> None:
     heads = ref.sparse_keep(scores, causal, 0, n, cfg, n_head_kv=2)
     assert heads[0, n - 1, 120] and not heads[0, n - 1, 110]
     assert heads[1, n - 1, 110] and not heads[1, n - 1, 120]
-    # the allowed pairs of a prompt follow the same grouping; the mistake switch selects per head
+    # the allowed pairs of a prompt follow the same grouping; per_head selects per query head
     assert (ref.sparse_allowed([scores], [causal], cfg, cfg.groups(2, 1)) == group).all()
     per_head = replace(cfg, per_head=True)
     assert (ref.sparse_allowed([scores], [causal], cfg, per_head.groups(2, 1)) == heads).all()
@@ -296,19 +300,22 @@ def test_below_threshold_builds_and_reserves_what_off_does(
     assert _reservations(below.log) != _reservations(off.log)
 
 
-@pytest.mark.parametrize("heads", ["h2k1", "h4k2"])
+@pytest.mark.parametrize(
+    ("heads", "select"), [("h2k1", "group"), ("h4k2", "group"), ("h4k2", "head")]
+)
 @pytest.mark.parametrize("attn", list(ATTN))
 def test_budgets_covering_every_key_are_byte_identical_to_dense(
-    attn: str, heads: str, dca_tool: Path, models_dir: TinyModels, tmp_path: Path
+    attn: str, heads: str, select: str, dca_tool: Path, models_dir: TinyModels, tmp_path: Path
 ) -> None:
     model = _heads_model(models_dir, "qwen2", heads)
     plan = single_plan(N_TOKENS, n_gen=4)
     args = (*BASE, "-ub", "64", *ATTN[attn])
     dense = run_tool(dca_tool, plan, model, args, tmp_path / "dense")
-    full = run_tool(
-        dca_tool, plan, model, (*args, *sparse_on(vertical=4096, slash=4096)), tmp_path / "full"
+    full_budgets = (*sparse_on(vertical=4096, slash=4096), *SELECT[select])
+    full = run_tool(dca_tool, plan, model, (*args, *full_budgets), tmp_path / "full")
+    small = run_tool(
+        dca_tool, plan, model, (*args, *sparse_on(), *SELECT[select]), tmp_path / "small"
     )
-    small = run_tool(dca_tool, plan, model, (*args, *sparse_on()), tmp_path / "small")
     assert full.raw == dense.raw
     assert small.raw != dense.raw  # the same flags with small budgets do change the result
 
@@ -316,12 +323,19 @@ def test_budgets_covering_every_key_are_byte_identical_to_dense(
 @pytest.mark.parametrize("ubatch", UBATCHES)
 @pytest.mark.parametrize("attn", list(ATTN))
 @pytest.mark.parametrize(
-    ("arch", "heads"),
-    [*((arch, "h2k1") for arch in ARCHS), ("qwen2", "h2k2"), ("qwen2", "h4k2")],
+    ("arch", "heads", "select"),
+    [
+        *((arch, "h2k1", "group") for arch in ARCHS),
+        ("qwen2", "h2k2", "group"),
+        ("qwen2", "h4k2", "group"),
+        ("llama", "h2k1", "head"),
+        ("qwen2", "h4k2", "head"),
+    ],
 )
 def test_sparse_equals_reference(
     arch: str,
     heads: str,
+    select: str,
     attn: str,
     ubatch: int,
     dca_tool: Path,
@@ -329,18 +343,22 @@ def test_sparse_equals_reference(
     tmp_path: Path,
 ) -> None:
     model = _heads_model(models_dir, arch, heads)
-    cfg = ref.SparseConfig(vertical=VERTICAL, slash=SLASH, last_q=LAST_Q, ubatch=ubatch)
+    per_head = select == "head"
+    cfg = ref.SparseConfig(
+        vertical=VERTICAL, slash=SLASH, last_q=LAST_Q, ubatch=ubatch, per_head=per_head
+    )
     n_head, n_head_kv, _ = HEADS[heads]
-    # with groups of several heads, the per-head selection (the mistake) must be told apart too;
-    # it is only compared from afar, so its own near ties do not matter
-    per_head = replace(cfg, per_head=True, min_gap=0.0) if n_head > n_head_kv else None
+    # with groups of several heads, the other granularity (per KV group vs per query head) must be
+    # told apart too; it is only compared from afar, so its own near ties do not matter
+    other = replace(cfg, per_head=not per_head, min_gap=0.0) if n_head > n_head_kv else None
     gap = selection_gap(HEADS[heads][2])
     tokens = unambiguous_prompt(model, _run_config(attn, cfg), gap=gap)
     plan = Plan(seqs=(tokens,), steps=(f"call 0:{N_TOKENS}",))
     args = (*BASE, "-ub", str(ubatch), *ATTN[attn])
 
     dense = run_tool(dca_tool, plan, model, args, tmp_path / "dense")
-    sparse = run_tool(dca_tool, plan, model, (*args, *sparse_on()), tmp_path / "sparse")
+    sparse_args = (*args, *sparse_on(), *SELECT[select])
+    sparse = run_tool(dca_tool, plan, model, sparse_args, tmp_path / "sparse")
     want_dense = reference_logits(model, dense.tokens, _run_config(attn, None))
     want_sparse = matching_reference(model, sparse, _run_config(attn, cfg), gap)
 
@@ -350,11 +368,11 @@ def test_sparse_equals_reference(
     effect = rel_err_all(want_sparse, want_dense)
     assert err <= tol, f"sparse vs reference {err:.3g} > {tol:.3g} (dense error {dense_err:.3g})"
     assert effect >= MARGIN * tol, f"the selection changes the logits by {effect:.3g} only"
-    if per_head is not None:
-        want_per_head = reference_logits(model, sparse.tokens, _run_config(attn, per_head))
-        apart = rel_err_all(want_per_head, want_sparse)
+    if other is not None:
+        want_other = reference_logits(model, sparse.tokens, _run_config(attn, other))
+        apart = rel_err_all(want_other, want_sparse)
         assert apart >= MARGIN * tol, f"per-head and per-group selections only {apart:.3g} apart"
-        assert rel_err_all(sparse.logits(), want_per_head) > tol
+        assert rel_err_all(sparse.logits(), want_other) > tol
 
 
 def test_near_tie_sets() -> None:
@@ -444,6 +462,7 @@ def test_a_choice_outside_the_near_ties_is_not_matched(models_dir: TinyModels) -
         ("--sparse-slash", "-3"),
         ("--sparse-threshold", "-1"),
         ("--sparse-last-q", "0"),
+        ("--sparse-per-head", "maybe"),
     ],
 )
 def test_bad_values_name_the_flag(
