@@ -1,12 +1,17 @@
 #!/usr/bin/env python3
 """Sparse prefill's trade-off: accuracy against its dense method, and the prefill time it bought.
 
-    sparse_tradeoff.py RESULTS.json [DENSE=SPARSE ...] [--json J] [--md M] [--plot P.png]
+    sparse_tradeoff.py RESULTS.json [RESULTS.json ...] [DENSE=SPARSE ...] [--json J] [--md M]
+                       [--plot P.png]
 
 RESULTS.json is a long-context harness results document (``python3 -m evals.longctx run`` or
 ``publish``: every trial). Every method of the harness answers the same haystacks and questions for
-one seed, so a sparse method and its dense one are compared question by question. Per (pair, task,
-length) the rows give:
+one seed, so a sparse method and its dense one are compared question by question. Several documents
+of one model are read as one: a sparse method measured in a later run is paired with the dense
+method of an earlier run on the same haystacks. A question that two documents both answered with
+one method must have the same answer text in both (a method rerun in the later run shows that the
+runs reproduce each other, so that pairing across them holds); it is counted once and reported as
+repeated, and any other answer is an error. Per (pair, task, length) the rows give:
 
 - each method's correct / n with the Wilson 95 % interval over questions (the harness's function)
   and whether the sparse accuracy lies inside the dense interval (the acceptance rule);
@@ -17,7 +22,9 @@ length) the rows give:
   wrong answers were another needle's value (the harness's ``distractors``);
 - the prefill each method measured in the same run (llama-server's prompt time of each haystack's
   first question, mean over haystacks) and dense / sparse, the speed-up. Lanes that share one
-  device make these times noisy; both methods ran under the same sharing.
+  device make these times noisy; both methods ran under the same sharing. Only for a pair whose
+  two methods come from the same document: times of two runs (other devices, other sharing) are
+  not compared.
 
 Pairs default to every ``X``/``X-sparse*`` pair of methods present. ``--plot`` draws two panels:
 accuracy against the prompt length (dense and sparse, Wilson intervals) per task, and accuracy
@@ -56,6 +63,35 @@ def load(path: Path) -> dict[str, Any]:
             f"{path}: no 'trials' list: give the harness's results JSON, not a summary"
         )
     return doc
+
+
+def merge(docs: list[tuple[str, dict[str, Any]]]) -> tuple[dict[str, Any], dict[str, int]]:
+    """One document from several of one model: the first one's fields, every trial once (tagged
+    with its document's index as ``source``), and per method@length how many questions two
+    documents both answered, with the same text. Another text, or another model, is InputError."""
+    (first_name, first), *_ = docs
+    model = first.get("model", {})
+    trials: dict[tuple[str, Key], Trial] = {}
+    repeated: dict[str, int] = {}
+    for i, (name, doc) in enumerate(docs):
+        other = doc.get("model", {})
+        if (other.get("name"), other.get("n_ctx_train")) != (model.get("name"),
+                                                             model.get("n_ctx_train")):
+            raise InputError(f"{name}: model {other.get('name')!r} is not {first_name}'s "
+                             f"{model.get('name')!r}: give documents of one model")
+        for (method, key), t in _index(doc["trials"]).items():
+            have = trials.get((method, key))
+            if have is None:
+                trials[(method, key)] = {**t, "source": i}
+                continue
+            if have.get("got") != t.get("got"):
+                raise InputError(
+                    f"{name}: {method} answered {key} with {t.get('got')!r}, "
+                    f"{docs[have['source']][0]} with {have.get('got')!r}: the runs do not "
+                    "reproduce each other, so their trials cannot be paired")
+            cell = f"{method}@{key[1]}"
+            repeated[cell] = repeated.get(cell, 0) + 1
+    return {**first, "trials": list(trials.values())}, repeated
 
 
 def default_pairs(methods: set[str]) -> list[tuple[str, str]]:
@@ -125,6 +161,8 @@ def _row(
         q[1] += bool(d["correct"])
         q[2] += bool(s["correct"])
     pd, ps = prefills.get((dense, length)), prefills.get((sparse, length))
+    if {d.get("source") for d, _ in pairs} != {s.get("source") for _, s in pairs}:
+        pd = ps = None  # measured in different runs: not comparable
     return {
         "dense": dense,
         "sparse": sparse,
@@ -306,33 +344,58 @@ def plot(rs: list[dict[str, Any]], out: Path, title: str) -> None:
 def _pair(text: str) -> tuple[str, str]:
     dense, sep, sparse = text.partition("=")
     if not sep or not dense or not sparse:
-        raise argparse.ArgumentTypeError(f"a pair is DENSE=SPARSE, not {text!r}")
+        raise InputError(f"a pair is DENSE=SPARSE, not {text!r}")
     return dense, sparse
+
+
+def _inputs(items: list[str]) -> tuple[list[Path], list[tuple[str, str]]]:
+    """The positional arguments: results documents first, then DENSE=SPARSE pairs (an argument
+    with '=' that is not a file is a pair)."""
+    paths: list[Path] = []
+    pairs: list[tuple[str, str]] = []
+    for item in items:
+        if "=" in item and not Path(item).is_file():
+            pairs.append(_pair(item))
+        elif pairs:
+            raise InputError(f"{item}: give the results documents before the pairs")
+        else:
+            paths.append(Path(item))
+    if not paths:
+        raise InputError("give at least one results document")
+    return paths, pairs
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("results", type=Path)
     ap.add_argument(
-        "pairs", nargs="*", type=_pair, help="DENSE=SPARSE (default: every X / X-sparse*)"
+        "inputs", nargs="+", metavar="RESULTS.json... [DENSE=SPARSE...]",
+        help="results documents of one model, then pairs (default: every X / X-sparse*)",
     )
     ap.add_argument("--json", type=Path)
     ap.add_argument("--md", type=Path)
     ap.add_argument("--plot", type=Path)
     args = ap.parse_args(argv)
     try:
-        doc = load(args.results)
-        pairs = list(args.pairs) or default_pairs({t["method"] for t in doc["trials"]})
+        paths, pairs = _inputs(args.inputs)
+        doc, repeated = merge([(str(p), load(p)) for p in paths])
+        pairs = pairs or default_pairs({t["method"] for t in doc["trials"]})
         rs = rows(doc, pairs)
     except (InputError, KeyError, TypeError, ValueError) as exc:
         print(f"sparse_tradeoff: {exc}", file=sys.stderr)
         return 2
     text = markdown(rs)
+    if repeated:
+        text += "\nRepeated questions, the same answer in two documents: " + ", ".join(
+            f"{cell} {n}" for cell, n in sorted(repeated.items())) + "\n"
     print(text, end="")
     if args.md:
         args.md.write_text(text + "\n" + summary_table(rs))
     if args.json:
-        args.json.write_text(json.dumps({"source": str(args.results), "rows": rs}, indent=1) + "\n")
+        source: Any = str(paths[0]) if len(paths) == 1 else [str(p) for p in paths]
+        out = {"source": source, "rows": rs}
+        if repeated:
+            out["repeated"] = repeated
+        args.json.write_text(json.dumps(out, indent=1) + "\n")
     if args.plot:
         model = doc.get("model", {}).get("name", "model")
         plot(rs, args.plot, f"sparse prefill against dense: {model} ({doc.get('label', '')})")

@@ -151,6 +151,48 @@ def test_main_writes_markdown_json_and_a_plot(tmp_path: Path) -> None:
     assert out_p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def _split_runs() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The cell as two runs: dense in the first, sparse and a rerun of dense in the second."""
+    cell = _cell()
+    first = _doc([t for t in cell if t["method"] == "dca"])
+    second = _doc([t for t in cell if t["method"] == "dca-sparse"]
+                  + [{**t, "prompt_ms": 1.0} for t in cell if t["method"] == "dca"][:3])
+    return first, second
+
+
+def test_documents_of_two_runs_pair_and_a_rerun_must_reproduce() -> None:
+    first, second = _split_runs()
+    doc, repeated = st.merge([("a.json", first), ("b.json", second)])
+    assert repeated == {"dca@65536": 3}
+    (r,) = st.rows(doc, [("dca", "dca-sparse")])
+    (one,) = st.rows(_doc(_cell()), [("dca", "dca-sparse")])
+    same = {k: v for k, v in one.items() if "prefill" not in k and k != "speedup"}
+    assert {k: r[k] for k in same} == same  # the same pairs, question by question
+    # times of two runs are not compared
+    assert (r["dense_prefill_s"], r["sparse_prefill_s"], r["speedup"]) == (None, None, None)
+    # a rerun that answers otherwise breaks the pairing
+    changed = {**second, "trials": [dict(t) for t in second["trials"]]}
+    changed["trials"][-1]["got"] = "other"
+    with pytest.raises(st.InputError, match="do not reproduce"):
+        st.merge([("a.json", first), ("b.json", changed)])
+    other_model = {**second, "model": {"name": "n", "n_ctx_train": 32768}}
+    with pytest.raises(st.InputError, match="one model"):
+        st.merge([("a.json", first), ("b.json", other_model)])
+
+
+def test_main_reads_several_documents_then_the_pairs(tmp_path: Path) -> None:
+    first, second = _split_runs()
+    a, b, out_j = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "t.json"
+    a.write_text(json.dumps(first))
+    b.write_text(json.dumps(second))
+    assert st.main([str(a), str(b), "dca=dca-sparse", "--json", str(out_j)]) == 0
+    kept = json.loads(out_j.read_text())
+    assert kept["source"] == [str(a), str(b)] and kept["repeated"] == {"dca@65536": 3}
+    assert kept["rows"][0]["dense_correct"] == 6 and kept["rows"][0]["speedup"] is None
+    assert st.main([str(a), "dca=dca-sparse", str(b)]) == 2  # documents come first
+    assert st.main([str(a), "dca"]) == 2  # not a file, not a pair
+
+
 @pytest.mark.parametrize(
     ("folder", "results"),
     [
