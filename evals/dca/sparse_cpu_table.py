@@ -21,6 +21,8 @@ Each measurement is one llama-bench process that prefills one prompt of N tokens
     sparse-dca    -dca 1 -sparse 1
     sparse-plain@X  -dca 0 -sparse 1 --sparse-threshold X   (--low-threshold, default 4096)
     sparse-dca@X    -dca 1 -sparse 1 --sparse-threshold X
+    sparse-plain@X-head, sparse-dca@X-head   the same with --sparse-per-head 1 (one selection and
+                    one attention per query head instead of per KV group)
 
 with the default budgets (1000 vertical, 6096 slash, last_q 64). Repetition r of a context runs the
 arms in order, r + 1 in the reverse order (balanced: a drift of the machine's load weighs on every
@@ -76,11 +78,14 @@ class Arm:
     dca: bool
     sparse: bool
     low: bool = False  # sparse with --sparse-threshold LOW (else the default threshold)
+    per_head: bool = False  # sparse selecting per query head (--sparse-per-head 1)
 
     def args(self, low_threshold: int) -> list[str]:
         out = ["-dca", str(int(self.dca)), "-sparse", str(int(self.sparse))]
         if self.low:
             out += ["--sparse-threshold", str(low_threshold)]
+        if self.per_head:
+            out += ["--sparse-per-head", "1"]
         return out
 
     def threshold(self, low_threshold: int) -> int | None:
@@ -96,6 +101,8 @@ ARMS: tuple[Arm, ...] = (
     Arm("sparse-dca", True, True),
     Arm("sparse-plain-low", False, True, True),
     Arm("sparse-dca-low", True, True, True),
+    Arm("sparse-plain-low-head", False, True, True, True),
+    Arm("sparse-dca-low-head", True, True, True, True),
 )
 ARM_BY_NAME = {a.name: a for a in ARMS}
 
@@ -327,7 +334,9 @@ def table(docs: list[dict[str, Any]]) -> str:
              "sparse-plain": f"sparse (threshold {DEFAULT_THRESHOLD})",
              "sparse-dca": f"sparse (threshold {DEFAULT_THRESHOLD})",
              "sparse-plain-low": f"sparse (threshold {low_s})",
-             "sparse-dca-low": f"sparse (threshold {low_s})"}
+             "sparse-dca-low": f"sparse (threshold {low_s})",
+             "sparse-plain-low-head": f"sparse per head (threshold {low_s})",
+             "sparse-dca-low-head": f"sparse per head (threshold {low_s})"}
     lines = ["| context | DCA | prefill | runs | mean time | min-max | tokens/s | CPU time "
              "| sparse / dense time | sparse / dense CPU | load avg |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]

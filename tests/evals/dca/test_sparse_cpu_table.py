@@ -42,6 +42,10 @@ def test_each_arm_is_one_prefill_of_n_tokens(tmp_path: Path) -> None:
     joined = " ".join(cmd)
     assert cmd[0] == str(tmp_path / "llama-bench")
     assert "-p 32768 -n 0 -r 1 --no-warmup -dca 1 -sparse 1 --sparse-threshold 4096" in joined
+    assert "--sparse-per-head" not in joined
+    head = " ".join(st.bench_command(tmp_path, tmp_path / "m.gguf", 32768,
+                                     st.ARM_BY_NAME["sparse-dca-low-head"], 2, 4096))
+    assert "-dca 1 -sparse 1 --sparse-threshold 4096 --sparse-per-head 1 -o json" in head
     dense = " ".join(st.bench_command(tmp_path, tmp_path / "m.gguf", 16384,
                                       st.ARM_BY_NAME["dense-plain"], 2, 4096))
     assert "-dca 0 -sparse 0 -o json" in dense and "--sparse-threshold" not in dense
