@@ -155,8 +155,10 @@ def _split_runs() -> tuple[dict[str, Any], dict[str, Any]]:
     """The cell as two runs: dense in the first, sparse and a rerun of dense in the second."""
     cell = _cell()
     first = _doc([t for t in cell if t["method"] == "dca"])
-    second = _doc([t for t in cell if t["method"] == "dca-sparse"]
-                  + [{**t, "prompt_ms": 1.0} for t in cell if t["method"] == "dca"][:3])
+    second = _doc(
+        [t for t in cell if t["method"] == "dca-sparse"]
+        + [{**t, "prompt_ms": 1.0} for t in cell if t["method"] == "dca"][:3]
+    )
     return first, second
 
 
@@ -209,3 +211,22 @@ def test_the_published_tables_come_from_their_results(folder: str, results: str)
     kept = json.loads((here / "tradeoff.json").read_text())["rows"]
     assert st.rows(doc, st.default_pairs({t["method"] for t in doc["trials"]})) == kept
     assert st.summary_table(kept) in (root / "docs" / "dca.md").read_text(encoding="utf-8")
+
+
+def test_the_per_head_table_pairs_two_runs_as_published() -> None:
+    """results/longctx/2026-12-05-sparse-per-head-gpu: the per-head run paired with the earlier
+    dense and per-group run; tradeoff.json is what the tool computes from both kept documents, the
+    dense rerun reproduced the earlier run, and docs/dca.md's table is its summary."""
+    root = Path(__file__).resolve().parents[3]
+    longctx = root / "results" / "longctx"
+    kept = json.loads((longctx / "2026-12-05-sparse-per-head-gpu" / "tradeoff.json").read_text())
+    paths = [root / p for p in kept["source"]]
+    assert [p.parent.name for p in paths] == [
+        "2026-12-05-sparse-gpu",
+        "2026-12-05-sparse-per-head-gpu",
+    ]
+    doc, repeated = st.merge([(str(p), st.load(p)) for p in paths])
+    assert repeated == kept["repeated"] == {"dca@32768": 180}
+    pairs = list(dict.fromkeys((r["dense"], r["sparse"]) for r in kept["rows"]))
+    assert st.rows(doc, pairs) == kept["rows"]
+    assert st.summary_table(kept["rows"]) in (root / "docs" / "dca.md").read_text(encoding="utf-8")
