@@ -16,7 +16,7 @@
 #      naive-sparse-head-4k (--sparse-threshold 4096) alone, to pair with phase a's dense methods
 #      on the same haystacks (the harness's seed fixes them; the dense graph is the same)
 #   e  2x: dca-sparse-head (published budgets, per query head) alone, to pair with phase b's dca
-#   f  1x: dca again, for a few haystacks: its answers must equal phase a's (the pairing holds)
+#   f  1x: dca again, as many haystacks as time allows: its answers must equal phase a's
 # Every phase writes $W/sq/PHASE.json after each haystack; a phase whose file is there from an
 # earlier call resumes it (--resume: its haystacks are not run again, the new file holds all).
 # A haystack starts only when it is expected to end before BUDGET_S (the harness's budget);
