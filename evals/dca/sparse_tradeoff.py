@@ -249,7 +249,8 @@ def summary_table(rs: list[dict[str, Any]], tasks: tuple[str, str] = ("passkey",
         "| dense only / sparse only (sign test p) | prefill s dense / sparse |",
         "|---|---|---|---|---|---|---|",
     ]
-    keys = sorted({k[:3] for k in by}, key=lambda k: (k[2], k[0] != "dca", k[1]))
+    # every field in the key: two pairs may share a sparse method (a set has no order of its own)
+    keys = sorted({k[:3] for k in by}, key=lambda k: (k[2], k[0] != "dca", k[1], k[0]))
     for dense, sparse, length in keys:
         ra, rb = by.get((dense, sparse, length, a)), by.get((dense, sparse, length, b))
         if ra is None or rb is None:
