@@ -330,13 +330,15 @@ def table(docs: list[dict[str, Any]]) -> str:
     rat = {(r["context"], r["arm"]): r for r in ratios(rows)}
     low = sorted({int(d["low_threshold"]) for d in docs})
     low_s = ",".join(map(str, low)) or "?"
-    names = {"dense-plain": "dense", "dense-dca": "dense",
-             "sparse-plain": f"sparse (threshold {DEFAULT_THRESHOLD})",
-             "sparse-dca": f"sparse (threshold {DEFAULT_THRESHOLD})",
-             "sparse-plain-low": f"sparse (threshold {low_s})",
-             "sparse-dca-low": f"sparse (threshold {low_s})",
-             "sparse-plain-low-head": f"sparse per head (threshold {low_s})",
-             "sparse-dca-low-head": f"sparse per head (threshold {low_s})"}
+
+    def label(arm: Arm | None, name: str) -> str:
+        if arm is None:
+            return name
+        if not arm.sparse:
+            return "dense"
+        return (f"sparse{' per head' if arm.per_head else ''} "
+                f"(threshold {low_s if arm.low else DEFAULT_THRESHOLD})")
+
     lines = ["| context | DCA | prefill | runs | mean time | min-max | tokens/s | CPU time "
              "| sparse / dense time | sparse / dense CPU | load avg |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -357,7 +359,7 @@ def table(docs: list[dict[str, Any]]) -> str:
                 ratio += flag
         lines.append(
             f"| {r['context'] // 1024}k | {'on' if arm and arm.dca else 'off'} "
-            f"| {names.get(r['arm'], r['arm'])} | {r['n']} | {r['mean_s']:.1f} s "
+            f"| {label(arm, r['arm'])} | {r['n']} | {r['mean_s']:.1f} s "
             f"| {r['min_s']:.1f}-{r['max_s']:.1f} s | {r['tokens_per_s']:.0f} | {cpu} | {ratio} "
             f"| {cpu_ratio} | {r['load']:.1f} |")
     return "\n".join(lines)
