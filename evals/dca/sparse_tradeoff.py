@@ -43,6 +43,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from evals.longctx import results
+from evals.longctx.errors import BadInput
 from evals.longctx.stats import wilson
 
 Trial = dict[str, Any]
@@ -50,19 +52,7 @@ Key = tuple[str, int, int, int, int]  # task, length, seed, haystack, question
 
 
 class InputError(Exception):
-    """Unreadable results or a pair the document cannot answer (exit 2)."""
-
-
-def load(path: Path) -> dict[str, Any]:
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{path}: not a readable results document ({exc})") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("trials"), list):
-        raise InputError(
-            f"{path}: no 'trials' list: give the harness's results JSON, not a summary"
-        )
-    return doc
+    """A pair the documents cannot answer, or documents that cannot be paired (exit 2)."""
 
 
 def merge(docs: list[tuple[str, dict[str, Any]]]) -> tuple[dict[str, Any], dict[str, int]]:
@@ -378,10 +368,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         paths, pairs = _inputs(args.inputs)
-        doc, repeated = merge([(str(p), load(p)) for p in paths])
+        doc, repeated = merge([(str(p), results.load(p)) for p in paths])
         pairs = pairs or default_pairs({t["method"] for t in doc["trials"]})
         rs = rows(doc, pairs)
-    except (InputError, KeyError, TypeError, ValueError) as exc:
+    except (InputError, BadInput, KeyError, TypeError, ValueError) as exc:
         print(f"sparse_tradeoff: {exc}", file=sys.stderr)
         return 2
     text = markdown(rs)

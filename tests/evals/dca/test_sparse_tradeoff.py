@@ -8,7 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from longctx.fakes import document, trial
 from script_module import load_script
+
+from evals.longctx import results
 
 st = load_script("dca/sparse_tradeoff.py")
 
@@ -23,25 +26,19 @@ def _trial(
     length: int = 65536,
     got: str = "x",
     distractors: int = 0,
-    prompt_ms: float | None = None,
+    prompt_ms: float = 30.0,
 ) -> dict[str, Any]:
-    return {
-        "method": method,
-        "task": "mk_niah",
-        "length": length,
-        "seed": 7,
-        "haystack": hay,
-        "question": q,
-        "correct": correct,
-        "depth": depth,
-        "got": got,
-        "distractors": distractors,
-        "prompt_ms": prompt_ms,
-    }
+    """A well-formed mk_niah trial (the harness's test double) with what the comparison reads."""
+    return trial(
+        "mk_niah", method, length, correct, hay, q, seed=7, depth=depth, got=got,
+        distractors=distractors, prompt_ms=prompt_ms,
+    )  # fmt: skip
 
 
 def _doc(trials: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"model": {"name": "m", "n_ctx_train": 32768}, "label": "t", "trials": trials}
+    doc: dict[str, Any] = document(trials, label="t")
+    doc["model"] = {**doc["model"], "name": "m", "n_ctx_train": 32768}
+    return doc
 
 
 def _cell() -> list[dict[str, Any]]:
@@ -196,18 +193,18 @@ def test_main_reads_several_documents_then_the_pairs(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("folder", "results"),
+    ("folder", "results_file"),
     [
         ("2026-12-05-sparse-gpu", "qwen2.5-coder-0.5b-h100.json"),
         ("2026-12-05-sparse-cpu-3x4x", "smollm2-135m-cpu-2core.json"),
     ],
 )
-def test_the_published_tables_come_from_their_results(folder: str, results: str) -> None:
+def test_the_published_tables_come_from_their_results(folder: str, results_file: str) -> None:
     """results/longctx/FOLDER: tradeoff.json is what the tool computes from the kept trials, and
     docs/dca.md's table is its summary."""
     root = Path(__file__).resolve().parents[3]
     here = root / "results" / "longctx" / folder
-    doc = st.load(here / results)
+    doc = results.load(here / results_file)
     kept = json.loads((here / "tradeoff.json").read_text())["rows"]
     assert st.rows(doc, st.default_pairs({t["method"] for t in doc["trials"]})) == kept
     assert st.summary_table(kept) in (root / "docs" / "dca.md").read_text(encoding="utf-8")
@@ -225,7 +222,7 @@ def test_the_per_head_table_pairs_two_runs_as_published() -> None:
         "2026-12-05-sparse-gpu",
         "2026-12-05-sparse-per-head-gpu",
     ]
-    doc, repeated = st.merge([(str(p), st.load(p)) for p in paths])
+    doc, repeated = st.merge([(str(p), results.load(p)) for p in paths])
     assert repeated == kept["repeated"] == {"dca@32768": 180}
     pairs = list(dict.fromkeys((r["dense"], r["sparse"]) for r in kept["rows"]))
     assert st.rows(doc, pairs) == kept["rows"]
