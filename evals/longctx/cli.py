@@ -17,7 +17,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -199,23 +199,43 @@ def _command_line() -> tuple[str, ...]:
     return argv
 
 
+def _round_complete(doc: Mapping[str, Any]) -> bool:
+    """Whether every job of the document's newest run did all it could (none cut by the budget
+    or failed)."""
+    newest = len(doc["runs"]) - 1
+    return all(j["status"] in ("ok", "unsupported", "probe")
+               for j in doc["jobs"] if j.get("run") == newest)  # fmt: skip
+
+
 def cmd_run(args: argparse.Namespace) -> Any:
+    if args.rounds and args.tier:
+        raise ConfigError("--rounds grows a grid's haystacks; a tier plans its own", key="--rounds")
     model = _model_ref(args)
     methods = {m.name: m for m in _methods(args)}
     for name, _ in _probes(args):
         methods.setdefault(name, BUILTIN[name])
     text = corpus.load_corpus(args.corpus) if args.corpus else corpus.build_corpus()
     resume = tuple(results.load(p) for p in args.resume or [])
-    cfg = RunConfig(
-        binary=args.server, model=model, corpus=text, plan=_plan(args, model.n_ctx_train),
-        methods=methods, params=_params(args), cost=plan.COSTS[args.cost], out=args.out,
-        work=args.work or args.out.parent / "logs", label=args.label, seed=args.seed,
-        server_args=tuple(shlex.split(args.server_args)), token_cache=args.token_cache,
-        resume=resume, command=_command_line(), say=say, summary=args.summary,
-        budget_from=args.started,  # the budget counts reading the model and corpus too
-        request_timeout_s=args.request_timeout_s,
-    )  # fmt: skip
-    doc = run(cfg)
+    # --rounds: one more haystack per cell at a time, each round resuming the last, so that a
+    # budget that ends the run leaves every method with about as many haystacks
+    counts = range(1, args.haystacks + 1) if args.rounds else (args.haystacks,)
+    for k in counts:
+        round_args = argparse.Namespace(**{**vars(args), "haystacks": k})
+        cfg = RunConfig(
+            binary=args.server, model=model, corpus=text,
+            plan=_plan(round_args, model.n_ctx_train), methods=methods, params=_params(args),
+            cost=plan.COSTS[args.cost], out=args.out,
+            work=args.work or args.out.parent / "logs", label=args.label, seed=args.seed,
+            server_args=tuple(shlex.split(args.server_args)), token_cache=args.token_cache,
+            resume=resume, command=_command_line(), say=say, summary=args.summary,
+            budget_from=args.started,  # the budget counts reading the model and corpus too
+            request_timeout_s=args.request_timeout_s,
+        )  # fmt: skip
+        doc = run(cfg)
+        if args.rounds and not _round_complete(doc):
+            say(f"--rounds: round {k} of {args.haystacks} did not complete; stopped")
+            break
+        resume = (doc,)
     if not args.json:
         print(report.accuracy_table(doc))
     return {"out": str(args.out), "trials": len(doc["trials"]), "jobs": len(doc["jobs"])}
@@ -261,6 +281,9 @@ def _plan_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tier", choices=plan.TIERS, help="a named plan (else the grid below)")
     p.add_argument("--multiples", default="0.5,1,2,4", help="grid lengths, x trained length")
     p.add_argument("--haystacks", type=int, default=2, help="grid: haystacks per cell")
+    p.add_argument("--rounds", action="store_true",
+                   help="grid: run the haystacks in rounds, one more per cell each, until "
+                   "--haystacks or the budget")
     p.add_argument("--slots", type=int, default=1, help="grid: parallel slots per server")
     p.add_argument("--server-per-length", action="store_true",
                    help="grid: one server per length (memory per length) for every method")

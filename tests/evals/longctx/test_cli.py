@@ -126,3 +126,47 @@ def test_unpinned_file_of_a_listed_model_then_publish(
     assert (out / f"smollm2-135m-{sha[:8]}-cpu-passkey.png").is_file()
     block = f"accuracy results/longctx/2026-12-01/smollm2-135m-{sha[:8]}-cpu.json"
     assert f"longctx:table {block} -->" in md.read_text()
+
+
+def test_rounds_grow_every_cell_one_haystack_at_a_time(
+    tmp_path: Path, fake_bin: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    save_corpus(corpus(), tmp_path / "corpus.json.xz")
+    model = tmp_path / "tiny.gguf"
+    model.write_bytes(b"GGUF tiny")
+    out = tmp_path / "r.json"
+    grid = ["run", "--server", str(fake_bin), "--model", "tiny", "--model-file", str(model),
+            "--n-train", "4096", "--multiples", "1", "--methods", "naive,dca",
+            "--tasks", "passkey", "--corpus", str(tmp_path / "corpus.json.xz")]  # fmt: skip
+    code, _, err = _run(capsys, *grid, "--haystacks", "3", "--rounds", "--out", str(out))
+    assert code == 0, err
+    doc = json.loads(out.read_text())
+    # three rounds, each a run of its own that resumed the one before: one job per method per
+    # round, each haystack asked once
+    assert len(doc["runs"]) == 3
+    assert sorted((j["run"], j["method"], j["haystacks"]) for j in doc["jobs"]) == [
+        (r, m, r + 1) for r in range(3) for m in ("dca", "naive")
+    ]
+    asked = [(t["method"], t["haystack"]) for t in doc["trials"]]
+    assert sorted(asked) == [(m, h) for m in ("dca", "naive") for h in range(3)]
+    # the same grid in one go asks the same questions
+    code, _, err = _run(capsys, *grid, "--haystacks", "3", "--out", str(tmp_path / "one.json"))
+    assert code == 0, err
+    one = json.loads((tmp_path / "one.json").read_text())
+    answers = sorted((t["method"], t["haystack"], t["got"]) for t in one["trials"])
+    assert sorted((t["method"], t["haystack"], t["got"]) for t in doc["trials"]) == answers
+    code, _, err = _run(capsys, *grid, "--tier", "smoke", "--rounds", "--out", str(out))
+    assert code != 0 and "--rounds" in err
+
+
+def test_a_round_cut_by_the_budget_ends_the_rounds() -> None:
+    from evals.longctx.cli import _round_complete
+
+    def doc(*statuses: str) -> dict[str, object]:
+        jobs = [{"run": 0, "status": "budget"}]  # an earlier round's cut job does not count
+        jobs += [{"run": 1, "status": s} for s in statuses]
+        return {"runs": [{}, {}], "jobs": jobs}
+
+    assert _round_complete(doc("ok", "unsupported", "probe"))
+    for cut in ("budget", "partial", "failed"):
+        assert not _round_complete(doc("ok", cut))
