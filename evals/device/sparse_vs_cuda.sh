@@ -3,7 +3,7 @@
 # wait_build.sh (the build has test-backend-ops; ~3 min):
 #   1. test-backend-ops test -o SPARSE_VS_ACC / SPARSE_VS_MASK: CUDA0 vs CPU (scores by NMSE; the masks exactly,
 #      every -inf where the CPU has one)
-#   2. test_sparse_vs.py on CUDA0: the graph llama_sparse_mask builds (LSE, chunked scores, the two ops) vs the
+#   2. test_sparse_vs.py on CUDA0: the graph llama_sparse_select builds (LSE, chunked scores, the two ops) vs the
 #      float64 reference of the per-KV-group method (scores held to the type CUDA multiplies in: f16 for f32 keys)
 #   3. test_sparse_prefill.py: sparse prefill of the tiny models with every layer on the GPU vs the float64 reference
 #      (near ties within the GPU's rounding gap compared under the side the GPU took, found by matching)

@@ -2,7 +2,7 @@
 
 The probe (tests/evals/dca/native/sparse_vs_probe.c; on the CPU backend, or the one named by
 $PATCHCTL_SPARSE_VS_BACKEND, e.g. CUDA0 with a CUDA build) builds the graph that
-llama_sparse_mask builds for one KV group (the last queries' LSE from ggml_flash_attn_ext_lse,
+llama_sparse_select builds for one KV group (the last queries' LSE from ggml_flash_attn_ext_lse,
 chunked ggml_mul_mat scores, ggml_sparse_vs_acc per chunk, ggml_sparse_vs_mask) and returns the
 accumulator and the mask.
 The reference follows the method exactly in float64 (per KV group: each head's softmax on its
@@ -15,16 +15,23 @@ columns and diagonals; forced sinks and local diagonals; top-k with ties to the 
 - the mask the op wrote equals the reference's selection made on the op's own scores, bit for
   bit (the selection has no rounding: exact ties go to the lower index);
 - the float64 selection and the op's differ only where the float64 scores of the two sides of
-  the boundary are within the score tolerance (near-ties of a float32 pipeline).
+  the boundary are within the score tolerance (near-ties of a float32 pipeline);
+- ggml_sparse_vs_select (the form llama_sparse_select hands to flash attention: anchors and the
+  kept columns' and diagonals' bitmaps) stands for exactly the mask ggml_sparse_vs_mask wrote from
+  the same accumulator, and flash attention with LSE given the window's mask and that selection
+  (ggml_flash_attn_ext_set_sparse_vs) equals flash attention given the sparse mask: bit for bit
+  on the CPU, within f16 rounding on CUDA.
 
 Cases: G = 1, 2, 4 and 8, with and without a mask (holes, a real row with no visible key, finite
 nonzero values), windows before the queries (lo_k > 0, DCA's earlier chunks), padding rows,
 chunks that split the window raggedly, f16 / f32 / q8_0 keys, and selections larger than the
-candidates. A mutation test shows the comparison rejects a mask with one kept key dropped.
+candidates. Mutation tests show the comparisons reject a mask with one kept key dropped and a
+selection with one kept column cleared.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import struct
 import subprocess
@@ -150,6 +157,9 @@ class Probed:
     mask_self: F64
     acc: F64
     out: F64
+    sel: npt.NDArray[np.int32]  # ggml_sparse_vs_select [3, W]: anchors, column bits, diagonal bits
+    fa_mask: tuple[F64, F64]  # flash attention (O, LSE) with the sparse mask
+    fa_sel: tuple[F64, F64]  # flash attention (O, LSE) with the window's mask and the selection
 
 
 def _run(binary: Path, case: Case) -> Probed:
@@ -192,10 +202,20 @@ def _run(binary: Path, case: Case) -> Probed:
         proc = subprocess.run(cmd, capture_output=True, check=False)
         if proc.returncode != 0:
             raise RuntimeError(f"probe failed ({proc.returncode}) on {case.name}: {proc.stderr!r}")
-        flat = np.frombuffer(out.read_bytes(), dtype="<f4").astype(np.float64)
+        raw = out.read_bytes()
     sizes = [case.n_kv + n_dg, case.n_rows * case.n_kv, case.n_kv * case.d]
-    assert flat.size == sum(sizes), f"probe output has {flat.size} floats, expected {sum(sizes)}"
+    head = 4 * sum(sizes)
+    flat = np.frombuffer(raw[:head], dtype="<f4").astype(np.float64)
     acc, out_mask, k_seen = np.split(flat, np.cumsum(sizes)[:-1])
+    n_sel = int(np.frombuffer(raw[head : head + 4], dtype="<i4")[0])
+    sel = np.frombuffer(raw[head + 4 : head + 4 + 4 * n_sel], dtype="<i4").reshape(3, -1)
+    rest = raw[head + 4 + 4 * n_sel :]
+    n_o = int(np.frombuffer(rest[:4], dtype="<i4")[0])
+    n_l = case.t * case.g
+    fa = np.frombuffer(rest[4:], dtype="<f4").astype(np.float64)
+    want = 2 * (n_o + n_l)
+    assert fa.size == want, f"probe output: {fa.size} attention floats, expected {want}"
+    o_m, l_m, o_s, l_s = np.split(fa, np.cumsum([n_o, n_l, n_o]))
     return Probed(
         q.astype(np.float64),
         k_seen.reshape(case.n_kv, case.d),
@@ -203,6 +223,9 @@ def _run(binary: Path, case: Case) -> Probed:
         mask_self,
         acc,
         out_mask.reshape(case.n_rows, case.n_kv),
+        sel,
+        (o_m, l_m),
+        (o_s, l_s),
     )
 
 
@@ -344,6 +367,73 @@ def test_mask_is_the_selection_of_its_scores(case: Case, probed: dict[str, Probe
     assert np.isfinite(p.out).any() and (p.out == -np.inf).any()
 
 
+def _bits(words: npt.NDArray[np.int32], n: int) -> npt.NDArray[np.bool_]:
+    """The first n bits of a bitmap of 32-bit words (bit b of word w is index 32w + b)."""
+    as_bytes = words.astype("<i4").view(np.uint8)
+    return np.unpackbits(as_bytes, bitorder="little")[:n].astype(bool)
+
+
+def mask_of_selection(case: Case, p: Probed) -> F64:
+    """The mask a ggml_sparse_vs_select result stands for (ggml.h): row t sees key j iff the
+    window's mask lets it and column j or diagonal anchor[t] - j is kept."""
+    n_dg = p.acc.size - case.n_kv
+    anchor = p.sel[0, : case.n_rows].astype(np.int64)
+    cols = _bits(p.sel[1], case.n_kv)
+    diags = _bits(p.sel[2], n_dg)
+    d = anchor[:, None] - np.arange(case.n_kv)[None, :]
+    on_diag = np.zeros(d.shape, dtype=bool)
+    inr = (d >= 0) & (d < n_dg)
+    on_diag[inr] = diags[d[inr]]
+    vis = np.isfinite(p.mask) if p.mask is not None else np.ones(d.shape, dtype=bool)
+    keep = (anchor[:, None] != np.iinfo(np.int32).min) & vis & (cols[None, :] | on_diag)
+    base = p.mask if p.mask is not None else np.zeros(d.shape)
+    return np.where(keep, base, -np.inf)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_select_is_the_mask_in_compact_form(case: Case, probed: dict[str, Probed]) -> None:
+    """ggml_sparse_vs_select keeps what ggml_sparse_vs_mask keeps, from the same accumulator: the
+    anchors are the rows' cells minus the window's first, and the bitmaps give the sparse mask."""
+    p = probed[case.name]
+    cells = case.cells()
+    want_anchor = np.where(cells >= 0, cells - case.lo_k, np.iinfo(np.int32).min)
+    np.testing.assert_array_equal(p.sel[0, : case.n_rows], want_anchor)
+    assert not p.sel[0, case.n_rows :].any() and p.sel.shape[1] >= case.n_rows
+    np.testing.assert_array_equal(mask_of_selection(case, p), p.out)
+
+
+def test_compact_form_comparison_rejects_a_dropped_column(probed: dict[str, Probed]) -> None:
+    """The comparison above can fail: clearing a kept column that some row sees only as a column
+    (not on a kept diagonal) changes the mask the selection stands for."""
+    case = CASES[0]
+    p = probed[case.name]
+    for j in np.flatnonzero(_bits(p.sel[1], case.n_kv)):
+        sel = p.sel.copy()
+        sel[1].view(np.uint32)[j // 32] &= np.uint32(~(1 << int(j % 32)) & 0xFFFFFFFF)
+        if not np.array_equal(mask_of_selection(case, dataclasses.replace(p, sel=sel)), p.out):
+            return
+    raise AssertionError("no kept column changes the mask when dropped")
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_attention_under_the_selection_is_attention_under_its_mask(
+    case: Case, probed: dict[str, Probed]
+) -> None:
+    """Flash attention given the window's mask and the selection (ggml_flash_attn_ext_set_sparse_vs)
+    equals flash attention given the sparse mask: bit for bit on the CPU (it writes that mask and
+    runs on it); on CUDA within f16 rounding (its sparse kernel may take the lists from the bitmaps,
+    another summation order)."""
+    p = probed[case.name]
+    (o_m, l_m), (o_s, l_s) = p.fa_mask, p.fa_sel
+    assert np.isfinite(o_m).all() and np.isfinite(l_m).any()
+    if backend_kind() == "CPU":
+        np.testing.assert_array_equal(o_s, o_m)
+        np.testing.assert_array_equal(l_s, l_m)
+    else:
+        np.testing.assert_allclose(o_s, o_m, rtol=2e-3, atol=2e-3)
+        np.testing.assert_allclose(l_s, l_m, rtol=1e-3, atol=1e-3)
+
+
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_selection_matches_float64_up_to_near_ties(case: Case, probed: dict[str, Probed]) -> None:
     p = probed[case.name]
@@ -388,7 +478,7 @@ def _f16_estimation(case: Case, p: Probed) -> Probed:
     """The probe's inputs as CUDA's estimation multiplies them: q and k rounded to f16."""
     q16 = p.q.astype(np.float16).astype(np.float64)
     k16 = p.k.astype(np.float16).astype(np.float64)
-    return Probed(q16, k16, p.mask, p.mask_self, p.acc, p.out)
+    return dataclasses.replace(p, q=q16, k=k16)
 
 
 def test_f32_keys_on_cuda_are_held_to_the_f16_bound(probed: dict[str, Probed]) -> None:

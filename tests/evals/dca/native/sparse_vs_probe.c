@@ -1,10 +1,13 @@
 // sparse_vs_probe: one KV group's vertical-slash selection through ggml's ops on the CPU backend, and its results.
 //
 // Built by tests/evals/dca/test_sparse_vs.py against a tree with ggml_sparse_vs_acc / ggml_sparse_vs_mask. The graph
-// is the one llama_sparse_mask builds (src/llama-sparse.cpp): the last L = min(last_q, T) queries of the group,
+// is the one llama_sparse_select builds (src/llama-sparse.cpp): the last L = min(last_q, T) queries of the group,
 // contiguous as [D, L, G]; their per-row log-sum-exp over the whole window from ggml_flash_attn_ext_lse; the scores
 // ggml_mul_mat(keys of a chunk, queries) chunk by chunk, each added into the accumulator by ggml_sparse_vs_acc; then
-// ggml_sparse_vs_mask.
+// ggml_sparse_vs_mask. From the same accumulator, ggml_sparse_vs_select (the selection in compact form, as
+// llama_sparse_select builds it) and two flash attentions with LSE over all T queries, each with n_kv_max = vertical +
+// slash: one with the sparse mask as its mask, one with the window's own mask and the selection
+// (ggml_flash_attn_ext_set_sparse_vs), which must agree.
 //
 // usage: sparse_vs_probe IN OUT [BACKEND]     (BACKEND: a ggml backend name such as CUDA0; default the CPU)
 //
@@ -20,6 +23,9 @@
 //   f32 acc[n_kv + n_dg]            (vsum, then dsum; n_dg = max(1, lo_self + n_self - lo_k))
 //   f32 mask[n_rows][n_kv]          (the sparse mask as f32: 0 or the mask's value where kept, -inf elsewhere)
 //   f32 k[n_kv][D]                  (the keys as the ops saw them, after conversion to kv_type and back)
+//   int32 n_sel, int32 sel[n_sel]   (ggml_sparse_vs_select: [W, 3], anchors, column bitmap, diagonal bitmap)
+//   int32 n_o, f32 o_mask[n_o], f32 lse_mask[T*G], f32 o_sel[n_o], f32 lse_sel[T*G]
+//                                   (the two flash attentions: O [T][G][D], LSE [T][G])
 //
 // Exit status: 0 ok, 2 usage / IO error, 3 bad input.
 
@@ -140,7 +146,7 @@ int main(int argc, char ** argv) {
     }
     ggml_backend_tensor_set(mask_self, self_h, 0, ggml_nbytes(mask_self));
 
-    // the graph of llama_sparse_mask
+    // the graph of llama_sparse_select
     struct ggml_init_params ip = { 4096*ggml_tensor_overhead() + ggml_graph_overhead_custom(4096, false), NULL, true };
     struct ggml_context * ctx = ggml_init(ip);
     const int64_t L = last_q < T ? last_q : T;
@@ -159,11 +165,33 @@ int main(int argc, char ** argv) {
     }
     struct ggml_tensor * out = ggml_sparse_vs_mask(ctx, acc, mask, mask_self, n_kv, T, lo_k, lo_self,
             (int32_t) vertical, (int32_t) slash, 30, 100);
+    struct ggml_tensor * sel = ggml_sparse_vs_select(ctx, acc, mask, mask_self, n_kv, T, lo_k, lo_self,
+            (int32_t) vertical, (int32_t) slash, 30, 100);
+    const int32_t n_kv_max = (int32_t) (vertical + slash < n_kv ? vertical + slash : n_kv);
+    struct ggml_tensor * fa_m = ggml_flash_attn_ext_lse(ctx, q, k, v, out, scale, 0.0f, 0.0f);
+    struct ggml_tensor * fa_s = ggml_flash_attn_ext_lse(ctx, q, k, v, mask, scale, 0.0f, 0.0f);
+    ggml_prec_set_acc(fa_m, GGML_PREC_F32);
+    ggml_prec_set_acc(fa_s, GGML_PREC_F32);
+    ggml_flash_attn_ext_set_n_kv_max(fa_m, n_kv_max);
+    ggml_flash_attn_ext_set_n_kv_max(fa_s, n_kv_max);
+    ggml_flash_attn_ext_set_sparse_vs(fa_s, sel);
+    struct ggml_tensor * o_m = ggml_flash_attn_ext_lse_view_o(ctx, fa_m);
+    struct ggml_tensor * l_m = ggml_flash_attn_ext_lse_view_lse(ctx, fa_m);
+    struct ggml_tensor * o_s = ggml_flash_attn_ext_lse_view_o(ctx, fa_s);
+    struct ggml_tensor * l_s = ggml_flash_attn_ext_lse_view_lse(ctx, fa_s);
     ggml_set_output(acc);
     ggml_set_output(out);
+    ggml_set_output(sel);
+    ggml_set_output(fa_m);
+    ggml_set_output(fa_s);
 
     struct ggml_cgraph * gf = ggml_new_graph_custom(ctx, 4096, false);
     ggml_build_forward_expand(gf, out);
+    ggml_build_forward_expand(gf, sel);
+    ggml_build_forward_expand(gf, o_m);
+    ggml_build_forward_expand(gf, l_m);
+    ggml_build_forward_expand(gf, o_s);
+    ggml_build_forward_expand(gf, l_s);
     for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
         if (!ggml_backend_supports_op(backend, ggml_graph_node(gf, i))) {
             fprintf(stderr, "sparse_vs_probe: %s does not run %s\n", ggml_backend_name(backend),
@@ -186,6 +214,23 @@ int main(int argc, char ** argv) {
     dump_as_f32(fo, acc);
     dump_as_f32(fo, out);
     dump_as_f32(fo, k);
+    {
+        const int32_t n_sel = (int32_t) ggml_nelements(sel);
+        int32_t * raw = malloc(ggml_nbytes(sel));
+        if (!raw) {
+            die(2, "out of memory");
+        }
+        ggml_backend_tensor_get(sel, raw, 0, ggml_nbytes(sel));
+        write_exact(fo, &n_sel, sizeof(n_sel));
+        write_exact(fo, raw, ggml_nbytes(sel));
+        free(raw);
+    }
+    const int32_t n_o = (int32_t) ggml_nelements(o_m);
+    write_exact(fo, &n_o, sizeof(n_o));
+    dump_as_f32(fo, o_m);
+    dump_as_f32(fo, l_m);
+    dump_as_f32(fo, o_s);
+    dump_as_f32(fo, l_s);
     if (fclose(fo) != 0) {
         die(2, "cannot write output");
     }
