@@ -17,6 +17,9 @@
 #      on the same haystacks (the harness's seed fixes them; the dense graph is the same)
 #   e  2x: dca-sparse-head (published budgets, per query head) alone, to pair with phase b's dca
 #   f  1x: dca again, as many haystacks as time allows: its answers must equal phase a's
+#   g  1x (32k), twice the published budgets (--sparse-vertical 2000 --sparse-slash 12192, per KV group):
+#      dca-sparse-2b-4k (--sparse-threshold 4096) alone, to pair with phase a's dca
+#   h  2x, twice the published budgets: dca-sparse-2b alone, to pair with phase b's dca
 # Every phase writes $W/sq/PHASE.json after each haystack; a phase whose file is there from an
 # earlier call resumes it (--resume: its haystacks are not run again, the new file holds all).
 # A haystack starts only when it is expected to end before BUDGET_S (the harness's budget);
@@ -45,6 +48,7 @@ case $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) in
 esac
 sp4="--sparse-prefill on --sparse-threshold 4096"
 perhead="--sparse-per-head on"
+budget2="--sparse-vertical 2000 --sparse-slash 12192"
 phase_args() {
   case $1 in
     a) echo "--multiples 1 --methods dca --methods naive" ;;
@@ -53,7 +57,9 @@ phase_args() {
     d) echo "--multiples 1" ;;
     e) echo "--multiples 2" ;;
     f) echo "--multiples 1 --methods dca" ;;
-    *) echo "unknown phase $1 (a, b, c, d, e or f)" >&2; return 2 ;;
+    g) echo "--multiples 1" ;;
+    h) echo "--multiples 2" ;;
+    *) echo "unknown phase $1 (a to h)" >&2; return 2 ;;
   esac
 }
 rc=0
@@ -63,6 +69,8 @@ for ph in ${PHASES:-a b c}; do
   [ "$ph" = a ] && extra+=(--methods "dca-sparse-4k=--dca on $sp4" --methods "naive-sparse-4k=$sp4")
   [ "$ph" = d ] && extra+=(--methods "dca-sparse-head-4k=--dca on $sp4 $perhead" --methods "naive-sparse-head-4k=$sp4 $perhead")
   [ "$ph" = e ] && extra+=(--methods "dca-sparse-head=--dca on --sparse-prefill on $perhead")
+  [ "$ph" = g ] && extra+=(--methods "dca-sparse-2b-4k=--dca on $sp4 $budget2")
+  [ "$ph" = h ] && extra+=(--methods "dca-sparse-2b=--dca on --sparse-prefill on $budget2")
   if [ -f "$W/sq/$ph.json" ]; then cp "$W/sq/$ph.json" "$W/sq/$ph.prev.json"; extra+=(--resume "$W/sq/$ph.prev.json"); fi
   left=$((budget - ($(date +%s) - t0) - 3))
   [ "$left" -lt 30 ] && { echo "phase $ph: ${left}s left, not started"; continue; }
