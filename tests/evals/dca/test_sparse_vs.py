@@ -281,12 +281,27 @@ def select(
     dcand[dr[ok]] = True
     vkeep = _top(vsum, vcand, max(0, SINKS - case.lo_k), case.vertical)
     dkeep = _top(dsum, dcand, LOCAL, case.slash)
-    dk = np.zeros(d.shape, dtype=bool)
-    inr = (d >= 0) & (d < n_dg)
-    dk[inr] = dkeep[d[inr]]
-    keep = (cells[:, None] >= 0) & vis & (vkeep[None, :] | dk)
-    base = p.mask if p.mask is not None else np.zeros(vis.shape)
-    return np.where(keep, base, -np.inf), vkeep, dkeep
+    return _kept_mask(case, p, cells - case.lo_k, cells >= 0, vkeep, dkeep), vkeep, dkeep
+
+
+def _kept_mask(
+    case: Case,
+    p: Probed,
+    anchor: npt.NDArray[np.int64],
+    live: npt.NDArray[np.bool_],
+    vkeep: npt.NDArray[np.bool_],
+    dkeep: npt.NDArray[np.bool_],
+) -> F64:
+    """The sparse mask of kept columns and diagonals: a live row t sees key j iff the window's mask
+    lets it and column j or diagonal anchor[t] - j is kept (anchor = the row's cell - lo_k)."""
+    d = anchor[:, None] - np.arange(case.n_kv)[None, :]
+    on_diag = np.zeros(d.shape, dtype=bool)
+    inr = (d >= 0) & (d < dkeep.size)
+    on_diag[inr] = dkeep[d[inr]]
+    vis = np.isfinite(p.mask) if p.mask is not None else np.ones(d.shape, dtype=bool)
+    keep = live[:, None] & vis & (vkeep[None, :] | on_diag)
+    base = p.mask if p.mask is not None else np.zeros(d.shape)
+    return np.where(keep, base, -np.inf)
 
 
 @pytest.fixture(scope="module")
@@ -376,18 +391,10 @@ def _bits(words: npt.NDArray[np.int32], n: int) -> npt.NDArray[np.bool_]:
 def mask_of_selection(case: Case, p: Probed) -> F64:
     """The mask a ggml_sparse_vs_select result stands for (ggml.h): row t sees key j iff the
     window's mask lets it and column j or diagonal anchor[t] - j is kept."""
-    n_dg = p.acc.size - case.n_kv
     anchor = p.sel[0, : case.n_rows].astype(np.int64)
     cols = _bits(p.sel[1], case.n_kv)
-    diags = _bits(p.sel[2], n_dg)
-    d = anchor[:, None] - np.arange(case.n_kv)[None, :]
-    on_diag = np.zeros(d.shape, dtype=bool)
-    inr = (d >= 0) & (d < n_dg)
-    on_diag[inr] = diags[d[inr]]
-    vis = np.isfinite(p.mask) if p.mask is not None else np.ones(d.shape, dtype=bool)
-    keep = (anchor[:, None] != np.iinfo(np.int32).min) & vis & (cols[None, :] | on_diag)
-    base = p.mask if p.mask is not None else np.zeros(d.shape)
-    return np.where(keep, base, -np.inf)
+    diags = _bits(p.sel[2], p.acc.size - case.n_kv)
+    return _kept_mask(case, p, anchor, anchor != np.iinfo(np.int32).min, cols, diags)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
